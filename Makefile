@@ -1,0 +1,24 @@
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The whole suite: backend-agnostic tests once per Keras backend, then the
+# TensorFlow-only tests (tf.data, MirroredStrategy, export) once.
+test: $(STAMP)
+	$(BIN)/python tests/run_all.py
+
+clean:
+	rm -rf $(VENV)

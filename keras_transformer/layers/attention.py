@@ -1,0 +1,193 @@
+"""Scaled dot-product attention and multi-head attention (paper section 3.2).
+
+Masks are boolean and broadcastable to (batch, heads, query_length, key_length):
+True means "this query may attend to this key". Padding and causal masks are
+combined with a logical AND before they reach these layers (see `masks.py`).
+"""
+
+import math
+
+import keras
+from keras import ops
+
+_REDUCED_PRECISION = ("float16", "bfloat16")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class ScaledDotProductAttention(keras.layers.Layer):
+    """softmax(Q K^T / sqrt(d_k)) V with an optional boolean mask.
+
+    Inputs are (batch, heads, length, depth). Scores and softmax are computed in
+    float32 even under mixed precision, and masked scores are *replaced* (not
+    added to) with a large negative float32 value, so that a query row whose
+    keys are all masked yields finite outputs (a uniform average) in float32,
+    bfloat16 and float16 instead of NaN or an overflow.
+
+    Args:
+        dropout: dropout rate on the attention weights (not in the paper; 0 by
+            default).
+    """
+
+    def __init__(self, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.dropout = float(dropout)
+        self._weights_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+
+    def call(self, query, key, value, attention_mask=None, training=None, return_attention_weights=False):
+        depth = ops.shape(query)[-1]
+        scale = 1.0 / math.sqrt(depth)
+        scores = ops.matmul(query * ops.cast(scale, query.dtype), ops.swapaxes(key, -1, -2))
+        if self.compute_dtype in _REDUCED_PRECISION:
+            scores = ops.cast(scores, "float32")
+        if attention_mask is not None:
+            scores = ops.where(
+                ops.cast(attention_mask, "bool"), scores, ops.cast(-1e9, scores.dtype)
+            )
+        weights = ops.softmax(scores, axis=-1)
+        weights = ops.cast(weights, value.dtype)
+        dropped = self._weights_dropout(weights, training=training)
+        outputs = ops.matmul(dropped, value)
+        if return_attention_weights:
+            return outputs, weights
+        return outputs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"dropout": self.dropout})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention with Q/K/V/O projections, d_k = d_v = d_model / h.
+
+    `call(query, value, key=None, attention_mask=None, cache=None, cache_index=None)`.
+
+    Incremental decoding uses `cache`, a tensor of shape
+    (batch, 2, max_length, heads, depth) holding projected keys ([:, 0]) and
+    values ([:, 1]):
+    - with `cache_index` (self-attention): the keys/values of `value` are
+      projected, written into the cache at `cache_index` and the query attends
+      over the whole fixed-size cache (the caller masks the unwritten slots);
+      this keeps every tensor shape fixed so a decode step compiles once.
+    - without `cache_index` (cross-attention): the cache already holds the
+      projected encoder keys/values and `value` is ignored.
+    With a cache the layer returns `(outputs, cache)` (plus weights if asked).
+    """
+
+    def __init__(self, d_model, num_heads, dropout=0.0, use_bias=True, **kwargs):
+        super().__init__(**kwargs)
+        if d_model % num_heads:
+            raise ValueError(
+                f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads})."
+            )
+        self.d_model = int(d_model)
+        self.num_heads = int(num_heads)
+        self.depth = self.d_model // self.num_heads
+        self.dropout = float(dropout)
+        self.use_bias = bool(use_bias)
+
+        def projection(name):
+            return keras.layers.Dense(
+                self.d_model,
+                use_bias=self.use_bias,
+                kernel_initializer="glorot_uniform",
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        self.query_projection = projection("query")
+        self.key_projection = projection("key")
+        self.value_projection = projection("value")
+        self.output_projection = projection("output")
+        self.attention = ScaledDotProductAttention(
+            dropout=self.dropout, dtype=self.dtype_policy, name="attention"
+        )
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        self.query_projection.build(query_shape)
+        self.key_projection.build(key_shape)
+        self.value_projection.build(value_shape)
+        self.output_projection.build(tuple(query_shape[:-1]) + (self.d_model,))
+        self.built = True
+
+    def split_heads(self, x):
+        """(batch, length, d_model) -> (batch, length, heads, depth)."""
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(x, (batch, length, self.num_heads, self.depth))
+
+    def project_key_value(self, key, value):
+        """Projected keys and values stacked as a cache: (batch, 2, length, heads, depth).
+
+        Used once per sentence for cross-attention during decoding.
+        """
+        k = self.split_heads(self.key_projection(key))
+        v = self.split_heads(self.value_projection(value))
+        return ops.stack([k, v], axis=1)
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        attention_mask=None,
+        cache=None,
+        cache_index=None,
+        training=None,
+        return_attention_weights=False,
+    ):
+        if key is None:
+            key = value
+        q = self.split_heads(self.query_projection(query))
+        if cache is None:
+            k = self.split_heads(self.key_projection(key))
+            v = self.split_heads(self.value_projection(value))
+        elif cache_index is None:
+            k, v = cache[:, 0], cache[:, 1]
+        else:
+            new_k = self.split_heads(self.key_projection(key))
+            new_v = self.split_heads(self.value_projection(value))
+            update = ops.stack([new_k, new_v], axis=1)
+            start = [0, 0, cache_index, 0, 0]
+            cache = ops.slice_update(cache, start, ops.cast(update, cache.dtype))
+            k, v = cache[:, 0], cache[:, 1]
+
+        # (batch, length, heads, depth) -> (batch, heads, length, depth)
+        q = ops.transpose(q, (0, 2, 1, 3))
+        k = ops.transpose(k, (0, 2, 1, 3))
+        v = ops.transpose(v, (0, 2, 1, 3))
+        if attention_mask is not None and len(attention_mask.shape) == 3:
+            attention_mask = ops.expand_dims(attention_mask, axis=1)  # broadcast over heads
+        attended = self.attention(
+            q,
+            k,
+            v,
+            attention_mask=attention_mask, training=training, return_attention_weights=return_attention_weights
+        )
+        if return_attention_weights:
+            attended, weights = attended
+        attended = ops.transpose(attended, (0, 2, 1, 3))
+        batch, length = ops.shape(attended)[0], ops.shape(attended)[1]
+        attended = ops.reshape(attended, (batch, length, self.d_model))
+        outputs = self.output_projection(attended)
+
+        results = (outputs,)
+        if cache is not None:
+            results += (cache,)
+        if return_attention_weights:
+            results += (weights,)
+        return results[0] if len(results) == 1 else results
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+            }
+        )
+        return config

@@ -1,0 +1,203 @@
+"""Encoder layer and stack (paper section 3.1, left half of Figure 1)."""
+
+import keras
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+
+
+class _SublayerConfig:
+    """Shared constructor arguments of encoder and decoder layers."""
+
+    def _init_sublayer_config(
+        self,
+        d_model,
+        num_heads,
+        d_ff,
+        dropout,
+        attention_dropout,
+        activation_dropout,
+        activation,
+        norm_first,
+        layer_norm_epsilon,
+    ):
+        self.d_model = int(d_model)
+        self.num_heads = int(num_heads)
+        self.d_ff = int(d_ff)
+        self.dropout = float(dropout)
+        self.attention_dropout = float(attention_dropout)
+        self.activation_dropout = float(activation_dropout)
+        self.activation = activation
+        self.norm_first = bool(norm_first)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+
+    def _sublayer_config(self):
+        return {
+            "d_model": self.d_model,
+            "num_heads": self.num_heads,
+            "d_ff": self.d_ff,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "activation_dropout": self.activation_dropout,
+            "activation": self.activation,
+            "norm_first": self.norm_first,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+        }
+
+    def _make_attention(self, name):
+        return MultiHeadAttention(
+            self.d_model,
+            self.num_heads,
+            dropout=self.attention_dropout,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _make_feed_forward(self):
+        return PositionwiseFeedForward(
+            self.d_model,
+            self.d_ff,
+            activation=self.activation,
+            dropout=self.activation_dropout,
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+
+    def _make_norm(self, name):
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+
+    def _residual(self, x, sublayer, norm, training):
+        """Post-LN: norm(x + dropout(sublayer(x))); pre-LN: x + dropout(sublayer(norm(x))).
+
+        `sublayer` maps its (possibly normalised) input to (output, extras).
+        """
+        inputs = norm(x) if self.norm_first else x
+        output, extras = sublayer(inputs)
+        x = x + self.output_dropout(output, training=training)
+        if not self.norm_first:
+            x = norm(x)
+        return x, extras
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class EncoderLayer(_SublayerConfig, keras.layers.Layer):
+    """Self-attention then feed-forward, each with dropout, residual and LayerNorm.
+
+    Args:
+        d_model, num_heads, d_ff: sizes (512, 8, 2048 in the base model).
+        dropout: P_drop on every sub-layer output before the residual add.
+        attention_dropout: dropout on attention weights (0 in the paper).
+        activation_dropout: dropout inside the feed-forward network (0 in the paper).
+        norm_first: False for the paper's post-LN, True for pre-LN.
+        layer_norm_epsilon: LayerNorm epsilon.
+    """
+
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        d_ff,
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        activation="relu",
+        norm_first=False,
+        layer_norm_epsilon=1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self._init_sublayer_config(
+            d_model, num_heads, d_ff, dropout, attention_dropout,
+            activation_dropout, activation, norm_first, layer_norm_epsilon,
+        )
+        self.self_attention = self._make_attention("self_attention")
+        self.self_attention_norm = self._make_norm("self_attention_norm")
+        self.feed_forward = self._make_feed_forward()
+        self.feed_forward_norm = self._make_norm("feed_forward_norm")
+        self.output_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+
+    def build(self, inputs_shape):
+        self.self_attention.build(inputs_shape, inputs_shape)
+        self.self_attention_norm.build(inputs_shape)
+        self.feed_forward.build(inputs_shape)
+        self.feed_forward_norm.build(inputs_shape)
+        self.built = True
+
+    def call(self, inputs, attention_mask=None, training=None):
+        """inputs: (batch, length, d_model); attention_mask: boolean, (batch, 1 or length, length)."""
+        x, _ = self._residual(
+            inputs,
+            lambda h: (self.self_attention(h, h, attention_mask=attention_mask, training=training), None),
+            self.self_attention_norm,
+            training,
+        )
+        x, _ = self._residual(
+            x,
+            lambda h: (self.feed_forward(h, training=training), None),
+            self.feed_forward_norm,
+            training,
+        )
+        return x
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(self._sublayer_config())
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Encoder(_SublayerConfig, keras.layers.Layer):
+    """A stack of `num_layers` encoder layers; with pre-LN, a final LayerNorm.
+
+    Takes embedded inputs (token embedding + position, after dropout), so that
+    it composes with any embedding scheme.
+    """
+
+    def __init__(
+        self,
+        num_layers,
+        d_model,
+        num_heads,
+        d_ff,
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        activation="relu",
+        norm_first=False,
+        layer_norm_epsilon=1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self._init_sublayer_config(
+            d_model, num_heads, d_ff, dropout, attention_dropout,
+            activation_dropout, activation, norm_first, layer_norm_epsilon,
+        )
+        self.num_layers = int(num_layers)
+        self.stacked_layers = [
+            EncoderLayer(**self._sublayer_config(), dtype=self.dtype_policy, name=f"layer_{i}")
+            for i in range(self.num_layers)
+        ]
+        self.final_norm = self._make_norm("final_norm") if self.norm_first else None
+
+    def build(self, inputs_shape):
+        for layer in self.stacked_layers:
+            layer.build(inputs_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(inputs_shape)
+        self.built = True
+
+    def call(self, inputs, attention_mask=None, training=None):
+        x = inputs
+        for layer in self.stacked_layers:
+            x = layer(x, attention_mask=attention_mask, training=training)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(self._sublayer_config())
+        config["num_layers"] = self.num_layers
+        return config

@@ -1,0 +1,242 @@
+"""The encoder-decoder Transformer model (paper section 3, Figure 1)."""
+
+import keras
+from keras import ops
+
+from keras_transformer.layers.decoder import Decoder
+from keras_transformer.layers.embeddings import (
+    LearnedPositionalEmbedding,
+    SharedEmbedding,
+    SinusoidalPositionalEncoding,
+)
+from keras_transformer.layers.encoder import Encoder
+from keras_transformer.layers.masks import causal_mask, decoder_self_attention_mask, padding_mask
+from keras_transformer.models.presets import PRESETS
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """Encoder-decoder Transformer with a shared, tied token embedding.
+
+    Called on `{"source": (batch, source_length) int ids, "target": (batch,
+    target_length) int ids}` where `pad_id` marks padding; returns float32
+    logits of shape (batch, target_length, vocabulary_size). Every mask is
+    derived from the pad ids: source padding for encoder self-attention and
+    cross-attention, causal plus target padding for decoder self-attention.
+
+    Args:
+        vocabulary_size: size of the (shared) vocabulary.
+        d_model, num_heads, d_ff, num_encoder_layers, num_decoder_layers: sizes.
+        dropout: P_drop on every sub-layer output and on embeddings + positions.
+        attention_dropout, activation_dropout: extra dropouts (0 in the paper).
+        norm_first: False for the paper's post-LN, True for pre-LN.
+        positional_encoding: "sinusoidal" (the paper) or "learned".
+        max_length: longest sequence for learned positions.
+        source_vocabulary_size: give a separate source embedding of this size
+            when source and target do not share a vocabulary. By default one
+            embedding serves source, target and the output projection.
+        pad_id: id of the padding token.
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        d_model=512,
+        num_heads=8,
+        d_ff=2048,
+        num_encoder_layers=6,
+        num_decoder_layers=6,
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        activation="relu",
+        norm_first=False,
+        layer_norm_epsilon=1e-6,
+        positional_encoding="sinusoidal",
+        max_length=1024,
+        source_vocabulary_size=None,
+        pad_id=0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if positional_encoding not in ("sinusoidal", "learned"):
+            raise ValueError(
+                "`positional_encoding` must be 'sinusoidal' or 'learned', "
+                f"got {positional_encoding!r}."
+            )
+        self.vocabulary_size = int(vocabulary_size)
+        self.d_model = int(d_model)
+        self.num_heads = int(num_heads)
+        self.d_ff = int(d_ff)
+        self.num_encoder_layers = int(num_encoder_layers)
+        self.num_decoder_layers = int(num_decoder_layers)
+        self.dropout = float(dropout)
+        self.attention_dropout = float(attention_dropout)
+        self.activation_dropout = float(activation_dropout)
+        self.activation = activation
+        self.norm_first = bool(norm_first)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.positional_encoding = positional_encoding
+        self.max_length = int(max_length)
+        self.source_vocabulary_size = (
+            None if source_vocabulary_size is None else int(source_vocabulary_size)
+        )
+        self.pad_id = int(pad_id)
+
+        policy = self.dtype_policy
+        self.target_embedding = SharedEmbedding(
+            self.vocabulary_size, self.d_model, dtype=policy, name="shared_embedding"
+        )
+        if self.source_vocabulary_size is None:
+            self.source_embedding = self.target_embedding
+        else:
+            self.source_embedding = SharedEmbedding(
+                self.source_vocabulary_size, self.d_model, dtype=policy, name="source_embedding"
+            )
+        if positional_encoding == "sinusoidal":
+            self.position_encoding = SinusoidalPositionalEncoding(dtype=policy, name="positions")
+        else:
+            self.position_encoding = LearnedPositionalEmbedding(
+                self.max_length, self.d_model, dtype=policy, name="positions"
+            )
+        self.source_dropout = keras.layers.Dropout(self.dropout, dtype=policy, name="source_dropout")
+        self.target_dropout = keras.layers.Dropout(self.dropout, dtype=policy, name="target_dropout")
+        stack_config = dict(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            d_ff=self.d_ff,
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+            activation_dropout=self.activation_dropout,
+            activation=self.activation,
+            norm_first=self.norm_first,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            dtype=policy,
+        )
+        self.encoder = Encoder(self.num_encoder_layers, name="encoder", **stack_config)
+        self.decoder = Decoder(self.num_decoder_layers, name="decoder", **stack_config)
+
+    @classmethod
+    def from_preset(cls, name, vocabulary_size, **overrides):
+        """A built model of a named size: "base" or "big" (paper, Table 3), or "tiny"."""
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}.")
+        config = dict(PRESETS[name])
+        config.update(overrides)
+        model = cls(vocabulary_size=vocabulary_size, **config)
+        model.build()
+        return model
+
+    def build(self, inputs_shape=None):
+        hidden_shape = (None, None, self.d_model)
+        self.target_embedding.build()
+        if self.source_embedding is not self.target_embedding:
+            self.source_embedding.build()
+        if not self.position_encoding.built:
+            self.position_encoding.build(hidden_shape)
+        self.encoder.build(hidden_shape)
+        self.decoder.build(hidden_shape, hidden_shape)
+        self.built = True
+
+    def _embed(self, ids, embedding, dropout, start_index, training):
+        x = embedding(ids)
+        x = x + self.position_encoding(x, start_index=start_index)
+        return dropout(x, training=training)
+
+    def encode(self, source_ids, training=False):
+        """(batch, source_length) ids -> (batch, source_length, d_model)."""
+        x = self._embed(source_ids, self.source_embedding, self.source_dropout, 0, training)
+        return self.encoder(
+            x, attention_mask=padding_mask(source_ids, self.pad_id), training=training
+        )
+
+    def decode(
+        self,
+        target_ids,
+        encoder_output=None,
+        source_ids=None,
+        self_attention_cache=None,
+        cache_index=None,
+        cross_attention_cache=None,
+        training=False,
+        return_attention_weights=False,
+    ):
+        """Target ids and the encoder output -> float32 logits (batch, target_length, vocabulary).
+
+        For incremental decoding pass `self_attention_cache` (from
+        `decoder.empty_self_attention_cache`) and `cache_index`, the position
+        of the first of `target_ids`; the result is then `(logits, cache)`.
+        `cross_attention_cache` (from `decoder.cross_attention_cache`) avoids
+        re-projecting the encoder output at every step. `source_ids` supplies
+        the source padding mask. With `return_attention_weights` the
+        cross-attention weights (num_layers, batch, heads, target, source)
+        come last.
+        """
+        start = 0 if cache_index is None else cache_index
+        y = self._embed(target_ids, self.target_embedding, self.target_dropout, start, training)
+        if self_attention_cache is None:
+            self_mask = decoder_self_attention_mask(target_ids, self.pad_id)
+        else:
+            max_length = ops.shape(self_attention_cache)[3]
+            query_length = ops.shape(target_ids)[1]
+            self_mask = ops.expand_dims(causal_mask(query_length, max_length, offset=start), 0)
+        cross_mask = None if source_ids is None else padding_mask(source_ids, self.pad_id)
+        results = self.decoder(
+            y,
+            encoder_output,
+            self_attention_mask=self_mask,
+            cross_attention_mask=cross_mask,
+            self_attention_cache=self_attention_cache,
+            cache_index=cache_index,
+            cross_attention_cache=cross_attention_cache,
+            training=training,
+            return_attention_weights=return_attention_weights,
+        )
+        hidden = results[0] if isinstance(results, tuple) else results
+        logits = ops.cast(self.target_embedding.logits(hidden), "float32")
+        if isinstance(results, tuple):
+            return (logits,) + tuple(results[1:])
+        return logits
+
+    def call(self, inputs, training=None):
+        if isinstance(inputs, dict):
+            try:
+                source_ids, target_ids = inputs["source"], inputs["target"]
+            except KeyError as error:
+                raise ValueError(
+                    "Transformer inputs must be a dict with keys 'source' and 'target', "
+                    f"got keys {sorted(inputs)}."
+                ) from error
+        elif isinstance(inputs, (list, tuple)) and len(inputs) == 2:
+            source_ids, target_ids = inputs
+        else:
+            raise ValueError(
+                "Transformer inputs must be {'source': ids, 'target': ids} or a "
+                f"(source, target) pair, got {type(inputs).__name__}."
+            )
+        encoder_output = self.encode(source_ids, training=training)
+        return self.decode(target_ids, encoder_output, source_ids, training=training)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "d_ff": self.d_ff,
+                "num_encoder_layers": self.num_encoder_layers,
+                "num_decoder_layers": self.num_decoder_layers,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "activation_dropout": self.activation_dropout,
+                "activation": self.activation,
+                "norm_first": self.norm_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "positional_encoding": self.positional_encoding,
+                "max_length": self.max_length,
+                "source_vocabulary_size": self.source_vocabulary_size,
+                "pad_id": self.pad_id,
+            }
+        )
+        return config

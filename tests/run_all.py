@@ -1,0 +1,56 @@
+"""Run the whole suite: backend-agnostic tests under each Keras backend, then
+the TensorFlow-only tests (tf.data, tokenizer, MirroredStrategy, export).
+
+Prints one closing line that totals every run, and exits non-zero if any run
+failed (a run that collects no test counts as a failure: it means the suite
+is broken, not green).
+"""
+
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKENDS = ("tensorflow", "jax", "torch")
+RUNS = [(backend, ["tests", "--ignore=tests/tf"]) for backend in BACKENDS] + [
+    ("tensorflow", ["tests/tf"]),
+]
+
+
+def main(extra_args):
+    totals = {"passed": 0, "failed": 0, "skipped": 0}
+    failed_runs = []
+    report_dir = ROOT / ".pytest_reports"
+    report_dir.mkdir(exist_ok=True)
+    for index, (backend, paths) in enumerate(RUNS):
+        if paths == ["tests/tf"] and not (ROOT / "tests" / "tf").is_dir():
+            continue
+        report = report_dir / f"run{index}-{backend}.xml"
+        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                   f"--junitxml={report}", *paths, *extra_args]
+        print(f"\n=== KERAS_BACKEND={backend} pytest {' '.join(paths)}", flush=True)
+        start = time.time()
+        code = subprocess.call(command, cwd=ROOT, env=env)
+        print(f"=== {backend} {' '.join(paths)}: exit {code} in {time.time() - start:.0f}s", flush=True)
+        if report.exists():
+            suite = ElementTree.parse(report).getroot()
+            suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+            tests, failures = int(suite.get("tests")), int(suite.get("failures"))
+            errors, skipped = int(suite.get("errors")), int(suite.get("skipped"))
+            totals["failed"] += failures + errors
+            totals["skipped"] += skipped
+            totals["passed"] += tests - failures - errors - skipped
+        if code != 0:
+            failed_runs.append(f"{backend}:{' '.join(paths)} (exit {code})")
+    if failed_runs:
+        print("failed runs: " + "; ".join(failed_runs))
+    print(f"total: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped")
+    return 1 if failed_runs or totals["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
