@@ -15,3 +15,8 @@ from keras_transformer.layers import (
     SinusoidalPositionalEncoding,
 )
 from keras_transformer.models import PRESETS, Transformer
+from keras_transformer.training.schedule import NoamSchedule
+from keras_transformer.training.losses import LabelSmoothedCrossEntropy
+from keras_transformer.training.metrics import MaskedAccuracy
+from keras_transformer.training.optimizers import paper_optimizer
+from keras_transformer.training.checkpoints import average_checkpoints, fit_resumable

@@ -1,0 +1,58 @@
+"""The TensorFlow-specific pieces of the training code, kept apart and guarded.
+
+Each function is a no-op on the JAX and torch backends, so the modules that
+use them stay backend-agnostic.
+"""
+
+import keras
+
+
+def _tensorflow():
+    if keras.backend.backend() != "tensorflow":
+        return None
+    import tensorflow as tf  # only reached on the TensorFlow backend
+
+    return tf
+
+
+def sum_over_replicas(value):
+    """Returns `(sum of value over all replicas, number of replicas)`.
+
+    Under `tf.distribute` each replica computes its loss on its own slice of
+    the batch and the optimizer sums the replicas' gradients. To normalise by
+    the target tokens of the *global* batch, a replica needs the other
+    replicas' token counts: an all-reduce, available inside a TensorFlow
+    replica context. On JAX (`keras.distribution` traces one program over the
+    global, sharded arrays) and torch (one process) a local sum already is the
+    global sum. Outside a multi-replica replica context this is `(value, 1)`.
+    The result carries no gradient (it is meant for token counts).
+    """
+    tf = _tensorflow()
+    if tf is None:
+        return value, 1
+    context = tf.distribute.get_replica_context()
+    # None in a cross-replica context (e.g. Keras' symbolic build under
+    # strategy.scope()), where the value is not split over replicas.
+    if context is None or context.num_replicas_in_sync == 1:
+        return value, 1
+    total = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.stop_gradient(value))
+    return tf.stop_gradient(total), context.num_replicas_in_sync
+
+
+def densify_sparse_gradients(gradients):
+    """Converts `tf.IndexedSlices` gradients (embedding lookups) to dense.
+
+    Keras 3.15's TensorFlow optimizers apply element-wise ops to the values
+    of an `IndexedSlices` without first summing the slices of repeated
+    indices, so Adam's second moment gets `sum(g_i^2)` instead of
+    `(sum g_i)^2` for a row looked up more than once in a batch (a token that
+    occurs twice, a learned position used by every sequence). Adam updates
+    its moment slots densely anyway, so a dense gradient costs little more.
+    """
+    tf = _tensorflow()
+    if tf is None:
+        return gradients
+    return [
+        tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+        for g in gradients
+    ]

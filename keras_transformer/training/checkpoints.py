@@ -1,0 +1,438 @@
+"""Periodic checkpoints, exact resumption after a crash, checkpoint averaging.
+
+`keras.callbacks.BackupAndRestore(save_freq=N)` saves every N batches but,
+after a restart, replays the interrupted epoch from its first batch on top of
+the restored weights, so a resumed run sees some batches twice. Here training
+is counted in batches ("steps") and the data pipeline is asked for the data of
+a given step, so a resumed run continues exactly where the checkpoint left
+off: `fit_resumable` reproduces an uninterrupted run (weights, optimizer
+state, learning-rate schedule, and the dropout seed-generator states, which
+Keras saves with the weights).
+
+A checkpoint is a Keras `.weights.h5` file (model weights, optimizer state)
+named `ckpt-<step>.weights.h5`; `latest.json` names the newest complete one.
+Files are written under a temporary name and renamed, so a crash while saving
+leaves the previous checkpoint intact.
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+
+import h5py
+import keras
+import numpy as np
+
+_LATEST = "latest.json"
+_PATTERN = re.compile(r"^ckpt-(\d+)\.weights\.h5$")
+
+
+def _fsync_directory(directory):
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def _atomic_write_json(path, payload):
+    directory = os.path.dirname(path)
+    with tempfile.NamedTemporaryFile(
+        "w", dir=directory, prefix=".tmp-", suffix=".json", delete=False
+    ) as handle:
+        json.dump(payload, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(handle.name, path)
+    _fsync_directory(directory)
+
+
+def _ensure_optimizer_built(model):
+    # Loading a weights file that holds optimizer variables needs them to exist.
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and not optimizer.built:
+        optimizer.build(model.trainable_variables)
+
+
+class StepCheckpoint(keras.callbacks.Callback):
+    """Saves weights + optimizer state every `save_every_steps` training steps.
+
+    A step is one training batch (one `train_step`, also with gradient
+    accumulation). The count continues from `initial_step` (or from the
+    checkpoint that `restore` loaded).
+
+    Args:
+        directory: where to write `ckpt-<step>.weights.h5` and `latest.json`.
+        save_every_steps: save after every this many steps (int >= 1).
+        keep_last: keep only the newest this many checkpoints (None: all).
+            Keep 5 (base) or 20 (big) to average them with
+            `average_checkpoints` as the paper does.
+        save_at_end: also save when training ends on an unsaved step.
+        initial_step: steps already done before this callback's first fit.
+    """
+
+    def __init__(
+        self,
+        directory,
+        save_every_steps,
+        keep_last=None,
+        save_at_end=True,
+        initial_step=0,
+    ):
+        super().__init__()
+        if not directory:
+            raise ValueError("StepCheckpoint: `directory` must be a non-empty path.")
+        if isinstance(save_every_steps, bool) or not isinstance(save_every_steps, int) or save_every_steps < 1:
+            raise ValueError(
+                "StepCheckpoint: `save_every_steps` must be an integer >= 1, "
+                f"got {save_every_steps!r}."
+            )
+        if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
+            raise ValueError(
+                f"StepCheckpoint: `keep_last` must be None or >= 1, got {keep_last!r}."
+            )
+        self.directory = str(directory)
+        self.save_every_steps = save_every_steps
+        self.keep_last = keep_last
+        self.save_at_end = save_at_end
+        self.step = int(initial_step)
+        self._epoch_start_step = self.step
+        self._last_saved_step = None
+
+    # -- state on disk -----------------------------------------------------
+    def checkpoint_path(self, step):
+        return os.path.join(self.directory, f"ckpt-{step:09d}.weights.h5")
+
+    def latest(self):
+        """`(step, path)` of the newest complete checkpoint, or None."""
+        return latest_checkpoint(self.directory)
+
+    def restore(self, model):
+        """Loads the newest checkpoint into `model`; returns its step (0: none).
+
+        `model` must be built and compiled (the optimizer state is loaded too).
+        """
+        found = self.latest()
+        if found is None:
+            return self.step
+        step, path = found
+        if not model.built:
+            raise ValueError(
+                "StepCheckpoint.restore: the model must be built (call it on a "
+                "batch) before its weights can be restored."
+            )
+        _ensure_optimizer_built(model)
+        model.load_weights(path)
+        self.step = self._epoch_start_step = self._last_saved_step = step
+        return step
+
+    def save(self, model=None):
+        model = model or self.model
+        os.makedirs(self.directory, exist_ok=True)
+        final_path = self.checkpoint_path(self.step)
+        temporary_path = os.path.join(
+            self.directory, f".tmp-{os.getpid()}-{self.step}.weights.h5"
+        )
+        model.save_weights(temporary_path)
+        with open(temporary_path, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temporary_path, final_path)
+        _atomic_write_json(
+            os.path.join(self.directory, _LATEST),
+            {"step": self.step, "path": os.path.basename(final_path)},
+        )
+        self._last_saved_step = self.step
+        self._prune()
+
+    def _prune(self):
+        if self.keep_last is None:
+            return
+        for _, path in list_checkpoints(self.directory)[: -self.keep_last]:
+            os.remove(path)
+
+    # -- callback hooks ----------------------------------------------------
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start_step = self.step
+
+    def on_train_batch_end(self, batch, logs=None):
+        # `batch` is the index within the epoch of the last step run (it can
+        # jump by steps_per_execution).
+        previous = self.step
+        self.step = self._epoch_start_step + batch + 1
+        if self.step // self.save_every_steps > previous // self.save_every_steps:
+            self.save()
+
+    def on_train_end(self, logs=None):
+        if self.save_at_end and self._last_saved_step != self.step:
+            self.save()
+
+
+def list_checkpoints(directory):
+    """`[(step, path), ...]` of `ckpt-<step>.weights.h5` files, oldest first."""
+    found = []
+    for name in os.listdir(directory) if os.path.isdir(directory) else []:
+        match = _PATTERN.match(name)
+        if match:
+            found.append((int(match.group(1)), os.path.join(directory, name)))
+    return sorted(found)
+
+
+def latest_checkpoint(directory):
+    """`(step, path)` named by `directory/latest.json`, or None."""
+    pointer = os.path.join(str(directory), _LATEST)
+    if not os.path.exists(pointer):
+        return None
+    with open(pointer) as handle:
+        state = json.load(handle)
+    path = os.path.join(str(directory), state["path"])
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"{pointer} names {state['path']}, which does not exist in {directory}."
+        )
+    return int(state["step"]), path
+
+
+def _first_inputs(dataset):
+    batch = next(iter(dataset.take(1) if hasattr(dataset, "take") else dataset))
+    return batch[0] if isinstance(batch, (tuple, list)) else batch
+
+
+def fit_resumable(
+    model,
+    make_dataset,
+    *,
+    epochs,
+    steps_per_epoch,
+    checkpoint_dir,
+    save_every_steps,
+    keep_last=1,
+    callbacks=None,
+    **fit_kwargs,
+):
+    """`model.fit` that resumes exactly from the newest checkpoint after a crash.
+
+    Run the same call again after an interruption: it loads the newest
+    checkpoint in `checkpoint_dir` (weights, optimizer state and step) and
+    trains the remaining steps on the data those steps would have seen.
+
+    Args:
+        model: a compiled Keras model.
+        make_dataset: `make_dataset(start_step)` -> the batches of global steps
+            `start_step, start_step + 1, ...` (at least as many as remain),
+            deterministically, e.g.
+            `lambda s: batches.repeat().skip(s)` for a fixed-order or
+            fixed-seed `tf.data` pipeline, or a generator started at `s`.
+        epochs, steps_per_epoch: training length (`epochs * steps_per_epoch`
+            steps); an epoch is a logging/callback period here.
+        checkpoint_dir: directory for `StepCheckpoint`.
+        save_every_steps: checkpoint period in steps.
+        keep_last: checkpoints kept (>= 5 to average the last 5).
+        callbacks: more callbacks. When resuming mid-epoch, fit is called
+            twice (the rest of that epoch, then the following epochs), so they
+            see `on_train_begin/end` twice.
+        **fit_kwargs: passed to `model.fit` (not `x`, `epochs`,
+            `steps_per_epoch`, `initial_epoch`).
+
+    Returns:
+        A dict of per-epoch logs, like `History.history`, for the epochs run
+        by this call.
+    """
+    for reserved in ("x", "y", "epochs", "steps_per_epoch", "initial_epoch"):
+        if reserved in fit_kwargs:
+            raise TypeError(f"fit_resumable: `{reserved}` is set by fit_resumable.")
+    checkpoint = StepCheckpoint(
+        checkpoint_dir, save_every_steps, keep_last=keep_last
+    )
+    if checkpoint.latest() is not None and not model.built:
+        model(_first_inputs(make_dataset(0)), training=False)
+    start_step = checkpoint.restore(model)
+    total_steps = epochs * steps_per_epoch
+    history = {}
+
+    def run(dataset, initial_epoch, last_epoch, steps):
+        result = model.fit(
+            dataset,
+            initial_epoch=initial_epoch,
+            epochs=last_epoch,
+            steps_per_epoch=steps,
+            callbacks=[checkpoint] + list(callbacks or []),
+            **fit_kwargs,
+        )
+        for key, values in result.history.items():
+            history.setdefault(key, []).extend(values)
+
+    epoch, done_in_epoch = divmod(start_step, steps_per_epoch)
+    if start_step < total_steps and done_in_epoch:
+        # Finish the interrupted epoch with its remaining steps only.
+        run(make_dataset(start_step), epoch, epoch + 1, steps_per_epoch - done_in_epoch)
+        epoch += 1
+    if epoch < epochs:
+        run(make_dataset(epoch * steps_per_epoch), epoch, epochs, steps_per_epoch)
+    return history
+
+
+# -- checkpoint averaging ---------------------------------------------------
+def _resolve_checkpoints(checkpoints, last_n):
+    if isinstance(checkpoints, (str, os.PathLike)) and os.path.isdir(checkpoints):
+        directory = str(checkpoints)
+        paths = [path for _, path in list_checkpoints(directory)]
+        if not paths:  # other naming: order by the last number in the name
+            candidates = glob.glob(os.path.join(directory, "*.weights.h5")) + glob.glob(
+                os.path.join(directory, "*.keras")
+            )
+
+            def order(path):
+                numbers = re.findall(r"\d+", os.path.basename(path))
+                return (int(numbers[-1]) if numbers else -1, os.path.getmtime(path))
+
+            paths = sorted(candidates, key=order)
+        if not paths:
+            raise FileNotFoundError(
+                f"average_checkpoints: no *.weights.h5 or *.keras files in {directory}."
+            )
+    elif isinstance(checkpoints, (str, os.PathLike)):
+        raise FileNotFoundError(f"average_checkpoints: {checkpoints} is not a directory.")
+    else:
+        paths = [str(path) for path in checkpoints]
+        if not paths:
+            raise ValueError("average_checkpoints: no checkpoint paths given.")
+    if last_n is not None:
+        if last_n < 1:
+            raise ValueError(f"average_checkpoints: `last_n` must be >= 1, got {last_n}.")
+        paths = paths[-last_n:]
+    for path in paths:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"average_checkpoints: {path} does not exist.")
+        if not (path.endswith(".weights.h5") or path.endswith(".keras")):
+            raise ValueError(
+                f"average_checkpoints: {path} is neither a .weights.h5 nor a .keras file."
+            )
+    return paths
+
+
+def _read_datasets(h5_file):
+    arrays = {}
+
+    def visit(name, item):
+        if isinstance(item, h5py.Dataset):
+            arrays[name] = item[()]
+
+    h5_file.visititems(visit)
+    return arrays
+
+
+def _read_weights_file(path, scratch):
+    if path.endswith(".keras"):
+        with zipfile.ZipFile(path) as archive:
+            archive.extract("model.weights.h5", scratch)
+        path = os.path.join(scratch, "model.weights.h5")
+    with h5py.File(path, "r") as handle:
+        return _read_datasets(handle)
+
+
+def _is_averaged(name, array):
+    # Model floating-point variables are averaged; optimizer state, integer
+    # counters and seed states are taken from the newest checkpoint.
+    return not name.startswith("optimizer/") and np.issubdtype(array.dtype, np.floating)
+
+
+def average_checkpoints(checkpoints, last_n=5, output_path=None):
+    """Element-wise mean of the model weights of the last `last_n` checkpoints.
+
+    Args:
+        checkpoints: a directory (its `ckpt-<step>.weights.h5` files, else its
+            `*.weights.h5` / `*.keras` files ordered by the last number in
+            their names) or a list of paths, oldest first.
+        last_n: how many of the newest to average (None: all). The paper
+            averages the last 5 (base, written every 10 minutes) or 20 (big).
+        output_path: if given, a `.weights.h5` file to write: the newest
+            checkpoint with its model weights replaced by the averages, ready
+            for `model.load_weights(output_path)`.
+
+    Returns:
+        `{variable path in the weights file: np.ndarray}` for the averaged
+        (floating-point model) variables. Averages are computed in float64 and
+        cast back to each variable's dtype.
+    """
+    paths = _resolve_checkpoints(checkpoints, last_n)
+    scratch = tempfile.mkdtemp(prefix="average-checkpoints-")
+    try:
+        sums = None
+        for path in paths:
+            arrays = _read_weights_file(path, scratch)
+            arrays = {k: v for k, v in arrays.items() if _is_averaged(k, v)}
+            if sums is None:
+                sums = {k: v.astype(np.float64) for k, v in arrays.items()}
+                dtypes = {k: v.dtype for k, v in arrays.items()}
+                first = path
+            elif arrays.keys() != sums.keys() or any(
+                arrays[k].shape != sums[k].shape for k in sums
+            ):
+                raise ValueError(
+                    f"average_checkpoints: {path} does not hold the same variables "
+                    f"as {first}; only checkpoints of one model can be averaged."
+                )
+            else:
+                for key, value in arrays.items():
+                    sums[key] += value
+        averages = {k: (v / len(paths)).astype(dtypes[k]) for k, v in sums.items()}
+        if output_path is not None:
+            output_path = str(output_path)
+            if not output_path.endswith(".weights.h5"):
+                raise ValueError(
+                    "average_checkpoints: `output_path` must end in .weights.h5, "
+                    f"got {output_path}."
+                )
+            newest = paths[-1]
+            if newest.endswith(".keras"):
+                with zipfile.ZipFile(newest) as archive:
+                    archive.extract("model.weights.h5", scratch)
+                newest = os.path.join(scratch, "model.weights.h5")
+            temporary_path = output_path + ".tmp"
+            shutil.copyfile(newest, temporary_path)
+            with h5py.File(temporary_path, "r+") as handle:
+                for key, value in averages.items():
+                    handle[key][...] = value
+            os.replace(temporary_path, output_path)
+        return averages
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def save_averaged_model(model, checkpoints, output_path, last_n=5):
+    """Loads the average of the last `last_n` checkpoints into `model` and
+    saves it to `output_path` (`.keras`: whole model, `.weights.h5`: weights).
+
+    `model` must be built (and compiled, if the checkpoints hold optimizer
+    state) like the model that wrote the checkpoints.
+    """
+    output_path = str(output_path)
+    if not (output_path.endswith(".keras") or output_path.endswith(".weights.h5")):
+        raise ValueError(
+            f"save_averaged_model: `output_path` must end in .keras or .weights.h5, got {output_path}."
+        )
+    scratch = tempfile.mkdtemp(prefix="average-checkpoints-")
+    try:
+        averaged = os.path.join(scratch, "averaged.weights.h5")
+        average_checkpoints(checkpoints, last_n=last_n, output_path=averaged)
+        with h5py.File(averaged, "r") as handle:
+            has_optimizer = "optimizer" in handle
+        if has_optimizer:
+            _ensure_optimizer_built(model)
+        model.load_weights(averaged)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if output_path.endswith(".keras"):
+        model.save(output_path)
+    else:
+        model.save_weights(output_path)
+    return model
