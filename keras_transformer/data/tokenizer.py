@@ -1,0 +1,376 @@
+"""A joint source/target SentencePiece vocabulary that runs in the TF graph.
+
+Training uses the `sentencepiece` package; tokenization uses TensorFlow
+Text's SentencePiece ops with the serialized model proto, so it runs inside
+`tf.data`, `tf.function` and SavedModels (TF Serving links these ops). The
+special ids are fixed for every model: pad = 0, unk = 1, bos = 2, eos = 3.
+
+Why not `tensorflow_text.SentencepieceTokenizer` as is: it creates its model
+resource once, eagerly, and that resource is owned by an eager kernel, so
+`tf.random.set_seed` / `keras.utils.set_random_seed` (which clear the eager
+kernel cache) destroy it and every later call fails with "Resource
+..._SentencepieceOp... does not exist" (tensorflow/text#570). Here the model
+op is created where it is used, in each graph (or eagerly, from the kernel
+cache), so nothing outlives its kernel, and an export has no captured
+resource to track: the model travels in the graph.
+"""
+
+import hashlib
+import io
+import os
+
+import sentencepiece
+import tensorflow as tf
+from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
+
+_sentencepiece_ops = _tf_text_sentencepiece.gen_sentencepiece_tokenizer
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+PAD_PIECE = "<pad>"
+UNK_PIECE = "<unk>"
+BOS_PIECE = "<s>"
+EOS_PIECE = "</s>"
+
+_MODEL_TYPES = ("bpe", "unigram")
+
+
+def _iter_training_sentences(texts_or_pairs):
+    """Flattens strings and (source, target) pairs into non-empty sentences."""
+    for index, item in enumerate(texts_or_pairs):
+        if isinstance(item, bytes):
+            item = item.decode("utf-8")
+        if isinstance(item, str):
+            sentences = (item,)
+        elif isinstance(item, (tuple, list)):
+            sentences = item
+        else:
+            raise TypeError(
+                f"texts_or_pairs[{index}] must be a string or a tuple of "
+                f"strings, got {type(item).__name__}"
+            )
+        for sentence in sentences:
+            if isinstance(sentence, bytes):
+                sentence = sentence.decode("utf-8")
+            if not isinstance(sentence, str):
+                raise TypeError(
+                    f"texts_or_pairs[{index}] contains a "
+                    f"{type(sentence).__name__}, not a string"
+                )
+            # SentencePiece reads sentences one per line.
+            sentence = " ".join(sentence.split())
+            if sentence:
+                yield sentence
+
+
+class SubwordTokenizer(tf.Module):
+    """SentencePiece subword tokenizer with fixed special ids.
+
+    Build one with `SubwordTokenizer.train(...)`, `SubwordTokenizer.load(path)`
+    or `SubwordTokenizer(proto_bytes)`.
+
+    Args:
+        proto: the serialized SentencePiece `ModelProto` (bytes). Its special
+            ids must be pad 0, unk 1, bos 2, eos 3.
+        name: the `tf.Module` name.
+    """
+
+    pad_id = PAD_ID
+    unk_id = UNK_ID
+    bos_id = BOS_ID
+    eos_id = EOS_ID
+
+    def __init__(self, proto, name="subword_tokenizer"):
+        super().__init__(name=name)
+        if isinstance(proto, str):
+            raise TypeError(
+                "proto must be the serialized model as bytes; to read a "
+                ".model file use SubwordTokenizer.load(path)"
+            )
+        proto = bytes(proto)
+        processor = self._check_proto(proto)
+        self._proto = proto
+        # A plain Python object: not tracked, not saved (the proto is).
+        self._processor = processor
+        self._vocabulary_size = processor.get_piece_size()
+        self._model_type = _model_type_name(processor)
+        self._shared_name = (
+            "keras_transformer_sentencepiece_"
+            + hashlib.sha256(proto).hexdigest()[:32]
+        )
+        self._eager_handle = None
+
+    @staticmethod
+    def _check_proto(proto, origin="proto"):
+        try:
+            processor = sentencepiece.SentencePieceProcessor(model_proto=proto)
+        except Exception as error:  # sentencepiece raises bare RuntimeError
+            raise ValueError(
+                f"{origin}: not a valid SentencePiece model ({error})"
+            ) from None
+        found = {
+            "pad": processor.pad_id(),
+            "unk": processor.unk_id(),
+            "bos": processor.bos_id(),
+            "eos": processor.eos_id(),
+        }
+        expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+        if found != expected:
+            raise ValueError(
+                f"{origin}: special ids must be {expected}, the model has "
+                f"{found}; train it with SubwordTokenizer.train"
+            )
+        return processor
+
+    @classmethod
+    def train(
+        cls,
+        texts_or_pairs,
+        vocabulary_size,
+        *,
+        model_type="bpe",
+        character_coverage=1.0,
+        input_sentence_size=2_000_000,
+        byte_fallback=False,
+        hard_vocab_limit=True,
+        normalization_rule_name="nmt_nfkc",
+        max_sentence_length=4192,
+        seed=None,
+        num_threads=None,
+        name="subword_tokenizer",
+    ):
+        """Trains a joint vocabulary on source and target sentences.
+
+        Args:
+            texts_or_pairs: iterable of strings or of `(source, target)` pairs
+                (a `ParallelCorpus` works); both sides go into one vocabulary.
+                Empty strings are ignored.
+            vocabulary_size: number of pieces, the 4 special ones included.
+            model_type: `"bpe"` or `"unigram"`.
+            character_coverage: share of characters covered by the
+                vocabulary; rarer characters become unk (or bytes with
+                `byte_fallback`).
+            input_sentence_size: at most this many sentences (sampled at
+                random) are used for training, which keeps training fast.
+            byte_fallback: spell unknown characters as UTF-8 byte pieces
+                instead of unk (adds 256 pieces to the vocabulary).
+            hard_vocab_limit: if False, `vocabulary_size` is an upper bound
+                (useful for tiny corpora).
+            normalization_rule_name: SentencePiece normalization
+                (`"nmt_nfkc"`, `"nfkc"`, `"identity"`, ...).
+            max_sentence_length: longer sentences (in bytes) are ignored in
+                training.
+            seed: seed of SentencePiece's sentence sampling.
+            num_threads: training threads (default: CPU count, at most 16).
+        """
+        if model_type not in _MODEL_TYPES:
+            raise ValueError(
+                f"model_type must be one of {_MODEL_TYPES}, got {model_type!r}"
+            )
+        if (
+            isinstance(vocabulary_size, bool)
+            or not isinstance(vocabulary_size, int)
+            or vocabulary_size <= 4
+        ):
+            raise ValueError(
+                f"vocabulary_size must be an int > 4 (4 ids are special), "
+                f"got {vocabulary_size!r}"
+            )
+        sentences = list(_iter_training_sentences(texts_or_pairs))
+        if not sentences:
+            raise ValueError("texts_or_pairs holds no non-empty sentence")
+        if num_threads is None:
+            num_threads = max(1, min(16, os.cpu_count() or 1))
+        if seed is not None:
+            sentencepiece.set_random_generator_seed(int(seed))
+        model = io.BytesIO()
+        try:
+            sentencepiece.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences),
+                model_writer=model,
+                vocab_size=vocabulary_size,
+                model_type=model_type,
+                character_coverage=character_coverage,
+                input_sentence_size=input_sentence_size,
+                shuffle_input_sentence=True,
+                byte_fallback=byte_fallback,
+                hard_vocab_limit=hard_vocab_limit,
+                normalization_rule_name=normalization_rule_name,
+                max_sentence_length=max_sentence_length,
+                num_threads=num_threads,
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                pad_piece=PAD_PIECE,
+                unk_piece=UNK_PIECE,
+                bos_piece=BOS_PIECE,
+                eos_piece=EOS_PIECE,
+                minloglevel=2,
+            )
+        except RuntimeError as error:
+            raise ValueError(
+                f"SentencePiece training failed ({error}); with a small corpus "
+                f"lower vocabulary_size or pass hard_vocab_limit=False"
+            ) from None
+        return cls(model.getvalue(), name=name)
+
+    @classmethod
+    def load(cls, path, name="subword_tokenizer"):
+        """Reads a SentencePiece `.model` file written by `save`."""
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"tokenizer model not found: {path}")
+        with open(path, "rb") as stream:
+            proto = stream.read()
+        cls._check_proto(proto, origin=path)
+        return cls(proto, name=name)
+
+    def save(self, path):
+        """Writes the SentencePiece model proto (a `.model` file)."""
+        path = os.fspath(path)
+        directory = os.path.dirname(path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        with open(path, "wb") as stream:
+            stream.write(self._proto)
+        return path
+
+    @property
+    def proto(self):
+        """The serialized SentencePiece model (bytes), e.g. to embed it."""
+        return self._proto
+
+    @property
+    def vocabulary_size(self):
+        return self._vocabulary_size
+
+    @property
+    def model_type(self):
+        return self._model_type
+
+    def id_to_piece(self, token_id):
+        return self._processor.id_to_piece(int(token_id))
+
+    def piece_to_id(self, piece):
+        return self._processor.piece_to_id(piece)
+
+    def vocabulary(self):
+        """All pieces, indexed by id."""
+        return [
+            self._processor.id_to_piece(i)
+            for i in range(self._vocabulary_size)
+        ]
+
+    def _model_handle(self):
+        if tf.executing_eagerly():
+            # Creating the op eagerly costs milliseconds (the proto is an
+            # attribute); the shared resource outlives the kernel, so the
+            # handle stays valid across kernel-cache clears.
+            if self._eager_handle is None:
+                self._eager_handle = self._create_model_op()
+            return self._eager_handle
+        return self._create_model_op()
+
+    def _create_model_op(self):
+        # A new op in the graph being built, looking up (or loading once) the
+        # model under a name derived from its content; see the module
+        # docstring for why no resource is created once and captured.
+        return _sentencepiece_ops.sentencepiece_op(
+            model=self._proto, shared_name=self._shared_name
+        )
+
+    def tokenize(self, texts):
+        """Strings to int32 ids, without bos/eos.
+
+        A scalar string gives a 1-D int32 tensor; a 1-D batch gives a
+        `tf.RaggedTensor` of shape `(batch, None)`. Runs in graph mode.
+        """
+        texts = tf.convert_to_tensor(texts, dtype=tf.string)
+        rank = texts.shape.rank
+        if rank not in (0, 1):
+            raise ValueError(
+                f"tokenize expects a scalar or 1-D string tensor, got shape "
+                f"{texts.shape}"
+            )
+        values, row_splits = _sentencepiece_ops.sentencepiece_tokenize_op(
+            self._model_handle(),
+            tf.reshape(texts, [-1]) if rank == 0 else texts,
+            nbest_size=0,
+            alpha=1.0,
+            add_bos=False,
+            add_eos=False,
+            reverse=False,
+            out_type=tf.int32,
+            Tsplits=tf.int64,
+        )
+        if rank == 0:
+            # One row: its ids are all the values (ragged indexing is slow).
+            return values
+        return tf.RaggedTensor.from_row_splits(values, row_splits, validate=False)
+
+    def detokenize(self, ids):
+        """Ids back to strings.
+
+        Accepts a 1-D or 2-D int tensor (dense, e.g. padded decoder output,
+        or ragged). Each row is cut at its first eos; pad and bos are removed
+        and ids outside the vocabulary are ignored. Returns a scalar string
+        for 1-D input, a 1-D string tensor for 2-D input.
+        """
+        if isinstance(ids, (list, tuple)):
+            ids = tf.ragged.constant(ids, dtype=tf.int32)
+        elif not isinstance(ids, tf.RaggedTensor):
+            ids = tf.convert_to_tensor(ids)
+        ids = tf.cast(ids, tf.int32)
+        if ids.shape.rank == 1:
+            return self.detokenize(ids[tf.newaxis])[0]
+        if ids.shape.rank != 2:
+            raise ValueError(
+                f"detokenize expects 1-D or 2-D ids, got shape {ids.shape}"
+            )
+        if isinstance(ids, tf.RaggedTensor):
+            # Padding with pad is harmless: pad is removed below.
+            ids = ids.to_tensor(default_value=PAD_ID)
+        before_eos = (
+            tf.math.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1)
+            == 0
+        )
+        keep = (
+            before_eos
+            & tf.not_equal(ids, PAD_ID)
+            & tf.not_equal(ids, BOS_ID)
+            & (ids >= 0)
+            & (ids < self._vocabulary_size)
+        )
+        ids = tf.ragged.boolean_mask(ids, keep)
+        return _sentencepiece_ops.sentencepiece_detokenize_op(
+            self._model_handle(),
+            ids.flat_values,
+            ids.row_splits,
+            add_bos=False,
+            add_eos=False,
+            reverse=False,
+        )
+
+    def __call__(self, texts):
+        return self.tokenize(texts)
+
+    def __repr__(self):
+        return (
+            f"SubwordTokenizer(model_type={self._model_type!r}, "
+            f"vocabulary_size={self._vocabulary_size})"
+        )
+
+
+def _model_type_name(processor):
+    # The Python API does not expose the trainer spec directly; the proto does.
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(processor.serialized_model_proto())
+    return sentencepiece_model_pb2.TrainerSpec.ModelType.Name(
+        model.trainer_spec.model_type
+    ).lower()
