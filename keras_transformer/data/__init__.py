@@ -1,48 +1,47 @@
 """Data for training: corpus readers, subword tokenizer, tf.data pipeline.
 
 TensorFlow-specific (tf.data, TensorFlow Text); import it explicitly as
-`keras_transformer.data`. The corpus readers alone need no TensorFlow:
-`keras_transformer.data.corpus`.
+`keras_transformer.data`. Names load on first use, so the corpus readers
+(`read_jsonl`, `load_corpus`, ...) do not import TensorFlow themselves
+(under the jax and torch backends nothing else does either).
 """
 
-from keras_transformer.data.corpus import CorpusError
-from keras_transformer.data.corpus import CorpusStats
-from keras_transformer.data.corpus import PairFilter
-from keras_transformer.data.corpus import ParallelCorpus
-from keras_transformer.data.corpus import iter_lines
-from keras_transformer.data.corpus import load_corpus
-from keras_transformer.data.corpus import open_corpus
-from keras_transformer.data.corpus import read_jsonl
-from keras_transformer.data.corpus import read_text_pair
-from keras_transformer.data.corpus import read_tsv
-from keras_transformer.data.pipeline import PipelineStats
-from keras_transformer.data.pipeline import default_bucket_boundaries
-from keras_transformer.data.pipeline import make_dataset
-from keras_transformer.data.pipeline import make_id_dataset
-from keras_transformer.data.tokenizer import BOS_ID
-from keras_transformer.data.tokenizer import EOS_ID
-from keras_transformer.data.tokenizer import PAD_ID
-from keras_transformer.data.tokenizer import UNK_ID
-from keras_transformer.data.tokenizer import SubwordTokenizer
+import importlib
 
-__all__ = [
-    "BOS_ID",
-    "EOS_ID",
-    "PAD_ID",
-    "UNK_ID",
-    "CorpusError",
-    "CorpusStats",
-    "PairFilter",
-    "ParallelCorpus",
-    "PipelineStats",
-    "SubwordTokenizer",
-    "default_bucket_boundaries",
-    "iter_lines",
-    "load_corpus",
-    "make_dataset",
-    "make_id_dataset",
-    "open_corpus",
-    "read_jsonl",
-    "read_text_pair",
-    "read_tsv",
-]
+_EXPORTS = {
+    "corpus": (
+        "CorpusError",
+        "CorpusStats",
+        "PairFilter",
+        "ParallelCorpus",
+        "iter_lines",
+        "load_corpus",
+        "open_corpus",
+        "read_jsonl",
+        "read_text_pair",
+        "read_tsv",
+    ),
+    "tokenizer": ("BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "SubwordTokenizer"),
+    "pipeline": (
+        "PipelineStats",
+        "default_bucket_boundaries",
+        "make_dataset",
+        "make_id_dataset",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

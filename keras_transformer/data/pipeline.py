@@ -153,6 +153,8 @@ def _pairs_to_string_dataset(data):
                 )
             sources.append(pair[0])
             targets.append(pair[1])
+        if not sources:
+            raise ValueError("data holds no (source, target) pair")
         return tf.data.Dataset.from_tensor_slices(
             (
                 tf.constant(sources, dtype=tf.string, shape=[len(sources)]),

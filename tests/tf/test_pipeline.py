@@ -342,6 +342,8 @@ def test_make_dataset_input_forms(text_pairs, tokenizer, tmp_path, form):
 def test_make_dataset_rejects_bad_data(tokenizer):
     with pytest.raises(ValueError, match=r"data\[1\]"):
         make_dataset([("a", "b"), ("only one",)], tokenizer)
+    with pytest.raises(ValueError, match="no .source, target. pair"):
+        make_dataset([], tokenizer)
     with pytest.raises(ValueError, match="one-shot iterator"):
         make_dataset(iter([("a", "b")]), tokenizer)
     with pytest.raises(ValueError, match="element_spec"):
