@@ -1,0 +1,221 @@
+"""Run configuration: defaults, the paper's presets, YAML/JSON files and flag overrides.
+
+A configuration is a nested dict with four sections (`model`, `data`,
+`training`, `decoding`) and `output_dir`. Every key has a default and a type;
+a file or flag that names an unknown key, or gives a value of the wrong type,
+is rejected with an error that names the key (and the file) and says what is
+expected.
+"""
+
+import copy
+import difflib
+import json
+from pathlib import Path
+
+# key -> (default, type or tuple of allowed values, help)
+SCHEMA = {
+    "output_dir": ("runs/default", str, "directory for the tokenizer, checkpoints, logs, model and exports"),
+    "model": {
+        "preset": ("tiny", ("tiny", "base", "big"), "model size (paper, Table 3; tiny for CPUs)"),
+        "d_model": (None, int, "override the preset's d_model"),
+        "num_heads": (None, int, "override the preset's number of heads"),
+        "d_ff": (None, int, "override the preset's feed-forward width"),
+        "num_encoder_layers": (None, int, "override the preset's encoder depth"),
+        "num_decoder_layers": (None, int, "override the preset's decoder depth"),
+        "dropout": (None, float, "override the preset's dropout"),
+        "attention_dropout": (0.0, float, "dropout on attention weights"),
+        "norm_first": (False, bool, "pre-LN instead of the paper's post-LN"),
+        "positional_encoding": ("sinusoidal", ("sinusoidal", "learned"), "position scheme"),
+    },
+    "data": {
+        "train": (None, str, "training corpus (.tsv, .jsonl[.gz], or the source side of a text pair)"),
+        "train_target": (None, str, "target side when `train` is a plain-text source file"),
+        "valid": (None, str, "validation corpus (same formats)"),
+        "valid_target": (None, str, "target side of a plain-text validation pair"),
+        "test": (None, str, "test corpus for `evaluate` (same formats)"),
+        "test_target": (None, str, "target side of a plain-text test pair"),
+        "source_key": ("en", str, "JSON lines: key of the source sentence"),
+        "target_key": ("de", str, "JSON lines: key of the target sentence"),
+        "max_chars": (1000, int, "pairs with a side longer than this are skipped"),
+        "vocabulary_size": (8000, int, "joint subword vocabulary size"),
+        "tokenizer_model_type": ("unigram", ("unigram", "bpe"), "SentencePiece model type"),
+        "max_length": (128, int, "longest tokenized sentence used in training (longer pairs are dropped)"),
+    },
+    "training": {
+        "tokens_per_batch": (4096, int, "tokens per batch (paper: 25000 source + 25000 target)"),
+        "gradient_accumulation_steps": (None, int, "apply one update every N batches"),
+        "epochs": (10, int, "passes over the training data"),
+        "max_steps": (None, int, "stop after this many steps"),
+        "max_minutes": (None, float, "stop after this many minutes of training"),
+        "warmup_steps": (4000, int, "learning-rate warm-up steps (paper: 4000)"),
+        "learning_rate_scale": (1.0, float, "factor on the paper's learning-rate schedule"),
+        "label_smoothing": (0.1, float, "label smoothing (paper: 0.1)"),
+        "save_every_steps": (1000, int, "checkpoint period in steps"),
+        "keep_checkpoints": (5, int, "checkpoints kept on disk"),
+        "average_last": (5, int, "average this many last checkpoints into the final model (paper: 5 base, 20 big; 1: no averaging)"),
+        "mixed_precision": (None, ("mixed_bfloat16", "mixed_float16"), "mixed-precision policy"),
+        "distribute": (False, bool, "MirroredStrategy over all visible GPUs"),
+        "seed": (0, int, "random seed"),
+    },
+    "decoding": {
+        "beam_size": (4, int, "beam size (paper: 4; 1 is greedy)"),
+        "alpha": (0.6, float, "length penalty exponent (paper: 0.6)"),
+        "max_extra_length": (50, int, "output length limit = input length + this (paper: 50)"),
+        "batch_size": (64, int, "sentences per decoding batch"),
+    },
+}
+
+PRESETS = {
+    # The paper's base setup (section 5): 25k-token batches, 100k steps.
+    "wmt14-base": {
+        "model": {"preset": "base"},
+        "data": {"vocabulary_size": 37000, "tokenizer_model_type": "bpe", "max_length": 256},
+        "training": {"tokens_per_batch": 25000, "max_steps": 100000, "epochs": 1000,
+                     "warmup_steps": 4000, "save_every_steps": 1000, "keep_checkpoints": 5,
+                     "average_last": 5},
+    },
+    # The paper's big setup: 300k steps, average of the last 20 checkpoints.
+    "wmt14-big": {
+        "model": {"preset": "big"},
+        "data": {"vocabulary_size": 37000, "tokenizer_model_type": "bpe", "max_length": 256},
+        "training": {"tokens_per_batch": 25000, "max_steps": 300000, "epochs": 1000,
+                     "warmup_steps": 4000, "save_every_steps": 1000, "keep_checkpoints": 20,
+                     "average_last": 20},
+    },
+}
+
+
+class ConfigError(ValueError):
+    """A configuration file or flag is invalid; the message names the key."""
+
+
+def defaults():
+    def fill(schema):
+        return {k: fill(v) if isinstance(v, dict) else copy.deepcopy(v[0]) for k, v in schema.items()}
+
+    return fill(SCHEMA)
+
+
+def _suggest(key, choices):
+    close = difflib.get_close_matches(key, list(choices), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _coerce(dotted, value, spec, origin):
+    default, kind, _ = spec
+    where = f"{origin}: " if origin else ""
+    if value is None:
+        return None
+    if isinstance(kind, tuple):
+        if value not in kind:
+            raise ConfigError(f"{where}'{dotted}' must be one of {list(kind)}, got {value!r}.")
+        return value
+    if kind is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}'{dotted}' must be true or false, got {value!r}.")
+        return value
+    if kind is int:
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ConfigError(f"{where}'{dotted}' must be an integer, got {value!r}.") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}'{dotted}' must be an integer, got {value!r}.")
+        if value < 0 or (value == 0 and dotted.split(".")[-1] not in ("seed",)):
+            raise ConfigError(f"{where}'{dotted}' must be a positive integer, got {value!r}.")
+        return value
+    if kind is float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{where}'{dotted}' must be a number, got {value!r}.") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}'{dotted}' must be a number, got {value!r}.")
+        if value < 0:
+            raise ConfigError(f"{where}'{dotted}' must be >= 0, got {value!r}.")
+        return float(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}'{dotted}' must be a string, got {value!r}.")
+    return value
+
+
+def merge(config, overrides, origin=""):
+    """Returns `config` updated with the nested dict `overrides`, validated."""
+    config = copy.deepcopy(config)
+
+    def walk(target, schema, updates, prefix):
+        if not isinstance(updates, dict):
+            raise ConfigError(
+                f"{origin + ': ' if origin else ''}'{prefix.rstrip('.') or 'config'}' must be a "
+                f"mapping of keys, got {updates!r}."
+            )
+        for key, value in updates.items():
+            dotted = prefix + str(key)
+            if key not in schema:
+                raise ConfigError(
+                    f"{origin + ': ' if origin else ''}unknown key '{dotted}'"
+                    f"{_suggest(str(key), schema)}; valid keys here: {sorted(schema)}."
+                )
+            if isinstance(schema[key], dict):
+                walk(target[key], schema[key], value, dotted + ".")
+            else:
+                target[key] = _coerce(dotted, value, schema[key], origin)
+
+    walk(config, SCHEMA, overrides, "")
+    return config
+
+
+def load_file(path):
+    """Reads a YAML or JSON configuration file into a nested dict."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: configuration file not found.")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except (ValueError, Exception) as error:  # yaml.YAMLError, json.JSONDecodeError
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"{path}: cannot parse configuration: {error}") from None
+    return {} if data is None else data
+
+
+def parse_assignment(text):
+    """'training.epochs=3' -> {'training': {'epochs': '3'}} (typed later by `merge`)."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects KEY=VALUE (for example training.epochs=3), got {text!r}.")
+    dotted, value = text.split("=", 1)
+    parts = dotted.strip().split(".")
+    result = node = {}
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = None if value.strip().lower() in ("none", "null") else value.strip()
+    return result
+
+
+def resolve(config_files=(), preset=None, assignments=(), base=None):
+    """Defaults < preset < config files (in order) < --set assignments."""
+    config = defaults() if base is None else base
+    if preset:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown --preset {preset!r}; choose one of {sorted(PRESETS)}.")
+        config = merge(config, PRESETS[preset], origin=f"preset {preset}")
+    for path in config_files:
+        config = merge(config, load_file(path), origin=str(path))
+    for text in assignments:
+        config = merge(config, parse_assignment(text), origin=f"--set {text}")
+    return config
+
+
+def model_overrides(model_config):
+    """The keyword arguments for `Transformer.from_preset` from the `model` section."""
+    return {k: v for k, v in model_config.items() if k != "preset" and v is not None}

@@ -1,0 +1,72 @@
+import json
+
+import pytest
+
+from keras_transformer import config as config_lib
+from keras_transformer.config import ConfigError
+
+
+def test_defaults_cover_every_schema_key():
+    config = config_lib.defaults()
+    assert set(config) == set(config_lib.SCHEMA)
+    assert config["training"]["label_smoothing"] == 0.1
+    assert config["decoding"] == {"beam_size": 4, "alpha": 0.6, "max_extra_length": 50, "batch_size": 64}
+
+
+def test_paper_presets_follow_the_paper():
+    base = config_lib.resolve(preset="wmt14-base")
+    big = config_lib.resolve(preset="wmt14-big")
+    assert base["model"]["preset"] == "base" and big["model"]["preset"] == "big"
+    assert base["training"]["tokens_per_batch"] == 25000
+    assert base["training"]["warmup_steps"] == 4000
+    assert (base["training"]["average_last"], big["training"]["average_last"]) == (5, 20)
+    assert base["data"]["vocabulary_size"] == 37000
+
+
+def test_files_then_assignments_override_in_order(tmp_path):
+    yaml_file = tmp_path / "a.yaml"
+    yaml_file.write_text("training:\n  epochs: 3\n  warmup_steps: 100\nmodel:\n  d_model: 64\n")
+    json_file = tmp_path / "b.json"
+    json_file.write_text(json.dumps({"training": {"epochs": 4}}))
+    config = config_lib.resolve([yaml_file, json_file], assignments=["training.warmup_steps=7", "model.norm_first=true"])
+    assert config["training"]["epochs"] == 4
+    assert config["training"]["warmup_steps"] == 7
+    assert config["model"]["d_model"] == 64
+    assert config["model"]["norm_first"] is True
+    assert config_lib.model_overrides(config["model"]) == {
+        "d_model": 64, "attention_dropout": 0.0, "norm_first": True, "positional_encoding": "sinusoidal",
+    }
+
+
+def test_unknown_key_is_named_with_a_suggestion(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("training:\n  epoch: 3\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: unknown key 'training.epoch' \(did you mean 'epochs'\?\)"):
+        config_lib.resolve([path])
+
+
+@pytest.mark.parametrize(
+    "assignment,message",
+    [
+        ("training.epochs=three", "'training.epochs' must be an integer"),
+        ("training.epochs=0", "'training.epochs' must be a positive integer"),
+        ("model.preset=huge", "'model.preset' must be one of"),
+        ("model.norm_first=maybe", "'model.norm_first' must be true or false"),
+        ("decoding.alpha=-1", "'decoding.alpha' must be >= 0"),
+        ("nonsense", "--set expects KEY=VALUE"),
+    ],
+)
+def test_bad_values_are_named(assignment, message):
+    with pytest.raises(ConfigError, match=message):
+        config_lib.resolve(assignments=[assignment])
+
+
+def test_unparsable_and_missing_files_are_named(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ConfigError, match="broken.json: cannot parse"):
+        config_lib.resolve([broken])
+    with pytest.raises(ConfigError, match="missing.yaml: configuration file not found"):
+        config_lib.resolve([tmp_path / "missing.yaml"])
+    with pytest.raises(ConfigError, match="unknown --preset"):
+        config_lib.resolve(preset="wmt15")
