@@ -1,0 +1,362 @@
+"""Export a trained translator with its tokenizer for TensorFlow Serving.
+
+The export is a SavedModel built with Keras 3's `keras.export.ExportArchive`
+on the TensorFlow backend, written to `BASE/NAME/VERSION/` (the layout TF
+Serving watches). Two signatures:
+
+- `serving_default`: `text` (a batch of strings) -> `translations` (strings)
+  and `scores` (float32, the search's length-penalised log-probability).
+  Tokenization (TF Text SentencePiece ops), beam search (`keras.ops` while
+  loop, no XLA) and detokenization all run in the graph.
+- `translate_ids`: `source_ids` (int32 (batch, length), pad 0) -> `ids`
+  (int32 (batch, length), pad 0) and `scores`, for clients that tokenize
+  themselves.
+
+Beam size, length penalty and the length limits are fixed at export time.
+Inputs longer than `max_input_length` tokens (EOS included) are truncated to
+their first `max_input_length - 1` tokens, so no request can make the
+server's work unbounded: a translation has at most `max_input_length +
+max_extra_length` tokens (or `max_output_length`).
+
+The version directory appears atomically: the SavedModel is written to a
+hidden temporary directory beside it (TF Serving ignores names that are not
+integers), checked, then renamed; a failed export leaves earlier versions as
+they were and no partial version behind.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.decoding import beam_search, greedy_search
+from keras_transformer.export.opcheck import check_serving_ops
+
+__all__ = ["ExportDirectoryError", "export_saved_model", "next_version"]
+
+SERVING_SIGNATURE = "serving_default"
+IDS_SIGNATURE = "translate_ids"
+TEXT_INPUT = "text"
+IDS_INPUT = "source_ids"
+
+# assets.extra/ holds files that "co-exist with the model but are not loaded
+# by the graph" (SavedModel layout); TF Serving ignores it except for warmup.
+EXPORT_INFO_PATH = os.path.join("assets.extra", "keras_transformer_export.json")
+
+_TEMP_PREFIX = ".tmp-export-"
+
+
+class ExportDirectoryError(OSError):
+    """The export directory cannot be created or written."""
+
+
+def _check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}.")
+    return value
+
+
+def _check_name(name):
+    if (
+        not isinstance(name, str)
+        or not name
+        or name in (".", "..")
+        or name.startswith(".")
+        or "/" in name
+        or (os.sep != "/" and os.sep in name)
+    ):
+        raise ValueError(
+            f"`name` must be a plain directory name (no path separator, not hidden), got {name!r}."
+        )
+    return name
+
+
+def next_version(model_dir):
+    """1 + the largest integer version directory in `model_dir` (1 if none)."""
+    model_dir = os.fspath(model_dir)
+    if not os.path.isdir(model_dir):
+        return 1
+    versions = [
+        int(entry.name)
+        for entry in os.scandir(model_dir)
+        if entry.name.isdigit() and entry.is_dir()
+    ]
+    return max(versions, default=0) + 1
+
+
+def _make_model_dir(model_dir):
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+    except OSError as error:
+        raise ExportDirectoryError(
+            error.errno, f"cannot create the export directory {model_dir!r}: {error.strerror}"
+        ) from error
+    if not os.path.isdir(model_dir):
+        raise ExportDirectoryError(f"cannot export into {model_dir!r}: it is not a directory")
+
+
+def _make_temp_dir(model_dir):
+    """The temporary directory beside the versions (same file system: rename is atomic)."""
+    try:
+        return tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=model_dir)
+    except OSError as error:
+        raise ExportDirectoryError(
+            error.errno, f"cannot write into the export directory {model_dir!r}: {error.strerror}"
+        ) from error
+
+
+def _check_compatible(model, tokenizer, max_input_length):
+    if not isinstance(model, keras.Model) or not hasattr(model, "encode"):
+        raise TypeError(
+            f"`model` must be a keras_transformer.Transformer, got {type(model).__name__}."
+        )
+    for attribute in ("tokenize", "detokenize", "vocabulary_size"):
+        if not hasattr(tokenizer, attribute):
+            raise TypeError(
+                f"`tokenizer` must be a keras_transformer.data.SubwordTokenizer "
+                f"(no `{attribute}` on {type(tokenizer).__name__})."
+            )
+    if not isinstance(tokenizer, tf.Module):
+        raise TypeError(
+            "`tokenizer` must be a tf.Module (e.g. SubwordTokenizer) so that the "
+            f"export can track it, got {type(tokenizer).__name__}."
+        )
+    if (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id) != (PAD_ID, BOS_ID, EOS_ID):
+        raise ValueError(
+            f"the tokenizer's special ids (pad {tokenizer.pad_id}, bos {tokenizer.bos_id}, "
+            f"eos {tokenizer.eos_id}) differ from the decoder's ({PAD_ID}, {BOS_ID}, {EOS_ID})."
+        )
+    if model.pad_id != PAD_ID:
+        raise ValueError(f"the model's pad_id is {model.pad_id}, the tokenizer's is {PAD_ID}.")
+    source_size = model.source_vocabulary_size or model.vocabulary_size
+    if tokenizer.vocabulary_size > min(model.vocabulary_size, source_size):
+        raise ValueError(
+            f"the tokenizer has {tokenizer.vocabulary_size} ids but the model's vocabulary "
+            f"has {min(model.vocabulary_size, source_size)}: they were not trained together."
+        )
+    if model.positional_encoding == "learned" and max_input_length > model.max_length:
+        raise ValueError(
+            f"`max_input_length`={max_input_length} exceeds the model's learned positions "
+            f"(max_length={model.max_length})."
+        )
+
+
+class _Translator:
+    """The graph functions behind the signatures (traced by ExportArchive)."""
+
+    def __init__(self, model, tokenizer, beam_size, alpha, max_extra_length, max_input_length,
+                 max_output_length):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.beam_size = beam_size
+        self.alpha = alpha
+        self.max_extra_length = max_extra_length
+        self.max_input_length = max_input_length
+        self.max_output_length = max_output_length
+        self.vocabulary_size = tokenizer.vocabulary_size
+
+    def source_ids(self, tokens):
+        """Ragged token ids (no specials) -> (batch, length) int32: tokens, EOS, pad.
+
+        Rows are cut to `max_input_length - 1` tokens so that, with EOS, no
+        source exceeds `max_input_length` (the training pipeline's convention).
+        """
+        tokens = tokens[:, : self.max_input_length - 1]
+        lengths = tf.cast(tokens.row_lengths(), tf.int32)
+        dense = tokens.to_tensor(default_value=PAD_ID)
+        # One more column so that the longest row has room for its EOS.
+        dense = tf.pad(dense, [[0, 0], [0, 1]], constant_values=PAD_ID)
+        columns = tf.range(tf.shape(dense)[1], dtype=tf.int32)
+        return tf.where(columns[tf.newaxis, :] == lengths[:, tf.newaxis], EOS_ID, dense)
+
+    def search(self, source_ids):
+        if self.beam_size == 1:
+            result = greedy_search(
+                self.model, source_ids, max_extra_length=self.max_extra_length,
+                max_length=self.max_output_length,
+            )
+        else:
+            result = beam_search(
+                self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
+                max_extra_length=self.max_extra_length, max_length=self.max_output_length,
+            )
+        return tf.convert_to_tensor(result["ids"]), tf.convert_to_tensor(result["scores"])
+
+    def translate_text(self, text):
+        source_ids = self.source_ids(self.tokenizer.tokenize(text))
+        ids, scores = self.search(source_ids)
+        translations = self.tokenizer.detokenize(ids)
+        # SentencePiece already replaces invalid byte sequences (byte-fallback
+        # pieces in a bad order) with U+FFFD; this keeps the guarantee explicit.
+        translations = tf.strings.unicode_transcode(
+            translations, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+        return {"translations": translations, "scores": scores}
+
+    def translate_ids(self, source_ids):
+        source_ids = tf.cast(source_ids, tf.int32)
+        # Pad, BOS and EOS are not content: drop them wherever a client put
+        # them (EOS is appended below); unknown ids become UNK instead of
+        # failing the embedding lookup.
+        keep = (source_ids != PAD_ID) & (source_ids != BOS_ID) & (source_ids != EOS_ID)
+        tokens = tf.ragged.boolean_mask(source_ids, keep)
+        in_range = (tokens >= 0) & (tokens < self.vocabulary_size)
+        tokens = tf.ragged.map_flat_values(
+            lambda values, valid: tf.where(valid, values, UNK_ID), tokens, in_range
+        )
+        ids, scores = self.search(self.source_ids(tokens))
+        # The translation's tokens only: EOS and what follows become pad.
+        before_eos = tf.math.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1) == 0
+        ids = tf.where(before_eos, ids, PAD_ID)
+        return {"ids": ids, "scores": scores}
+
+
+def export_saved_model(
+    model,
+    tokenizer,
+    base_dir,
+    name="translator",
+    version=None,
+    *,
+    beam_size=4,
+    alpha=0.6,
+    max_extra_length=50,
+    max_input_length=256,
+    max_output_length=None,
+    check_ops=True,
+    verbose=False,
+):
+    """Writes `model` and `tokenizer` as a SavedModel for TensorFlow Serving.
+
+    Args:
+        model: a built `keras_transformer.Transformer` (TensorFlow backend).
+        tokenizer: the `keras_transformer.data.SubwordTokenizer` it was
+            trained with; it travels in the graph.
+        base_dir: TF Serving's model base path parent; the export goes to
+            `base_dir/name/version/`.
+        name: the model name (TF Serving's `MODEL_NAME`).
+        version: an int >= 0; None takes the next integer after the largest
+            existing version (1 for the first). An existing version is never
+            overwritten.
+        beam_size: beams of the search (1: greedy search, raw log-probability
+            scores).
+        alpha: GNMT length penalty exponent.
+        max_extra_length: a translation has at most its source's token count
+            (EOS included) plus this many tokens.
+        max_input_length: longer inputs are truncated to their first
+            `max_input_length - 1` tokens, plus EOS.
+        max_output_length: optional hard cap on every translation's length.
+        check_ops: run `check_serving_ops` on the export before publishing
+            it (a subprocess that imports TensorFlow, a few seconds).
+        verbose: print the endpoints (Keras' export summary).
+
+    Returns:
+        The version directory (str).
+
+    Raises:
+        ExportDirectoryError: the directory cannot be created or written.
+        FileExistsError: `version` already exists.
+        ServingOpsError: the graph uses an op TF Serving cannot run.
+    """
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(
+            "export_saved_model needs the TensorFlow backend (KERAS_BACKEND=tensorflow): "
+            f"the current backend is {keras.backend.backend()!r}, whose SavedModel export "
+            "would contain XlaCallModule ops that TF Serving cannot run without XLA."
+        )
+    _check_name(name)
+    if version is not None:
+        _check_int("version", version, 0)
+    _check_int("beam_size", beam_size, 1)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 0:
+        raise ValueError(f"`alpha` must be a number >= 0, got {alpha!r}.")
+    _check_int("max_extra_length", max_extra_length, 0)
+    _check_int("max_input_length", max_input_length, 2)
+    if max_output_length is not None:
+        _check_int("max_output_length", max_output_length, 1)
+    _check_compatible(model, tokenizer, max_input_length)
+    if not model.built:
+        model.build()
+
+    model_dir = os.path.join(os.fspath(base_dir), name)
+    _make_model_dir(model_dir)
+    if version is None:
+        version = next_version(model_dir)
+    version_dir = os.path.join(model_dir, str(version))
+    if os.path.exists(version_dir):
+        raise FileExistsError(
+            f"{version_dir} already exists; export a new version (version=None picks the next)."
+        )
+
+    translator = _Translator(
+        model, tokenizer, beam_size, float(alpha), max_extra_length, max_input_length,
+        max_output_length,
+    )
+    temp_dir = _make_temp_dir(model_dir)
+    try:
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        # The tokenizer's SentencePiece model is an attribute of its graph ops;
+        # tracking it keeps any resource it may hold in the export.
+        archive.track(tokenizer)
+        # The first endpoint becomes serving_default as well; naming it so
+        # avoids a duplicate signature.
+        archive.add_endpoint(
+            SERVING_SIGNATURE,
+            translator.translate_text,
+            input_signature=[tf.TensorSpec([None], tf.string, name=TEXT_INPUT)],
+        )
+        archive.add_endpoint(
+            IDS_SIGNATURE,
+            translator.translate_ids,
+            input_signature=[tf.TensorSpec([None, None], tf.int32, name=IDS_INPUT)],
+        )
+        archive.write_out(temp_dir, verbose=verbose)
+        _write_export_info(temp_dir, model, tokenizer, translator)
+        if check_ops:
+            check_serving_ops(temp_dir)
+        try:
+            # Fails (instead of replacing) if the version appeared meanwhile.
+            os.rename(temp_dir, version_dir)
+        except OSError as error:
+            raise ExportDirectoryError(
+                error.errno, f"cannot publish the export as {version_dir!r}: {error.strerror}"
+            ) from error
+    except BaseException:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+    return version_dir
+
+
+def _write_export_info(export_dir, model, tokenizer, translator):
+    import keras_transformer
+
+    info = {
+        "keras_transformer_version": keras_transformer.__version__,
+        "tensorflow_version": tf.__version__,
+        "keras_version": keras.__version__,
+        "signatures": {
+            SERVING_SIGNATURE: {"inputs": {TEXT_INPUT: "string [batch]"},
+                                "outputs": {"translations": "string [batch]", "scores": "float32 [batch]"}},
+            IDS_SIGNATURE: {"inputs": {IDS_INPUT: "int32 [batch, length], pad 0"},
+                            "outputs": {"ids": "int32 [batch, length], pad 0", "scores": "float32 [batch]"}},
+        },
+        "search": {
+            "beam_size": translator.beam_size,
+            "alpha": translator.alpha,
+            "max_extra_length": translator.max_extra_length,
+            "max_input_length": translator.max_input_length,
+            "max_output_length": translator.max_output_length,
+        },
+        "tokenizer": {"vocabulary_size": tokenizer.vocabulary_size,
+                      "model_type": getattr(tokenizer, "model_type", None)},
+        "model": model.get_config(),
+    }
+    path = os.path.join(export_dir, EXPORT_INFO_PATH)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as stream:
+        json.dump(info, stream, indent=2, default=str)
