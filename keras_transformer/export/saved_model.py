@@ -46,6 +46,8 @@ IDS_INPUT = "source_ids"
 # assets.extra/ holds files that "co-exist with the model but are not loaded
 # by the graph" (SavedModel layout); TF Serving ignores it except for warmup.
 EXPORT_INFO_PATH = os.path.join("assets.extra", "keras_transformer_export.json")
+# The SentencePiece model, for clients of `translate_ids` that tokenize themselves.
+TOKENIZER_PATH = os.path.join("assets.extra", "tokenizer.model")
 
 _TEMP_PREFIX = ".tmp-export-"
 
@@ -360,3 +362,7 @@ def _write_export_info(export_dir, model, tokenizer, translator):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as stream:
         json.dump(info, stream, indent=2, default=str)
+    proto = getattr(tokenizer, "proto", None)
+    if proto is not None:
+        with open(os.path.join(export_dir, TOKENIZER_PATH), "wb") as stream:
+            stream.write(proto)
