@@ -1,0 +1,639 @@
+"""Greedy and beam search over the Transformer's cached decoder.
+
+Everything here is written with `keras.ops` (loops with `keras.ops.while_loop`),
+so it runs under the TensorFlow, JAX and PyTorch backends and inside a
+TensorFlow graph built without autograph or XLA (a SavedModel export): no
+Python `if`/`while` on tensors, and every loop variable keeps a fixed shape
+(pre-allocated buffers written in place of padding).
+
+Conventions shared by both searches:
+
+- Source ids are (batch, source_length) int ids padded with `pad_id`, as the
+  model was trained on (the data pipeline appends EOS to every source).
+- A sentence may produce at most `source_length + max_extra_length` tokens,
+  where source_length is its own count of non-pad ids (EOS included); the
+  output buffer is `padded_source_length + max_extra_length` wide. An optional
+  `max_length` caps both. A hypothesis that reaches its limit without EOS is
+  finished as it is (truncated, no EOS).
+- Reported lengths count the generated tokens *including* EOS, as GNMT and
+  tensor2tensor do; the GNMT length penalty uses that length:
+  lp = ((5 + length) / 6) ** alpha, score = log P / lp.
+- Output ids hold the generated tokens (no BOS), EOS where the hypothesis
+  ended, then `pad_id` (0) up to the buffer width.
+- `pad_id` and `bos_id` are never generated (their log-probabilities are set
+  to -inf, without renormalising); EOS is also forbidden while fewer than
+  `min_length` tokens precede it.
+- Finished hypotheses are kept and never extended: a finished beam competes
+  with the extensions of live beams under its final score, and the search
+  stops as soon as every beam of every sentence has finished.
+
+Beams are flattened into the batch (row b * beam_size + k) and the decoder's
+self-attention cache is reordered with a gather along its batch axis. The
+encoder and the cross-attention keys/values are computed once per call.
+
+Both searches compile the whole loop where the backend allows: a
+`tf.function` (optionally `jit_compile=True`, XLA) on TensorFlow, `jax.jit` on
+JAX; PyTorch runs eagerly under `torch.no_grad()`. When called while a
+TensorFlow graph or a JAX trace is being built (e.g. inside an export
+function) they emit plain ops into it.
+"""
+
+import functools
+import itertools
+import math
+import weakref
+
+import keras
+from keras import ops
+
+BOS_ID = 2
+EOS_ID = 3
+PAD_ID = 0
+
+_NEG_INF = float("-inf")
+
+
+def length_penalty(length, alpha=0.6):
+    """GNMT length penalty ((5 + length) / 6) ** alpha (float32, elementwise)."""
+    length = ops.cast(length, "float32")
+    return ops.power((5.0 + length) / 6.0, ops.cast(alpha, "float32"))
+
+
+# ---------------------------------------------------------------------------
+# Argument checks
+
+
+def _check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}.")
+    return value
+
+
+def _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id):
+    _check_int("max_extra_length", max_extra_length, 0)
+    _check_int("min_length", min_length, 0)
+    if max_length is not None:
+        _check_int("max_length", max_length, 1)
+    vocabulary_size = model.vocabulary_size
+    for name, value in (("bos_id", bos_id), ("eos_id", eos_id), ("pad_id", pad_id)):
+        _check_int(name, value, 0)
+        if value >= vocabulary_size:
+            raise ValueError(
+                f"`{name}`={value} is outside the model's vocabulary of {vocabulary_size} ids."
+            )
+    if len({bos_id, eos_id, pad_id}) != 3:
+        raise ValueError(
+            f"`bos_id`, `eos_id` and `pad_id` must differ, got {bos_id}, {eos_id}, {pad_id}."
+        )
+    if pad_id != model.pad_id:
+        raise ValueError(f"`pad_id`={pad_id} differs from the model's pad_id={model.pad_id}.")
+    if getattr(model, "positional_encoding", None) == "learned":
+        # Learned positions exist only up to the model's max_length.
+        max_length = model.max_length if max_length is None else min(max_length, model.max_length)
+    return max_length
+
+
+def _check_source(source_ids):
+    if len(source_ids.shape) != 2:
+        raise ValueError(
+            f"`source_ids` must be a 2-D (batch, source_length) array of ids, "
+            f"got shape {tuple(source_ids.shape)}."
+        )
+
+
+# ---------------------------------------------------------------------------
+# Shared pieces of the searches
+
+
+def _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length):
+    """Per-sentence output limits (batch,) and the output buffer width."""
+    source_lengths = ops.sum(ops.cast(ops.not_equal(source_ids, pad_id), "int32"), axis=1)
+    limits = source_lengths + max_extra_length
+    width = source_ids.shape[1]
+    if width is None:  # a TF graph with an unknown source length
+        width = ops.shape(source_ids)[1]
+    buffer_length = width + max_extra_length
+    if max_length is not None:
+        limits = ops.minimum(limits, max_length)
+        buffer_length = (
+            min(buffer_length, max_length)
+            if isinstance(buffer_length, int)
+            else ops.minimum(buffer_length, max_length)
+        )
+    # An empty source with max_extra_length=0 still gets one step (EOS or a token).
+    limits = ops.maximum(limits, 1)
+    if isinstance(buffer_length, int):
+        buffer_length = max(buffer_length, 1)
+    else:
+        buffer_length = ops.maximum(buffer_length, 1)
+    return limits, buffer_length
+
+
+def _batch_size(x):
+    size = x.shape[0]
+    return ops.shape(x)[0] if size is None else size
+
+
+def _mask_special_tokens(log_probs, step, vocabulary_size, bos_id, eos_id, pad_id, min_length):
+    """-inf for pad and bos always, for eos while fewer than min_length tokens exist."""
+    ids = ops.arange(vocabulary_size, dtype="int32")
+    banned = ops.logical_or(ops.equal(ids, pad_id), ops.equal(ids, bos_id))
+    if min_length > 0:
+        too_short = ops.logical_and(ops.equal(ids, eos_id), ops.less(step, min_length))
+        banned = ops.logical_or(banned, too_short)
+    return ops.where(banned, ops.cast(_NEG_INF, "float32"), log_probs)
+
+
+def _write_column(buffer, column, values):
+    """buffer[:, column] = values without slice_update (no XLA-only op on TF)."""
+    width = ops.shape(buffer)[1]
+    at_column = ops.equal(ops.arange(width, dtype="int32"), column)
+    return ops.where(ops.expand_dims(at_column, 0), ops.expand_dims(values, 1), buffer)
+
+
+def _repeat_rows(x, repeats):
+    return ops.repeat(x, repeats, axis=0) if repeats > 1 else x
+
+
+class _CachedStepper:
+    """One decoder position per step, with per-layer key/value caches.
+
+    The model's own layers do the work (`DecoderLayer._residual` for the
+    post-/pre-LN wiring, the projections, `ScaledDotProductAttention`, the
+    feed-forward network, the tied output projection); only the cache layout
+    is specific to search: one (rows, heads, buffer_length, depth) tensor per
+    layer for keys and one for values. Keys and values are then consumed by
+    the attention without the transposes and stacking that the model's
+    generic (batch, 2, length, heads, depth) cache needs at every step, and
+    the beam reordering is a gather on axis 0. The cross-attention keys and
+    values are projected once, on the un-repeated batch. Tests check that
+    this reproduces `model.decode` on the whole prefix.
+
+    `xla_ops`: write the cache with `slice_update` (an in-place
+    dynamic-update-slice under XLA and JAX). TensorFlow lowers it to
+    `XlaDynamicUpdateSlice`, which needs XLA, so the graph path (exports for
+    TF Serving) writes with a scatter instead.
+    """
+
+    def __init__(self, model, source_ids, repeats, buffer_length, xla_ops):
+        self.model = model
+        self.layers = list(model.decoder.stacked_layers)
+        self.xla_ops = xla_ops or keras.backend.backend() != "tensorflow"
+        self.buffer_length = buffer_length
+        memory = model.encode(source_ids, training=False)
+        source_ids = _repeat_rows(source_ids, repeats)
+        rows = _batch_size(source_ids)
+        source_length = ops.shape(source_ids)[1]
+        self.source_mask = ops.reshape(
+            ops.not_equal(source_ids, model.pad_id), (rows, 1, 1, source_length)
+        )
+        self.cross = []
+        for layer in self.layers:
+            attention = layer.cross_attention
+            keys = self._heads(attention, attention.key_projection(memory))
+            values = self._heads(attention, attention.value_projection(memory))
+            self.cross.append((_repeat_rows(keys, repeats), _repeat_rows(values, repeats)))
+        first = self.layers[0].self_attention
+        shape = (rows, first.num_heads, buffer_length, first.depth)
+        dtype = first.compute_dtype
+        self.initial_cache = tuple(
+            ops.zeros(shape, dtype=dtype) for _ in range(2 * len(self.layers))
+        )
+        if not self.xla_ops:
+            # (row, head) coordinates of every cache entry written per step.
+            grid = ops.meshgrid(
+                ops.arange(rows, dtype="int32"),
+                ops.arange(first.num_heads, dtype="int32"),
+                indexing="ij",
+            )
+            self.row_head_indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 2))
+
+    @staticmethod
+    def _heads(attention, x):
+        """(rows, length, d_model) -> (rows, heads, length, depth)."""
+        return ops.transpose(attention.split_heads(x), (0, 2, 1, 3))
+
+    @staticmethod
+    def _merge_heads(attention, x):
+        """(rows, heads, length, depth) -> (rows, length, d_model)."""
+        x = ops.transpose(x, (0, 2, 1, 3))
+        return ops.reshape(x, (ops.shape(x)[0], ops.shape(x)[1], attention.d_model))
+
+    def _write(self, cache, new, step):
+        """cache[:, :, step] = new[:, :, 0]."""
+        if self.xla_ops:
+            return ops.slice_update(cache, [0, 0, step, 0], new)
+        count = ops.shape(self.row_head_indices)[0]
+        steps = ops.full((count, 1), step, dtype="int32")
+        indices = ops.concatenate([self.row_head_indices, steps], axis=1)
+        return ops.scatter_update(cache, indices, ops.reshape(new, (count, ops.shape(new)[-1])))
+
+    def __call__(self, step, last_tokens, tokens, caches):
+        model = self.model
+        x = model.target_embedding(ops.expand_dims(last_tokens, 1))
+        x = x + model.position_encoding(x, start_index=step)
+        positions = ops.arange(self.buffer_length, dtype="int32")
+        self_mask = ops.reshape(ops.less_equal(positions, step), (1, 1, 1, -1))
+        new_caches = []
+        for index, layer in enumerate(self.layers):
+            keys, values = caches[2 * index], caches[2 * index + 1]
+            cross_keys, cross_values = self.cross[index]
+
+            def self_attend(h, layer=layer, keys=keys, values=values):
+                attention = layer.self_attention
+                query = self._heads(attention, attention.query_projection(h))
+                keys = self._write(keys, self._heads(attention, attention.key_projection(h)), step)
+                values = self._write(values, self._heads(attention, attention.value_projection(h)), step)
+                attended = attention.attention(query, keys, values, attention_mask=self_mask)
+                return attention.output_projection(self._merge_heads(attention, attended)), (keys, values)
+
+            def cross_attend(h, layer=layer, keys=cross_keys, values=cross_values):
+                attention = layer.cross_attention
+                query = self._heads(attention, attention.query_projection(h))
+                attended = attention.attention(query, keys, values, attention_mask=self.source_mask)
+                return attention.output_projection(self._merge_heads(attention, attended)), None
+
+            x, written = layer._residual(x, self_attend, layer.self_attention_norm, False)
+            new_caches.extend(written)
+            x, _ = layer._residual(x, cross_attend, layer.cross_attention_norm, False)
+            x, _ = layer._residual(
+                x, lambda h, layer=layer: (layer.feed_forward(h, training=False), None),
+                layer.feed_forward_norm, False,
+            )
+        if model.decoder.final_norm is not None:
+            x = model.decoder.final_norm(x)
+        logits = model.target_embedding.logits(x)[:, 0]
+        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), tuple(new_caches)
+
+    def reorder(self, caches, rows):
+        return tuple(ops.take(cache, rows, axis=0) for cache in caches)
+
+
+class _FullStepper:
+    """Re-runs `model.decode` on BOS + every token so far at each step.
+
+    What tutorials do (no cache): the reference the cached path must
+    reproduce, and a benchmark baseline.
+    """
+
+    def __init__(self, model, source_ids, repeats, buffer_length, bos_id):
+        self.model = model
+        self.bos_id = bos_id
+        self.memory = _repeat_rows(model.encode(source_ids, training=False), repeats)
+        self.source_ids = _repeat_rows(source_ids, repeats)
+        # A loop variable must hold a tensor; nothing is cached.
+        self.initial_cache = (ops.zeros((), dtype="float32"),)
+
+    def __call__(self, step, last_tokens, tokens, caches):
+        bos = ops.full((ops.shape(tokens)[0], 1), self.bos_id, dtype="int32")
+        prefix = ops.concatenate([bos, tokens[:, :-1]], axis=1)
+        logits = self.model.decode(prefix, self.memory, self.source_ids, training=False)
+        logits = ops.take(logits, step, axis=1)
+        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), caches
+
+    def reorder(self, caches, rows):
+        return caches
+
+
+def _stepper(model, source_ids, repeats, buffer_length, use_cache, bos_id, xla_ops):
+    if use_cache:
+        return _CachedStepper(model, source_ids, repeats, buffer_length, xla_ops)
+    return _FullStepper(model, source_ids, repeats, buffer_length, bos_id)
+
+
+# ---------------------------------------------------------------------------
+# The searches as plain functions of ops
+
+
+def _greedy(
+    model, source_ids, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id, use_cache,
+    xla_ops=False,
+):
+    source_ids = ops.cast(source_ids, "int32")
+    limits, buffer_length = _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length)
+    stepper = _stepper(model, source_ids, 1, buffer_length, use_cache, bos_id, xla_ops)
+    batch = _batch_size(source_ids)
+    vocabulary_size = model.vocabulary_size
+
+    def cond(step, tokens, last_tokens, finished, scores, lengths, cache):
+        return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(finished)))
+
+    def body(step, tokens, last_tokens, finished, scores, lengths, cache):
+        log_probs, cache = stepper(step, last_tokens, tokens, cache)
+        log_probs = _mask_special_tokens(
+            log_probs, step, vocabulary_size, bos_id, eos_id, pad_id, min_length
+        )
+        next_tokens = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
+        token_log_probs = ops.take_along_axis(log_probs, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
+        alive = ops.logical_not(finished)
+        next_tokens = ops.where(alive, next_tokens, pad_id)
+        scores = scores + ops.where(alive, token_log_probs, 0.0)
+        lengths = lengths + ops.cast(alive, "int32")
+        tokens = _write_column(tokens, step, next_tokens)
+        finished = ops.logical_or(
+            finished,
+            ops.logical_or(ops.equal(next_tokens, eos_id), ops.greater_equal(step + 1, limits)),
+        )
+        return step + 1, tokens, next_tokens, finished, scores, lengths, cache
+
+    state = (
+        ops.convert_to_tensor(0, dtype="int32"),
+        ops.zeros((batch, buffer_length), dtype="int32"),
+        ops.full((batch,), bos_id, dtype="int32"),
+        ops.zeros((batch,), dtype="bool"),
+        ops.zeros((batch,), dtype="float32"),
+        ops.zeros((batch,), dtype="int32"),
+        stepper.initial_cache,
+    )
+    _, tokens, _, _, scores, lengths, _ = ops.while_loop(cond, body, state)
+    return {"ids": tokens, "scores": scores, "log_probs": scores, "lengths": lengths}
+
+
+def _beam(
+    model, source_ids, beam_size, alpha, max_extra_length, max_length, min_length,
+    bos_id, eos_id, pad_id, use_cache, return_all_beams, xla_ops=False,
+):
+    source_ids = ops.cast(source_ids, "int32")
+    limits, buffer_length = _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length)
+    stepper = _stepper(model, source_ids, beam_size, buffer_length, use_cache, bos_id, xla_ops)
+    batch = _batch_size(source_ids)
+    rows = batch * beam_size
+    vocabulary_size = model.vocabulary_size
+    limits = ops.expand_dims(limits, 1)  # (batch, 1) against (batch, beam)
+    neg_inf = ops.cast(_NEG_INF, "float32")
+    is_pad_column = ops.equal(ops.arange(vocabulary_size, dtype="int32"), pad_id)
+    # Row offsets of each sentence's beams in the flattened (batch * beam) axis.
+    row_offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * beam_size, 1)
+
+    def cond(step, tokens, last_tokens, finished, log_probs, scores, lengths, cache):
+        return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(finished)))
+
+    def body(step, tokens, last_tokens, finished, log_probs, scores, lengths, cache):
+        step_log_probs, cache = stepper(step, last_tokens, tokens, cache)
+        step_log_probs = _mask_special_tokens(
+            step_log_probs, step, vocabulary_size, bos_id, eos_id, pad_id, min_length
+        )
+        step_log_probs = ops.reshape(step_log_probs, (batch, beam_size, vocabulary_size))
+        # Live beams propose every token; all have length step + 1.
+        candidate_log_probs = ops.expand_dims(log_probs, 2) + step_log_probs
+        candidate_scores = candidate_log_probs / length_penalty(step + 1, alpha)
+        # A finished beam proposes only itself (in the pad column), unchanged.
+        alive = ops.expand_dims(ops.logical_not(finished), 2)
+        candidate_log_probs = ops.where(
+            alive, candidate_log_probs, ops.where(is_pad_column, ops.expand_dims(log_probs, 2), neg_inf)
+        )
+        candidate_scores = ops.where(
+            alive, candidate_scores, ops.where(is_pad_column, ops.expand_dims(scores, 2), neg_inf)
+        )
+        flat_scores = ops.reshape(candidate_scores, (batch, beam_size * vocabulary_size))
+        new_scores, indices = ops.top_k(flat_scores, k=beam_size, sorted=True)
+        indices = ops.cast(indices, "int32")
+        new_log_probs = ops.take_along_axis(
+            ops.reshape(candidate_log_probs, (batch, beam_size * vocabulary_size)), indices, axis=1
+        )
+        parents = indices // vocabulary_size
+        new_tokens = indices % vocabulary_size
+        parent_finished = ops.take_along_axis(finished, parents, axis=1)
+        parent_lengths = ops.take_along_axis(lengths, parents, axis=1)
+        # Fewer live candidates than beams (a tiny vocabulary): the rest are dead.
+        dead = ops.equal(new_scores, neg_inf)
+        frozen = ops.logical_or(parent_finished, dead)
+        new_tokens = ops.where(frozen, pad_id, new_tokens)
+        new_lengths = parent_lengths + ops.cast(ops.logical_not(frozen), "int32")
+        new_finished = ops.logical_or(
+            frozen,
+            ops.logical_or(ops.equal(new_tokens, eos_id), ops.greater_equal(step + 1, limits)),
+        )
+        parent_rows = ops.reshape(row_offsets + parents, (rows,))
+        flat_tokens = ops.reshape(new_tokens, (rows,))
+        tokens = _write_column(ops.take(tokens, parent_rows, axis=0), step, flat_tokens)
+        cache = stepper.reorder(cache, parent_rows)
+        return step + 1, tokens, flat_tokens, new_finished, new_log_probs, new_scores, new_lengths, cache
+
+    # Only the first beam is live at the start, so the first step's top-k
+    # holds distinct tokens.
+    first_beam = ops.equal(ops.arange(beam_size, dtype="int32"), 0)
+    initial = ops.where(first_beam, 0.0, neg_inf)
+    initial = ops.broadcast_to(ops.expand_dims(initial, 0), (batch, beam_size))
+    state = (
+        ops.convert_to_tensor(0, dtype="int32"),
+        ops.zeros((rows, buffer_length), dtype="int32"),
+        ops.full((rows,), bos_id, dtype="int32"),
+        ops.zeros((batch, beam_size), dtype="bool"),
+        initial,
+        initial,
+        ops.zeros((batch, beam_size), dtype="int32"),
+        stepper.initial_cache,
+    )
+    _, tokens, _, _, log_probs, scores, lengths, _ = ops.while_loop(cond, body, state)
+    # top_k keeps the beams sorted by score, best first.
+    tokens = ops.reshape(tokens, (batch, beam_size, ops.shape(tokens)[1]))
+    if return_all_beams:
+        return {"ids": tokens, "scores": scores, "log_probs": log_probs, "lengths": lengths}
+    return {
+        "ids": tokens[:, 0],
+        "scores": scores[:, 0],
+        "log_probs": log_probs[:, 0],
+        "lengths": lengths[:, 0],
+    }
+
+
+# ---------------------------------------------------------------------------
+# Compilation per backend
+
+# model -> {options: compiled function}; weak so that models can be freed.
+_COMPILED = weakref.WeakKeyDictionary()
+
+
+def _in_trace(source_ids):
+    """True while a TF graph or a JAX trace is being built."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.inside_function()
+    if backend == "jax":
+        import jax
+
+        return isinstance(source_ids, jax.core.Tracer)
+    return False
+
+
+def _compile(model, key, search, jit_compile):
+    """`search(model, source_ids) -> dict`, compiled once per model and options.
+
+    The compiled function holds the model through a weak reference, so the
+    per-model table does not keep the model alive.
+    """
+    per_model = _COMPILED.setdefault(model, {})
+    if key in per_model:
+        return per_model[key]
+    model_ref = weakref.ref(model)
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        function = tf.function(
+            lambda source_ids: search(model_ref(), source_ids),
+            autograph=False,
+            jit_compile=jit_compile,
+            # One graph for every batch shape; XLA still specialises per shape.
+            input_signature=[tf.TensorSpec((None, None), tf.int32)],
+        )
+    elif backend == "jax":
+        import jax
+
+        def stateless(trainable, non_trainable, source_ids):
+            model = model_ref()
+            mapping = itertools.chain(
+                zip(model.trainable_variables, trainable),
+                zip(model.non_trainable_variables, non_trainable),
+            )
+            with keras.StatelessScope(state_mapping=mapping):
+                return search(model, source_ids)
+
+        jitted = jax.jit(stateless)
+
+        def function(source_ids):
+            model = model_ref()
+            return jitted(
+                [v.value for v in model.trainable_variables],
+                [v.value for v in model.non_trainable_variables],
+                source_ids,
+            )
+
+    elif backend == "torch":
+        import torch
+
+        def function(source_ids):
+            with torch.no_grad():
+                return search(model_ref(), source_ids)
+
+    else:
+        def function(source_ids):
+            return search(model_ref(), source_ids)
+
+    per_model[key] = function
+    return function
+
+
+def _run(model, source_ids, key, search, compile, jit_compile):
+    if isinstance(source_ids, (list, tuple)):
+        source_ids = ops.convert_to_tensor(source_ids, dtype="int32")
+    _check_source(source_ids)
+    if not model.built:
+        model.build()
+    if not compile or _in_trace(source_ids):
+        return search(model, source_ids)
+    source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
+    return _compile(model, key, search, jit_compile)(source_ids)
+
+
+# ---------------------------------------------------------------------------
+# Public API
+
+
+def greedy_search(
+    model,
+    source_ids,
+    *,
+    max_extra_length=50,
+    max_length=None,
+    min_length=0,
+    bos_id=BOS_ID,
+    eos_id=EOS_ID,
+    pad_id=PAD_ID,
+    use_cache=True,
+    compile=True,
+    jit_compile=False,
+):
+    """Greedy decoding: the most probable token at every step.
+
+    Args:
+        model: a `keras_transformer.Transformer`.
+        source_ids: (batch, source_length) int ids padded with `pad_id`.
+        max_extra_length: a sentence stops after its non-pad source length
+            plus this many tokens.
+        max_length: optional cap on every output length (and on the buffer).
+        min_length: forbid EOS until this many tokens were generated (the
+            benchmark uses it to force a fixed number of steps).
+        bos_id, eos_id, pad_id: special ids (those of `SubwordTokenizer`).
+        use_cache: False re-runs the whole decoder at every step (slow; a
+            reference for tests and benchmarks).
+        compile: compile the whole search (`tf.function` / `jax.jit`); the
+            compiled function is kept per model and options.
+        jit_compile: on TensorFlow, compile with XLA (faster on CPU; not for
+            SavedModels served by TF Serving, which runs without XLA).
+
+    Returns:
+        A dict of tensors: "ids" (batch, buffer_length) int32, the tokens
+        with EOS and then `pad_id`; "scores" and "log_probs" (batch,) the sum
+        of the tokens' log-probabilities; "lengths" (batch,) tokens generated,
+        EOS included.
+    """
+    max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id)
+
+    search = functools.partial(
+        _greedy, max_extra_length=max_extra_length, max_length=max_length, min_length=min_length,
+        bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, use_cache=use_cache,
+        xla_ops=bool(jit_compile),
+    )
+
+    key = ("greedy", max_extra_length, max_length, min_length, bos_id, eos_id, pad_id, use_cache, jit_compile)
+    return _run(model, source_ids, key, search, compile, jit_compile)
+
+
+def beam_search(
+    model,
+    source_ids,
+    *,
+    beam_size=4,
+    alpha=0.6,
+    max_extra_length=50,
+    max_length=None,
+    min_length=0,
+    return_all_beams=False,
+    bos_id=BOS_ID,
+    eos_id=EOS_ID,
+    pad_id=PAD_ID,
+    use_cache=True,
+    compile=True,
+    jit_compile=False,
+):
+    """Beam search with the GNMT length penalty (the paper's setting: 4 beams, alpha 0.6).
+
+    Hypotheses are ranked by log P / ((5 + length) / 6) ** alpha, the length
+    counting EOS. Finished hypotheses stay in the beam unchanged and compete
+    with the extensions of live ones; the search ends when every beam has
+    finished or the length limit is reached.
+
+    Arguments as for `greedy_search`, plus:
+        beam_size: number of beams.
+        alpha: length penalty exponent (0: plain log-probability).
+        return_all_beams: return every beam, best first, instead of the best.
+
+    Returns:
+        A dict of tensors: "ids" (batch, buffer_length) int32 (with
+        `return_all_beams`, (batch, beam_size, buffer_length)); "scores" the
+        length-penalised scores; "log_probs" the sums of log-probabilities;
+        "lengths" tokens generated, EOS included. Beams that could never be
+        filled (a vocabulary smaller than the beam) score -inf.
+    """
+    max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id)
+    _check_int("beam_size", beam_size, 1)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha < 0:
+        raise ValueError(f"`alpha` must be a finite number >= 0, got {alpha!r}.")
+    alpha = float(alpha)
+
+    search = functools.partial(
+        _beam, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
+        max_length=max_length, min_length=min_length, return_all_beams=return_all_beams,
+        bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, use_cache=use_cache,
+        xla_ops=bool(jit_compile),
+    )
+
+    key = (
+        "beam", beam_size, alpha, max_extra_length, max_length, min_length, return_all_beams,
+        bos_id, eos_id, pad_id, use_cache, jit_compile,
+    )
+    return _run(model, source_ids, key, search, compile, jit_compile)

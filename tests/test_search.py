@@ -1,0 +1,294 @@
+"""Greedy and beam search (backend-agnostic: run under tensorflow, jax and torch).
+
+References are independent of the search code: full forward passes of the
+model (`model.predict_on_batch({"source", "target"})`) driven by numpy loops, and an
+exhaustive enumeration of every output sequence scored with numpy.
+"""
+
+import itertools
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from conftest import to_numpy
+from keras_transformer.decoding import beam_search, greedy_search, length_penalty
+
+PAD, BOS, EOS = 0, 2, 3
+EXTRA = 4  # max_extra_length used throughout, so compiled searches are reused
+
+
+def make_model(vocabulary_size=12, eos_scale=2.0, seed=3, **overrides):
+    """A small model with weights drawn by numpy, hence identical under every backend.
+
+    The EOS embedding row is scaled up so that the EOS logit swings widely:
+    with seed 3, some hypotheses end early with EOS and others run to their
+    length limit (the tests check that the fixture mixes both).
+    """
+    config = dict(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=2, dropout=0.1)
+    config.update(overrides)
+    model = kt.Transformer(vocabulary_size=vocabulary_size, **config)
+    model.build()
+    rng = np.random.default_rng(seed)
+    weights = []
+    for variable in model.weights:
+        shape = tuple(variable.shape)
+        if "gamma" in variable.path:
+            value = 1.0 + 0.1 * rng.normal(size=shape)
+        elif len(shape) == 1:
+            value = 0.1 * rng.normal(size=shape)
+        else:
+            fan_in = shape[-1] if "embeddings" in variable.path else shape[0]
+            value = rng.normal(size=shape) / np.sqrt(fan_in)
+        weights.append(value.astype("float32"))
+    model.set_weights(weights)
+    embeddings = to_numpy(model.target_embedding.embeddings).copy()
+    embeddings[EOS] *= eos_scale
+    model.target_embedding.embeddings.assign(embeddings)
+    return model
+
+
+def make_sources(vocabulary_size=12, lengths=(6, 1, 3, 5), seed=0):
+    """Sources ending with EOS and padded to the longest (the data pipeline's format)."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((len(lengths), max(lengths)), "int32")
+    for row, length in enumerate(lengths):
+        ids[row, : length - 1] = rng.integers(4, vocabulary_size, size=length - 1)
+        ids[row, length - 1] = EOS
+    return ids
+
+
+@pytest.fixture(scope="module")
+def model():
+    return make_model()
+
+
+@pytest.fixture(scope="module")
+def source():
+    return make_sources()
+
+
+def limits_of(source, extra=EXTRA):
+    return (source != PAD).sum(1) + extra
+
+
+def numpy_log_softmax(logits):
+    logits = logits - logits.max(-1, keepdims=True)
+    return logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+
+
+def full_log_probs(model, source_row, targets):
+    """log P of each next token for decoder inputs `targets` (n, t), by full forward passes."""
+    source = np.repeat(source_row[None], len(targets), axis=0)
+    # predict_on_batch compiles the forward pass (eager JAX compiles op by op, slowly).
+    logits = to_numpy(model.predict_on_batch({"source": source, "target": np.asarray(targets, "int32")}))
+    return numpy_log_softmax(logits.astype("float64"))
+
+
+def gnmt_penalty(length, alpha):
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def as_numpy(result):
+    return {key: to_numpy(value) for key, value in result.items()}
+
+
+def test_greedy_matches_step_by_step_full_forward_passes(model, source):
+    result = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
+    assert result["ids"].shape == (4, source.shape[1] + EXTRA)
+    limits = limits_of(source)
+    # The reference re-runs the whole model on BOS + the tokens so far, for
+    # all sentences at once; a finished sentence keeps its tokens.
+    tokens = [[] for _ in source]
+    scores = np.zeros(len(source))
+    width = int(limits.max())  # one shape for every pass (JAX compiles per shape)
+    while any(len(t) < limit and EOS not in t for t, limit in zip(tokens, limits)):
+        targets = [[BOS] + t + [PAD] * (width - 1 - len(t)) for t in tokens]
+        logits = to_numpy(model.predict_on_batch({"source": source, "target": np.array(targets, "int32")}))
+        for row, row_tokens in enumerate(tokens):
+            if len(row_tokens) == limits[row] or EOS in row_tokens:
+                continue
+            log_probs = numpy_log_softmax(logits[row, len(row_tokens)].astype("float64"))
+            log_probs[[PAD, BOS]] = -np.inf
+            token = int(np.argmax(log_probs))
+            row_tokens.append(token)
+            scores[row] += log_probs[token]
+    for row, row_tokens in enumerate(tokens):
+        expected = np.zeros(result["ids"].shape[1], "int32")
+        expected[: len(row_tokens)] = row_tokens
+        np.testing.assert_array_equal(result["ids"][row], expected)
+        assert result["lengths"][row] == len(row_tokens)
+    np.testing.assert_allclose(result["scores"], scores, rtol=1e-5, atol=1e-4)
+    # The fixture exercises both endings: EOS before the limit, and the limit.
+    ended = [EOS in row for row in result["ids"]]
+    assert any(ended) and not all(ended)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_cached_search_equals_search_rerunning_the_full_decoder(search, model, source):
+    if search == "greedy":
+        run = lambda use_cache: as_numpy(greedy_search(model, source, max_extra_length=EXTRA, use_cache=use_cache))
+    else:
+        run = lambda use_cache: as_numpy(
+            beam_search(model, source, max_extra_length=EXTRA, use_cache=use_cache, return_all_beams=True)
+        )
+    cached, uncached = run(True), run(False)
+    np.testing.assert_array_equal(cached["ids"], uncached["ids"])
+    np.testing.assert_array_equal(cached["lengths"], uncached["lengths"])
+    np.testing.assert_allclose(cached["scores"], uncached["scores"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cached["log_probs"], uncached["log_probs"], rtol=1e-5, atol=1e-5)
+
+
+def test_cached_step_follows_pre_layer_norm_models(source):
+    model = make_model(norm_first=True)  # a final LayerNorm and the pre-LN wiring
+    cached = as_numpy(beam_search(model, source, beam_size=2, max_extra_length=2, compile=False))
+    uncached = as_numpy(beam_search(model, source, beam_size=2, max_extra_length=2, compile=False, use_cache=False))
+    np.testing.assert_array_equal(cached["ids"], uncached["ids"])
+    np.testing.assert_allclose(cached["scores"], uncached["scores"], rtol=1e-5, atol=1e-5)
+
+
+def test_beam_size_one_equals_greedy(model, source):
+    greedy = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
+    beam = as_numpy(beam_search(model, source, beam_size=1, alpha=0.6, max_extra_length=EXTRA))
+    np.testing.assert_array_equal(beam["ids"], greedy["ids"])
+    np.testing.assert_array_equal(beam["lengths"], greedy["lengths"])
+    np.testing.assert_allclose(beam["log_probs"], greedy["scores"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        beam["scores"], greedy["scores"] / gnmt_penalty(greedy["lengths"], 0.6), rtol=1e-5, atol=1e-5
+    )
+
+
+def exhaustive_hypotheses(model, source_row, limit, alpha, vocabulary_size):
+    """Every output sequence (ending with EOS, or cut at `limit`) with its GNMT score."""
+    allowed = [t for t in range(vocabulary_size) if t not in (PAD, BOS)]
+    continuing = [t for t in allowed if t != EOS]
+    sequences = []
+    for length in range(1, limit + 1):
+        for prefix in itertools.product(continuing, repeat=length - 1):
+            sequences.append(list(prefix) + [EOS])
+            if length == limit:  # cut at the limit without EOS
+                sequences.extend(list(prefix) + [last] for last in continuing)
+    padded = [[BOS] + s[:-1] + [PAD] * (limit - len(s)) for s in sequences]
+    log_probs = full_log_probs(model, source_row, padded)
+    hypotheses = []
+    for index, sequence in enumerate(sequences):
+        log_p = sum(log_probs[index, position, token] for position, token in enumerate(sequence))
+        hypotheses.append((log_p / gnmt_penalty(len(sequence), alpha), log_p, sequence))
+    return sorted(hypotheses, key=lambda h: -h[0])
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_wide_beam_finds_the_exhaustive_optimum(alpha):
+    vocabulary_size = 6  # pad, unk, bos, eos and two words: 3 ways to continue
+    model = make_model(vocabulary_size=vocabulary_size, seed=1)
+    # Non-pad source lengths 2 and 1 with max_extra_length=1: output limits 3 and 2.
+    source = np.array([[4, EOS], [EOS, PAD]], "int32")
+    beam_size = 40  # every hypothesis of length <= 3 fits: 1 + 3 + 9 * 4
+    result = as_numpy(beam_search(model, source, beam_size=beam_size, alpha=alpha, max_extra_length=1,
+                                  return_all_beams=True))
+    best_lengths = []
+    for row, limit in enumerate([3, 2]):
+        # Each sentence is scored alone, without the batch's padding.
+        alone = source[row, : int((source[row] != PAD).sum())]
+        expected = exhaustive_hypotheses(model, alone, limit, alpha, vocabulary_size)
+        best_score, best_log_p, best_sequence = expected[0]
+        best_lengths.append(len(best_sequence))
+        assert len(expected) <= beam_size
+        ids, lengths = result["ids"][row], result["lengths"][row]
+        np.testing.assert_array_equal(ids[0, : len(best_sequence)], best_sequence)
+        assert np.all(ids[0, len(best_sequence) :] == PAD)
+        assert lengths[0] == len(best_sequence)
+        np.testing.assert_allclose(result["scores"][row, 0], best_score, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(result["log_probs"][row, 0], best_log_p, rtol=1e-5, atol=1e-5)
+        # The beam held every hypothesis: all scores match, the rest of the beam is empty.
+        found = result["scores"][row]
+        finite = found[np.isfinite(found)]
+        np.testing.assert_allclose(finite, [h[0] for h in expected], rtol=1e-5, atol=1e-5)
+        found_sequences = sorted(tuple(ids[k, : lengths[k]]) for k in range(len(finite)))
+        assert found_sequences == sorted(tuple(h[2]) for h in expected)
+    if alpha == 2.0:
+        assert best_lengths[0] == 3  # a strong penalty favours long hypotheses
+
+
+def check_hypotheses(ids, lengths, limits):
+    """EOS ends a hypothesis, pad follows, no special token inside, limits hold."""
+    for row in range(ids.shape[0]):
+        length = int(lengths[row])
+        assert 1 <= length <= limits[row]
+        body, tail = ids[row, :length], ids[row, length:]
+        assert np.all(tail == PAD)
+        assert not np.isin(body[:-1], [PAD, BOS, EOS]).any()
+        assert body[-1] not in (PAD, BOS)
+        if body[-1] != EOS:
+            assert length == limits[row]  # cut at the limit, never extended past it
+
+
+def test_finished_hypotheses_are_not_extended_and_limits_hold(model, source):
+    limits = limits_of(source)
+    greedy = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
+    check_hypotheses(greedy["ids"], greedy["lengths"], limits)
+    beams = as_numpy(beam_search(model, source, max_extra_length=EXTRA, return_all_beams=True))
+    assert beams["ids"].shape == (4, 4, source.shape[1] + EXTRA)
+    for k in range(4):
+        check_hypotheses(beams["ids"][:, k], beams["lengths"][:, k], limits)
+    # Beams are sorted best first and the reported scores are log P / lp(length).
+    assert np.all(np.diff(beams["scores"], axis=1) <= 1e-6)
+    np.testing.assert_allclose(
+        beams["scores"], beams["log_probs"] / gnmt_penalty(beams["lengths"], 0.6), rtol=1e-5, atol=1e-5
+    )
+    # The fixture mixes hypotheses ended by EOS and cut at the limit.
+    ended = beams["ids"] == EOS
+    assert ended.any() and not ended.any(axis=2).all()
+
+
+def test_padding_columns_change_nothing(model, source):
+    """A sentence decodes the same whatever the longest sentence of its batch."""
+    wider = np.pad(source, ((0, 0), (0, 3)))
+    for search in (greedy_search, beam_search):
+        narrow = as_numpy(search(model, source, max_extra_length=EXTRA))
+        wide = as_numpy(search(model, wider, max_extra_length=EXTRA))
+        width = narrow["ids"].shape[1]
+        np.testing.assert_array_equal(wide["ids"][:, :width], narrow["ids"])
+        assert np.all(wide["ids"][:, width:] == PAD)
+        np.testing.assert_allclose(wide["scores"], narrow["scores"], rtol=1e-5, atol=1e-5)
+
+
+def test_absolute_max_length_caps_outputs(model, source):
+    # min_length forbids EOS throughout, so outputs run to their limit.
+    greedy = as_numpy(greedy_search(model, source, max_extra_length=50, max_length=4, min_length=60, compile=False))
+    assert greedy["ids"].shape == (4, 4)
+    np.testing.assert_array_equal(greedy["lengths"], 4)
+    assert not np.isin(greedy["ids"], [PAD, BOS, EOS]).any()
+    beam = as_numpy(beam_search(model, source, max_extra_length=2, max_length=6, min_length=60, compile=False))
+    assert beam["ids"].shape == (4, 6)  # min(6 + 2, 6)
+    np.testing.assert_array_equal(beam["lengths"], np.minimum(limits_of(source, 2), 6))
+
+
+def test_min_length_forbids_early_eos(model, source):
+    free = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
+    assert np.any(free["lengths"] < 3)  # EOS comes early without the constraint
+    forced = as_numpy(greedy_search(model, source, max_extra_length=EXTRA, min_length=3, compile=False))
+    assert np.all(forced["lengths"] >= 4)  # EOS, if any, comes after 3 tokens
+    assert not np.any(forced["ids"][:, :3] == EOS)
+    beam = as_numpy(beam_search(model, source, max_extra_length=EXTRA, min_length=3, compile=False))
+    assert np.all(beam["lengths"] >= 4)
+
+
+def test_length_penalty_is_gnmt():
+    lengths = np.array([1, 4, 10])
+    np.testing.assert_allclose(to_numpy(length_penalty(lengths, 0.6)), ((5 + lengths) / 6) ** 0.6, rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(length_penalty(lengths, 0.0)), 1.0)
+
+
+def test_bad_arguments_are_named(model, source):
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(model, source, beam_size=0)
+    with pytest.raises(ValueError, match="alpha"):
+        beam_search(model, source, alpha=-1.0)
+    with pytest.raises(ValueError, match="source_ids"):
+        greedy_search(model, source[0])
+    with pytest.raises(ValueError, match="max_extra_length"):
+        greedy_search(model, source, max_extra_length=-1)
+    with pytest.raises(ValueError, match="eos_id"):
+        greedy_search(model, source, eos_id=99)
