@@ -6,11 +6,14 @@ the restored weights, so a resumed run sees some batches twice. Here training
 is counted in batches ("steps") and the data pipeline is asked for the data of
 a given step, so a resumed run continues exactly where the checkpoint left
 off: `fit_resumable` reproduces an uninterrupted run (weights, optimizer
-state, learning-rate schedule, and the dropout seed-generator states, which
-Keras saves with the weights).
+state, learning-rate schedule and the dropout seed-generator states).
 
 A checkpoint is a Keras `.weights.h5` file (model weights, optimizer state)
 named `ckpt-<step>.weights.h5`; `latest.json` names the newest complete one.
+Keras does not save the states of the layers' seed generators (dropout) in a
+weights file, so `StepCheckpoint` adds them to the same file, under
+`keras_transformer/seed_generator_states`, and restores them: a resumed run
+draws the same dropout masks as an uninterrupted one.
 Files are written under a temporary name and renamed, so a crash while saving
 leaves the previous checkpoint intact.
 """
@@ -21,6 +24,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 import zipfile
 
 import h5py
@@ -54,6 +58,39 @@ def _atomic_write_json(path, payload):
         os.fsync(handle.fileno())
     os.replace(handle.name, path)
     _fsync_directory(directory)
+
+
+_SEED_STATES = "keras_transformer/seed_generator_states"
+
+
+def _seed_generator_states(model):
+    # In model-tracking order, which is the same for the same architecture.
+    return [v for v in model.variables if v.name == "seed_generator_state"]
+
+
+def _append_seed_states(model, path):
+    states = _seed_generator_states(model)
+    with h5py.File(path, "a") as handle:
+        group = handle.require_group(_SEED_STATES)
+        for index, variable in enumerate(states):
+            dataset = group.create_dataset(str(index), data=keras.ops.convert_to_numpy(variable))
+            dataset.attrs["path"] = variable.path
+
+
+def _restore_seed_states(model, path):
+    with h5py.File(path, "r") as handle:
+        if _SEED_STATES not in handle:
+            return
+        group = handle[_SEED_STATES]
+        saved = [group[str(index)][()] for index in range(len(group))]
+    states = _seed_generator_states(model)
+    if len(saved) != len(states):
+        raise ValueError(
+            f"{path} holds {len(saved)} seed-generator states but the model has "
+            f"{len(states)}: it was written by a different architecture."
+        )
+    for variable, value in zip(states, saved):
+        variable.assign(value)
 
 
 def _ensure_optimizer_built(model):
@@ -132,7 +169,17 @@ class StepCheckpoint(keras.callbacks.Callback):
             )
         _ensure_optimizer_built(model)
         model.load_weights(path)
+        _restore_seed_states(model, path)
         self.step = self._epoch_start_step = self._last_saved_step = step
+        # A crash between writing a checkpoint and updating latest.json leaves
+        # a newer, unlisted file (and maybe a temporary one): the resumed run
+        # rewrites those steps, so drop them.
+        for newer_step, newer_path in list_checkpoints(self.directory):
+            if newer_step > step:
+                os.remove(newer_path)
+        for name in os.listdir(self.directory):
+            if name.startswith(".tmp-"):
+                os.remove(os.path.join(self.directory, name))
         return step
 
     def save(self, model=None):
@@ -143,6 +190,7 @@ class StepCheckpoint(keras.callbacks.Callback):
             self.directory, f".tmp-{os.getpid()}-{self.step}.weights.h5"
         )
         model.save_weights(temporary_path)
+        _append_seed_states(model, temporary_path)
         with open(temporary_path, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(temporary_path, final_path)
@@ -156,8 +204,10 @@ class StepCheckpoint(keras.callbacks.Callback):
     def _prune(self):
         if self.keep_last is None:
             return
+        current = self.checkpoint_path(self.step)
         for _, path in list_checkpoints(self.directory)[: -self.keep_last]:
-            os.remove(path)
+            if path != current:
+                os.remove(path)
 
     # -- callback hooks ----------------------------------------------------
     def on_epoch_begin(self, epoch, logs=None):
@@ -412,8 +462,8 @@ def save_averaged_model(model, checkpoints, output_path, last_n=5):
     """Loads the average of the last `last_n` checkpoints into `model` and
     saves it to `output_path` (`.keras`: whole model, `.weights.h5`: weights).
 
-    `model` must be built (and compiled, if the checkpoints hold optimizer
-    state) like the model that wrote the checkpoints.
+    `model` must be built like the model that wrote the checkpoints; its
+    optimizer state (if any) is left as it is.
     """
     output_path = str(output_path)
     if not (output_path.endswith(".keras") or output_path.endswith(".weights.h5")):
@@ -424,11 +474,14 @@ def save_averaged_model(model, checkpoints, output_path, last_n=5):
     try:
         averaged = os.path.join(scratch, "averaged.weights.h5")
         average_checkpoints(checkpoints, last_n=last_n, output_path=averaged)
-        with h5py.File(averaged, "r") as handle:
-            has_optimizer = "optimizer" in handle
-        if has_optimizer:
-            _ensure_optimizer_built(model)
-        model.load_weights(averaged)
+        with h5py.File(averaged, "a") as handle:
+            # The model weights are averaged; the newest checkpoint's optimizer
+            # moments do not belong to them, so the model keeps its own.
+            if "optimizer" in handle:
+                del handle["optimizer"]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+            model.load_weights(averaged)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if output_path.endswith(".keras"):

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_transformer.training._tf_compat import sum_over_replicas
 from keras_transformer.training.losses import _as_token_labels, _token_weights
 
 
@@ -11,9 +12,11 @@ class MaskedAccuracy(keras.metrics.Metric):
     """Fraction of non-pad target tokens whose arg-max prediction is right.
 
     Accumulates (correct, counted) token totals over batches, so the result
-    is a token-weighted accuracy over everything seen since the last reset
-    (and over all replicas under `tf.distribute`, whose metric variables are
-    summed).
+    is a token-weighted accuracy over everything seen since the last reset.
+    Under `tf.distribute`, Keras reports the *mean* of the replicas' results
+    (read inside each replica); `result()` therefore sums the totals over the
+    replicas first, so that every replica reports the global token-weighted
+    accuracy even when replicas hold different numbers of tokens.
 
     Args:
         pad_id: label id that is not counted (0).
@@ -42,7 +45,9 @@ class MaskedAccuracy(keras.metrics.Metric):
         self.counted.assign_add(ops.cast(ops.sum(weights), self.dtype))
 
     def result(self):
-        return ops.divide_no_nan(self.correct, self.counted)
+        correct, _ = sum_over_replicas(ops.convert_to_tensor(self.correct))
+        counted, _ = sum_over_replicas(ops.convert_to_tensor(self.counted))
+        return ops.divide_no_nan(correct, counted)
 
     def reset_state(self):
         self.correct.assign(ops.zeros((), dtype=self.dtype))

@@ -1,0 +1,253 @@
+"""Periodic checkpoints, exact resumption after SIGKILL, checkpoint averaging."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.training import (
+    StepCheckpoint,
+    average_checkpoints,
+    latest_checkpoint,
+    list_checkpoints,
+    save_averaged_model,
+)
+
+VOCABULARY_SIZE, LENGTH, BATCH = 16, 6, 8
+STEPS_PER_EPOCH, EPOCHS, SAVE_EVERY, KILL_AFTER = 5, 2, 3, 8
+
+
+def child(work_dir, kill_after):
+    """Trains 10 steps with fit_resumable; with kill_after > 0, writes a marker
+    after that step and waits to be killed."""
+    import tensorflow as tf
+
+    from keras_transformer import Transformer
+    from keras_transformer.training import (
+        LabelSmoothedCrossEntropy,
+        MaskedAccuracy,
+        fit_resumable,
+        paper_optimizer,
+    )
+
+    tf.config.experimental.enable_op_determinism()
+    keras.utils.set_random_seed(11)
+    rng = np.random.default_rng(0)
+    count = 24  # not a multiple of the batch: epochs of data and of training differ
+    source = rng.integers(3, VOCABULARY_SIZE, size=(count, LENGTH)).astype("int32")
+    lengths = rng.integers(2, LENGTH + 1, size=count)
+    source[np.arange(LENGTH)[None, :] >= lengths[:, None]] = 0
+    target_in = np.concatenate([np.ones((count, 1), "int32"), source], axis=1)
+    labels = np.concatenate([source, np.zeros((count, 1), "int32")], axis=1)
+    labels[np.arange(count), lengths] = 2  # EOS
+
+    def make_dataset(start_step):
+        examples = tf.data.Dataset.from_tensor_slices(
+            ({"source": source, "target": target_in}, labels)
+        )
+        # A fixed-seed shuffle is the same sequence in every process.
+        batches = examples.shuffle(count, seed=5, reshuffle_each_iteration=True).batch(BATCH)
+        return batches.repeat().skip(start_step)
+
+    # Dropout stays on: its seed-generator state is saved with the weights.
+    model = Transformer.from_preset(
+        "tiny", vocabulary_size=VOCABULARY_SIZE, d_model=32, d_ff=64,
+        num_encoder_layers=1, num_decoder_layers=1, dropout=0.1,
+    )
+    model.compile(
+        optimizer=paper_optimizer(model.d_model, warmup_steps=3),
+        loss=LabelSmoothedCrossEntropy(),
+        metrics=[MaskedAccuracy()],
+    )
+
+    class KillPoint(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.step = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.step += 1
+            if kill_after and self.step == kill_after:
+                with open(os.path.join(work_dir, "marker"), "w") as handle:
+                    handle.write(str(self.step))
+                time.sleep(300)  # the parent kills us here, mid-epoch
+
+    history = fit_resumable(
+        model,
+        make_dataset,
+        epochs=EPOCHS,
+        steps_per_epoch=STEPS_PER_EPOCH,
+        checkpoint_dir=os.path.join(work_dir, "checkpoints"),
+        save_every_steps=SAVE_EVERY,
+        keep_last=5,
+        callbacks=[KillPoint()],
+        verbose=0,
+    )
+    np.savez(os.path.join(work_dir, "final.npz"), *model.get_weights())
+    with open(os.path.join(work_dir, "history.json"), "w") as handle:
+        json.dump(history, handle)
+
+
+def start_child(work_dir, kill_after):
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), str(work_dir), str(kill_after)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def finish(process, timeout=240):
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-5000:]
+
+
+def load_weights(path):
+    arrays = np.load(path)
+    return [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+
+
+def test_resumes_after_sigkill_to_the_same_weights_as_an_uninterrupted_run(tmp_path):
+    uninterrupted, interrupted = tmp_path / "uninterrupted", tmp_path / "interrupted"
+    uninterrupted.mkdir()
+    interrupted.mkdir()
+    # Both start at once (they share nothing but the code).
+    reference = start_child(uninterrupted, kill_after=0)
+    crashing = start_child(interrupted, kill_after=KILL_AFTER)
+    marker = interrupted / "marker"
+    deadline = time.time() + 240
+    while not marker.exists() and crashing.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), crashing.communicate()[0][-5000:]
+    crashing.send_signal(signal.SIGKILL)
+    crashing.communicate()
+    assert crashing.returncode == -signal.SIGKILL
+    checkpoints = interrupted / "checkpoints"
+    # Saved after steps 3 and 6; the kill came after step 8, mid-epoch 2.
+    assert latest_checkpoint(checkpoints)[0] == 6
+    assert [step for step, _ in list_checkpoints(checkpoints)] == [3, 6]
+
+    resumed = start_child(interrupted, kill_after=0)
+    finish(resumed)
+    finish(reference)
+    with open(interrupted / "history.json") as handle:
+        resumed_history = json.load(handle)
+    assert len(resumed_history["loss"]) == 1  # only the rest of epoch 2 ran
+    assert [step for step, _ in list_checkpoints(checkpoints)] == [3, 6, 9, 10]
+
+    expected = load_weights(uninterrupted / "final.npz")
+    actual = load_weights(interrupted / "final.npz")
+    assert len(expected) == len(actual)
+    for a, b in zip(expected, actual):
+        np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+    initial_run_progress = max(
+        float(np.abs(a).max()) for a in average_checkpoints([list_checkpoints(checkpoints)[0][1]], last_n=None).values()
+    )
+    assert initial_run_progress > 0
+
+
+# -- periodic checkpoints and averaging (no subprocess) ------------------------
+def small_model(compile_it=True):
+    model = keras.Sequential(
+        [keras.Input((3,)), keras.layers.Dense(4, name="hidden"), keras.layers.Dense(2, name="out")]
+    )
+    if compile_it:
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    return model
+
+
+def write_known_checkpoints(directory, values):
+    """Checkpoints whose every weight equals `value` (+ index inside)."""
+    model = small_model()
+    model.fit(np.ones((4, 3)), np.ones((4, 2)), verbose=0)  # builds optimizer state
+    checkpoint = StepCheckpoint(directory, save_every_steps=1)
+    checkpoint.set_model(model)
+    for step, value in values:
+        model.set_weights([np.full(w.shape, value, w.dtype) + np.arange(w.size).reshape(w.shape) for w in model.get_weights()])
+        checkpoint.step = step
+        checkpoint.save()
+    return model
+
+
+def test_average_of_known_weight_files(tmp_path):
+    values = [(100, 1.0), (200, 2.0), (300, 4.0), (1000, 8.0)]  # 1000 sorts after 300
+    write_known_checkpoints(tmp_path, values)
+    averages = average_checkpoints(tmp_path, last_n=3)
+    assert averages and all(name.startswith("layers/") for name in averages)
+    for name, array in averages.items():
+        offset = np.arange(array.size).reshape(array.shape)
+        np.testing.assert_allclose(array, (2.0 + 4.0 + 8.0) / 3 + offset, rtol=1e-6)
+    every = average_checkpoints(tmp_path, last_n=None)
+    for array in every.values():
+        np.testing.assert_allclose(array.ravel()[0], (1 + 2 + 4 + 8) / 4, rtol=1e-6)
+
+    # An averaged weights file loads into a model of the same architecture.
+    output = tmp_path / "averaged.weights.h5"
+    average_checkpoints(tmp_path, last_n=2, output_path=output)
+    model = small_model()
+    model.optimizer.build(model.trainable_variables)
+    model.load_weights(output)
+    for weight in model.get_weights():
+        np.testing.assert_allclose(weight, 6.0 + np.arange(weight.size).reshape(weight.shape), rtol=1e-6)
+
+
+def test_averaging_keras_files_and_writing_an_averaged_model(tmp_path):
+    paths = []
+    for index, value in enumerate([3.0, 5.0]):
+        model = small_model()
+        model.set_weights([np.full(w.shape, value, w.dtype) for w in model.get_weights()])
+        path = tmp_path / f"epoch-{index}.keras"
+        model.save(path)
+        paths.append(path)
+    target = small_model()
+    saved = save_averaged_model(target, [str(p) for p in paths], tmp_path / "avg.keras", last_n=2)
+    restored = keras.saving.load_model(tmp_path / "avg.keras")
+    for weight in restored.get_weights():
+        np.testing.assert_allclose(weight, 4.0)
+    assert saved is target
+
+
+def test_averaging_rejects_different_models_and_empty_input(tmp_path):
+    write_known_checkpoints(tmp_path / "a", [(1, 1.0)])
+    other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(5, name="hidden")])
+    other.save_weights(tmp_path / "a" / "ckpt-000000002.weights.h5")
+    with pytest.raises(ValueError, match="same variables"):
+        average_checkpoints(tmp_path / "a", last_n=2)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no \\*.weights.h5"):
+        average_checkpoints(tmp_path / "empty")
+    with pytest.raises(ValueError, match="last_n"):
+        average_checkpoints(tmp_path / "a", last_n=0)
+
+
+def test_step_checkpoint_saves_periodically_and_keeps_the_last(tmp_path):
+    model = small_model()
+    checkpoint = StepCheckpoint(tmp_path, save_every_steps=2, keep_last=2)
+    model.fit(np.ones((7, 3)), np.ones((7, 2)), batch_size=1, epochs=1, verbose=0, callbacks=[checkpoint])
+    # 7 steps: saves at 2, 4, 6 and at the end (7); keeps the newest two.
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [6, 7]
+    assert latest_checkpoint(tmp_path)[0] == 7
+    # Leftovers of a crash while saving: a newer file latest.json does not
+    # name yet, and a temporary file. Restoring drops both.
+    stale = tmp_path / "ckpt-000000008.weights.h5"
+    stale.write_bytes((tmp_path / "ckpt-000000007.weights.h5").read_bytes())
+    (tmp_path / ".tmp-123-8.weights.h5").write_bytes(b"partial")
+    fresh = small_model()
+    fresh.build((None, 3))
+    restorer = StepCheckpoint(tmp_path, save_every_steps=2)
+    assert restorer.restore(fresh) == 7
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-000000006.weights.h5", "ckpt-000000007.weights.h5", "latest.json"]
+    for a, b in zip(model.get_weights(), fresh.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert int(fresh.optimizer.iterations.numpy()) == 7
+    with pytest.raises(ValueError, match="save_every_steps"):
+        StepCheckpoint(tmp_path, save_every_steps=0)
+
+
+if __name__ == "__main__":
+    child(sys.argv[1], int(sys.argv[2]))
