@@ -12,5 +12,6 @@ from keras_transformer.training.checkpoints import list_checkpoints
 from keras_transformer.training.checkpoints import save_averaged_model
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.metrics import MaskedAccuracy
+from keras_transformer.training.optimizers import TransformerAdam
 from keras_transformer.training.optimizers import paper_optimizer
 from keras_transformer.training.schedule import NoamSchedule
