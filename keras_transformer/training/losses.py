@@ -59,7 +59,10 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     Keras' built-in losses compute and then divide by the number of replicas,
     weights a replica's tokens by the inverse of its own token count instead).
     Keras multiplies the loss it *reports* by the number of replicas and
-    averages over replicas, which again yields the global token mean.
+    averages over replicas weighted by their numbers of sequences, which again
+    yields the global token mean when the replicas get equal numbers of
+    sequences (a global batch divisible by the replica count); the gradients
+    are exact in any case.
 
     Computation is float32 whatever the dtype policy (stable `log_softmax`
     of the logits), so it is safe under `mixed_float16` / `mixed_bfloat16`.
