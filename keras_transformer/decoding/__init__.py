@@ -5,12 +5,24 @@ such as `keras_transformer.data.SubwordTokenizer` (TensorFlow), and the
 evaluation needs `sacrebleu`. Nothing here imports TensorFlow at import time.
 """
 
+from keras_transformer.decoding.evaluation import compound_split_bleu
+from keras_transformer.decoding.evaluation import corpus_scores
+from keras_transformer.decoding.evaluation import evaluate
+from keras_transformer.decoding.evaluation import split_compounds
 from keras_transformer.decoding.search import beam_search
 from keras_transformer.decoding.search import greedy_search
 from keras_transformer.decoding.search import length_penalty
+from keras_transformer.decoding.translate import Translator
+from keras_transformer.decoding.translate import translate
 
 __all__ = [
+    "Translator",
     "beam_search",
+    "compound_split_bleu",
+    "corpus_scores",
+    "evaluate",
     "greedy_search",
     "length_penalty",
+    "split_compounds",
+    "translate",
 ]

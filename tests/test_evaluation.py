@@ -1,0 +1,66 @@
+"""Evaluation through keras_transformer.decoding reproduces sacreBLEU's own scores."""
+
+import pytest
+import sacrebleu
+from sacrebleu.metrics import BLEU, CHRF
+
+from keras_transformer.decoding import compound_split_bleu, corpus_scores, split_compounds
+
+HYPOTHESES = [
+    "Das Haus ist klein.",
+    "Die Rich-Text-Datei wurde gespeichert.",
+    "Der Zug kommt um halb acht an.",
+    "",
+    "Sie weiß, dass der E-Mail-Server läuft!",
+]
+REFERENCES = [
+    "Das Haus ist sehr klein.",
+    "Die Rich-Text-Datei ist gespeichert.",
+    "Der Zug kommt um halb acht an.",
+    "Guten Morgen.",
+    "Sie weiß, dass der E-Mail-Server nicht läuft.",
+]
+
+
+def test_detokenized_bleu_and_chrf_are_sacrebleus():
+    scores = corpus_scores(HYPOTHESES, REFERENCES)
+    bleu = BLEU()
+    assert scores["bleu"] == pytest.approx(bleu.corpus_score(HYPOTHESES, [REFERENCES]).score, abs=1e-9)
+    assert scores["bleu_signature"] == str(bleu.get_signature())
+    chrf = CHRF()
+    assert scores["chrf"] == pytest.approx(chrf.corpus_score(HYPOTHESES, [REFERENCES]).score, abs=1e-9)
+    assert scores["chrf_signature"] == str(chrf.get_signature())
+
+
+def test_split_compounds_like_perl_substitution():
+    assert split_compounds("rich-text format") == "rich ##AT##-##AT## text format"
+    # Non-overlapping, as perl's s{(\S)-(\S)}{...}g: the second hyphen of a-b-c stays.
+    assert split_compounds("a-b-c") == "a ##AT##-##AT## b-c"
+    assert split_compounds("E-Mail-Server") == "E ##AT##-##AT## Mail ##AT##-##AT## Server"
+    assert split_compounds("a - b") == "a - b"
+
+
+def test_compound_split_bleu_is_sacrebleu_on_tokenized_split_text():
+    tokenize = sacrebleu.tokenizers.tokenizer_13a.Tokenizer13a()
+    import re
+
+    def prepare(text):
+        return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", tokenize(text))
+
+    expected = sacrebleu.corpus_bleu(
+        [prepare(h) for h in HYPOTHESES], [[prepare(r) for r in REFERENCES]],
+        tokenize="none", smooth_method="none", force=True,
+    ).score
+    result = compound_split_bleu(HYPOTHESES, REFERENCES)
+    assert result["bleu_compound_split"] == pytest.approx(expected, abs=1e-9)
+    assert "compound" in result["bleu_compound_split_label"]
+    # Splitting compounds credits their matching parts: the score differs from sacreBLEU's.
+    assert result["bleu_compound_split"] != pytest.approx(corpus_scores(HYPOTHESES, REFERENCES)["bleu"])
+    assert compound_split_bleu(REFERENCES, REFERENCES)["bleu_compound_split"] == pytest.approx(100.0)
+
+
+def test_misaligned_inputs_are_named():
+    with pytest.raises(ValueError, match="5 hypotheses but 4 references"):
+        compound_split_bleu(HYPOTHESES, REFERENCES[:4])
+    with pytest.raises(TypeError, match=r"references\[0\] is int"):
+        compound_split_bleu(["a"], [1])
