@@ -182,7 +182,8 @@ def main():
         if translate is not None:
             contenders.append(
                 ("Keras in-process translate (text)", "text",
-                 lambda x: translate(model, tokenizer, [t.decode("utf-8") for t in x.numpy()], **search))
+                 lambda x: translate(model, tokenizer, [t.decode("utf-8") for t in x.numpy()],
+                                     batch_size=args.batch_size, **search))
             )
         else:
             # Until decoding.translate exists: the same steps composed by hand.

@@ -16,7 +16,10 @@ Beam size, length penalty and the length limits are fixed at export time.
 Inputs longer than `max_input_length` tokens (EOS included) are truncated to
 their first `max_input_length - 1` tokens, so no request can make the
 server's work unbounded: a translation has at most `max_input_length +
-max_extra_length` tokens (or `max_output_length`).
+max_extra_length` tokens (or `max_output_length`). Inputs without any token
+(empty or whitespace-only strings) translate to "" with score 0. These are
+the conventions of `keras_transformer.decoding.translate` with
+`max_source_length=max_input_length`, so both give the same translations.
 
 The version directory appears atomically: the SavedModel is written to a
 hidden temporary directory beside it (TF Serving ignores names that are not
@@ -188,9 +191,21 @@ class _Translator:
             )
         return tf.convert_to_tensor(result["ids"]), tf.convert_to_tensor(result["scores"])
 
+    def search_tokens(self, tokens):
+        """Ragged token ids -> (ids, scores); a row without tokens gives no ids and score 0.
+
+        An empty or whitespace-only input has no tokens: like the in-process
+        `keras_transformer.decoding.translate`, it translates to "" (its row
+        is still searched with the batch, and the result discarded).
+        """
+        ids, scores = self.search(self.source_ids(tokens))
+        has_tokens = tokens.row_lengths() > 0
+        ids = tf.where(has_tokens[:, tf.newaxis], ids, PAD_ID)
+        scores = tf.where(has_tokens, scores, 0.0)
+        return ids, scores
+
     def translate_text(self, text):
-        source_ids = self.source_ids(self.tokenizer.tokenize(text))
-        ids, scores = self.search(source_ids)
+        ids, scores = self.search_tokens(self.tokenizer.tokenize(text))
         translations = self.tokenizer.detokenize(ids)
         # SentencePiece already replaces invalid byte sequences (byte-fallback
         # pieces in a bad order) with U+FFFD; this keeps the guarantee explicit.
@@ -210,7 +225,7 @@ class _Translator:
         tokens = tf.ragged.map_flat_values(
             lambda values, valid: tf.where(valid, values, UNK_ID), tokens, in_range
         )
-        ids, scores = self.search(self.source_ids(tokens))
+        ids, scores = self.search_tokens(tokens)
         # The translation's tokens only: EOS and what follows become pad.
         before_eos = tf.math.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1) == 0
         ids = tf.where(before_eos, ids, PAD_ID)

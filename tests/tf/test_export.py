@@ -30,7 +30,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.data import SubwordTokenizer
-from keras_transformer.decoding import beam_search
+from keras_transformer.decoding import Translator, beam_search, translate
 from keras_transformer.export import (
     ExportDirectoryError,
     ServingOpsError,
@@ -209,6 +209,10 @@ def source_ids(tokenizer, texts):
     return np.array([r + [0] * (width - len(r)) for r in rows], dtype="int32")
 
 
+def token_counts(tokenizer, texts):
+    return [len(r) for r in tokenizer.tokenize(texts).to_list()]
+
+
 def strip_after_eos(ids):
     ids = np.array(ids)
     after = np.cumsum(ids == EOS, axis=1) > 0
@@ -218,7 +222,7 @@ def strip_after_eos(ids):
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
     tokenizer = SubwordTokenizer.train(
-        SENTENCES, 320, byte_fallback=True, hard_vocab_limit=False, seed=1
+        SENTENCES, 700, byte_fallback=True, hard_vocab_limit=False, seed=1
     )
     # Round trip through a file as a user would.
     path = tokenizer.save(tmp_path_factory.mktemp("tokenizer") / "spm.model")
@@ -337,36 +341,52 @@ def test_text_signature_matches_in_process_search(server, model, tokenizer):
         max_extra_length=MAX_EXTRA_LENGTH,
     )
     expected_texts = decode_strict(tokenizer.detokenize(expected["ids"]).numpy())
+    expected_scores = keras.ops.convert_to_numpy(expected["scores"])
     exported = server["eager"]["serving_default"]
-    assert decode_strict(decode_b64(exported["translations"])) == expected_texts
-    np.testing.assert_allclose(exported["scores"], keras.ops.convert_to_numpy(expected["scores"]), atol=1e-4)
+    exported_texts = decode_strict(decode_b64(exported["translations"]))
+    for index, count in enumerate(token_counts(tokenizer, texts)):
+        if count == 0:  # empty or whitespace only: "" and score 0, not searched
+            assert (exported_texts[index], exported["scores"][index]) == ("", 0.0)
+        else:
+            assert exported_texts[index] == expected_texts[index], texts[index]
+            np.testing.assert_allclose(exported["scores"][index], expected_scores[index], atol=1e-4)
+    assert sum(c > 0 for c in token_counts(tokenizer, texts)) == len(texts) - 2
 
 
 def test_text_signature_matches_translate(server, model, tokenizer):
-    import keras_transformer.decoding as decoding
-
-    translate = getattr(decoding, "translate", None)
-    if translate is None:  # TODO(export): remove once decoding.translate is committed
-        pytest.skip("keras_transformer.decoding.translate does not exist yet")
-
-    expected = translate(
+    # The in-process API with the export's settings (it cuts long sources too).
+    translator = Translator(
+        model, tokenizer, beam_size=BEAM_SIZE, alpha=ALPHA, max_extra_length=MAX_EXTRA_LENGTH,
+        max_source_length=MAX_INPUT_LENGTH,
+    )
+    texts = NORMAL_TEXTS + MIXED_BATCH
+    expected, expected_scores = translator.translate(texts, return_scores=True)
+    exported = server["eager"]["serving_default"]
+    assert decode_strict(decode_b64(exported["translations"])) == expected
+    np.testing.assert_allclose(exported["scores"], expected_scores, atol=1e-4)
+    # Ordinary sentences (shorter than the limit) through the function API with
+    # its defaults, in a smaller batch (other padding): the same translations.
+    assert max(token_counts(tokenizer, NORMAL_TEXTS)) < MAX_INPUT_LENGTH
+    assert translate(
         model, tokenizer, NORMAL_TEXTS, beam_size=BEAM_SIZE, alpha=ALPHA,
         max_extra_length=MAX_EXTRA_LENGTH,
-    )
-    exported = decode_strict(decode_b64(server["eager"]["serving_default"]["translations"]))
-    assert exported[: len(NORMAL_TEXTS)] == list(expected)
+    ) == expected[: len(NORMAL_TEXTS)]
 
 
-def test_ids_signature_matches_in_process_search(server, model):
+def test_ids_signature_matches_in_process_search(server, model, tokenizer):
     expected = beam_search(
         model, server["ids_sent"], beam_size=BEAM_SIZE, alpha=ALPHA, max_extra_length=MAX_EXTRA_LENGTH,
     )
     exported = server["eager"]["translate_ids"]
     expected_ids = strip_after_eos(keras.ops.convert_to_numpy(expected["ids"]))
+    expected_scores = keras.ops.convert_to_numpy(expected["scores"])
+    has_tokens = np.array(token_counts(tokenizer, NORMAL_TEXTS + MIXED_BATCH)) > 0
+    expected_ids[~has_tokens] = 0
+    expected_scores[~has_tokens] = 0.0
     exported_ids = np.array(exported["ids"])
     assert exported_ids.shape == expected_ids.shape
     np.testing.assert_array_equal(exported_ids, expected_ids)
-    np.testing.assert_allclose(exported["scores"], keras.ops.convert_to_numpy(expected["scores"]), atol=1e-4)
+    np.testing.assert_allclose(exported["scores"], expected_scores, atol=1e-4)
     # The two signatures agree on the same sentences.
     text_scores = server["eager"]["serving_default"]["scores"]
     np.testing.assert_allclose(exported["scores"], text_scores, atol=1e-4)
@@ -473,6 +493,10 @@ def test_bad_input(case, loaded, tokenizer):
     ids = loaded.signatures["translate_ids"](source_ids=tf.constant(source_ids(tokenizer, [text])))
     assert np.count_nonzero(ids["ids"].numpy()) <= MAX_INPUT_LENGTH + MAX_EXTRA_LENGTH
     np.testing.assert_allclose(ids["scores"].numpy(), outputs["scores"].numpy(), atol=1e-4)
+    if case in ("empty", "whitespace"):
+        assert translation == "" and outputs["scores"].numpy()[0] == 0.0
+    else:
+        assert outputs["scores"].numpy()[0] < 0.0
 
 
 def test_long_input_is_truncated(loaded, tokenizer):
@@ -516,7 +540,8 @@ def test_ids_signature_tolerates_bad_ids(loaded):
     np.testing.assert_array_equal(odd["ids"].numpy(), clean["ids"].numpy())
     np.testing.assert_allclose(odd["scores"].numpy(), clean["scores"].numpy(), atol=1e-4)
     # Nothing but padding: translated as an empty sentence.
-    empty = ids(source_ids=tf.zeros([2, 0], tf.int32))
+    empty = ids(source_ids=tf.constant([[0, 0], [3, 2]]))
+    assert not empty["ids"].numpy().any() and not empty["scores"].numpy().any()
     assert empty["ids"].shape[0] == 2
 
 
