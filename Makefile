@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test install clean
+.PHONY: test install quickstart clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ install: $(STAMP)
 # TensorFlow-only tests (tf.data, MirroredStrategy, export) once.
 test: $(STAMP)
 	$(BIN)/python tests/run_all.py
+
+# The main job: generate a corpus, train, evaluate, export, translate.
+quickstart: $(STAMP)
+	$(BIN)/python recipes/quickstart/run.py
 
 clean:
 	rm -rf $(VENV)

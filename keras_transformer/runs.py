@@ -1,0 +1,333 @@
+"""A training run on disk: train, resume, evaluate, translate and export from a config.
+
+Layout of `output_dir`:
+
+    config.json          the resolved configuration
+    tokenizer.model      the joint SentencePiece vocabulary
+    checkpoints/         ckpt-<step>.weights.h5 (weights + optimizer state), latest.json
+    tensorboard/         training curves
+    model.keras          the final model (average of the last checkpoints)
+    eval.json            the last `evaluate` result
+
+TensorFlow-specific (tf.data, tokenizer): used by the command line and the
+recipes. Running `train` again on the same `output_dir` resumes from the
+newest checkpoint; nothing already done is lost.
+"""
+
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+
+import keras
+
+from keras_transformer import config as config_lib
+
+log = logging.getLogger("keras_transformer")
+
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.model"
+MODEL_FILE = "model.keras"
+CHECKPOINT_DIR = "checkpoints"
+
+
+class RunError(RuntimeError):
+    """A run directory or its inputs are unusable; the message says which file."""
+
+
+def _read_pairs(config, split):
+    from keras_transformer.data import open_corpus
+
+    data = config["data"]
+    path = data[split]
+    if not path:
+        raise RunError(f"the configuration has no data.{split} corpus (set data.{split}).")
+    options = {"max_chars": data["max_chars"]}
+    if str(path).endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")):
+        options.update(source_key=data["source_key"], target_key=data["target_key"])
+    pairs, stats = open_corpus(path, data.get(f"{split}_target"), **options).load()
+    log.info("%s: %s", path, stats)
+    print(f"data.{split} {path}: {stats}", flush=True)
+    if not pairs:
+        raise RunError(f"data.{split} {path}: no usable sentence pairs ({stats}).")
+    return pairs
+
+
+def load_tokenizer(output_dir):
+    from keras_transformer.data import SubwordTokenizer
+
+    path = Path(output_dir) / TOKENIZER_FILE
+    if not path.is_file():
+        raise RunError(f"{path}: no tokenizer; run `keras-transformer train` first.")
+    return SubwordTokenizer.load(str(path))
+
+
+def load_model(output_dir):
+    path = Path(output_dir) / MODEL_FILE
+    if not path.is_file():
+        raise RunError(f"{path}: no trained model; run `keras-transformer train` first.")
+    return keras.saving.load_model(str(path))
+
+
+def load_run(output_dir):
+    """(model, tokenizer, config) of a finished run."""
+    config_path = Path(output_dir) / CONFIG_FILE
+    config = config_lib.defaults()
+    if config_path.is_file():
+        config = config_lib.merge(config, json.loads(config_path.read_text()), origin=str(config_path))
+    return load_model(output_dir), load_tokenizer(output_dir), config
+
+
+class _TimeLimit(keras.callbacks.Callback):
+    """Stops training after `minutes` of wall-clock time (checked every batch)."""
+
+    def __init__(self, minutes):
+        super().__init__()
+        self.deadline = time.monotonic() + 60 * minutes
+        self.reached = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.monotonic() > self.deadline:
+            self.reached = True
+            self.model.stop_training = True
+
+
+class _StepLimit(keras.callbacks.Callback):
+    """Stops training once the optimizer has made `max_steps` updates."""
+
+    def __init__(self, max_steps):
+        super().__init__()
+        self.max_steps = max_steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) >= self.max_steps:
+            self.model.stop_training = True
+
+
+def build_model(config, vocabulary_size):
+    import keras_transformer as kt
+
+    model_config = config["model"]
+    return kt.Transformer.from_preset(
+        model_config["preset"], vocabulary_size=vocabulary_size, **config_lib.model_overrides(model_config)
+    )
+
+
+def compile_model(model, config):
+    from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, paper_optimizer
+
+    training = config["training"]
+    model.compile(
+        optimizer=paper_optimizer(
+            model.d_model,
+            warmup_steps=training["warmup_steps"],
+            scale=training["learning_rate_scale"],
+            gradient_accumulation_steps=training["gradient_accumulation_steps"],
+        ),
+        loss=LabelSmoothedCrossEntropy(training["label_smoothing"]),
+        metrics=[MaskedAccuracy()],
+    )
+    return model
+
+
+def train(config, verbose="auto"):
+    """Trains (or resumes) the run described by `config`; returns the output directory."""
+    import tensorflow as tf
+
+    from keras_transformer.data import SubwordTokenizer, make_dataset
+    from keras_transformer.training import fit_resumable, list_checkpoints, save_averaged_model
+
+    output_dir = Path(config["output_dir"])
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunError(f"output_dir {output_dir}: cannot create it: {error}") from None
+    training = config["training"]
+    if training["mixed_precision"]:
+        keras.config.set_dtype_policy(training["mixed_precision"])
+    keras.utils.set_random_seed(training["seed"])
+    (output_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+
+    pairs = _read_pairs(config, "train")
+    tokenizer_path = output_dir / TOKENIZER_FILE
+    if tokenizer_path.is_file():
+        tokenizer = SubwordTokenizer.load(str(tokenizer_path))
+        print(f"tokenizer: reusing {tokenizer_path} ({tokenizer.vocabulary_size} pieces)", flush=True)
+    else:
+        start = time.time()
+        tokenizer = SubwordTokenizer.train(
+            pairs,
+            vocabulary_size=config["data"]["vocabulary_size"],
+            model_type=config["data"]["tokenizer_model_type"],
+            seed=training["seed"],
+        )
+        tokenizer.save(str(tokenizer_path))
+        print(f"tokenizer: trained {tokenizer.vocabulary_size} pieces in {time.time() - start:.0f}s "
+              f"-> {tokenizer_path}", flush=True)
+
+    def dataset_options(training_split):
+        return dict(
+            tokens_per_batch=training["tokens_per_batch"],
+            max_length=config["data"]["max_length"],
+            training=training_split,
+            seed=training["seed"],
+        )
+
+    # One pass to learn the epoch length, then a repeated pipeline that a
+    # resumed run can fast-forward (`skip`) to the step it stopped at.
+    epoch = make_dataset(pairs, tokenizer, **dataset_options(True))
+    steps_per_epoch = int(epoch.cardinality())
+    if steps_per_epoch <= 0:
+        raise RunError(f"data.train {config['data']['train']}: no batch fits data.max_length.")
+    repeated = make_dataset(pairs, tokenizer, repeat=True, **dataset_options(True))
+
+    def dataset_from(step):
+        return repeated.skip(step)
+
+    validation = None
+    if config["data"]["valid"]:
+        validation = make_dataset(_read_pairs(config, "valid"), tokenizer, **dataset_options(False))
+
+    strategy = None
+    if training["distribute"]:
+        from keras_transformer.training.distribute import mirrored_strategy
+
+        strategy = mirrored_strategy()
+        print(f"MirroredStrategy over {strategy.num_replicas_in_sync} replicas", flush=True)
+    scope = strategy.scope() if strategy else _NullScope()
+    with scope:
+        model = compile_model(build_model(config, tokenizer.vocabulary_size), config)
+
+    epochs = training["epochs"]
+    nan_guard = _NonFiniteLossGuard()
+    callbacks = [nan_guard, keras.callbacks.TensorBoard(str(output_dir / "tensorboard"))]
+    time_limit = None
+    if training["max_minutes"]:
+        time_limit = _TimeLimit(training["max_minutes"])
+        callbacks.append(time_limit)
+    if training["max_steps"]:
+        callbacks.append(_StepLimit(training["max_steps"]))
+        epochs = min(epochs, math.ceil(training["max_steps"] / steps_per_epoch))
+    print(f"model: {model.count_params():,} parameters; {steps_per_epoch} steps per epoch, "
+          f"{epochs} epochs", flush=True)
+    fit_resumable(
+        model,
+        dataset_from,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        checkpoint_dir=str(output_dir / CHECKPOINT_DIR),
+        save_every_steps=training["save_every_steps"],
+        keep_last=max(training["keep_checkpoints"], training["average_last"]),
+        callbacks=callbacks,
+        validation_data=validation,
+        verbose=verbose,
+    )
+    if nan_guard.step is not None:
+        raise RunError(f"training stopped: the loss became {nan_guard.loss} at step {nan_guard.step}; "
+                       f"checkpoints before it are in {output_dir / CHECKPOINT_DIR}.")
+
+    checkpoints = list_checkpoints(str(output_dir / CHECKPOINT_DIR))
+    last_n = min(training["average_last"], len(checkpoints))
+    model_path = output_dir / MODEL_FILE
+    if last_n > 1:
+        save_averaged_model(model, str(output_dir / CHECKPOINT_DIR), str(model_path), last_n=last_n)
+        print(f"model: average of the last {last_n} checkpoints -> {model_path}", flush=True)
+    else:
+        model.save(str(model_path))
+        print(f"model: -> {model_path}", flush=True)
+    del tf
+    return output_dir
+
+
+class _NonFiniteLossGuard(keras.callbacks.Callback):
+    """Stops training at the first NaN or infinite loss and remembers where."""
+
+    def __init__(self):
+        super().__init__()
+        self.step, self.loss = None, None
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)) and self.step is None:
+            self.step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            self.loss = float(loss)
+            self.model.stop_training = True
+
+
+class _NullScope:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def translate_texts(model, tokenizer, texts, decoding, progress=False):
+    """Strings in, strings out, with the run's decoding settings.
+
+    With `progress`, a Keras progress bar counts sentences (long corpora).
+    """
+    from keras_transformer.decoding.translate import Translator
+
+    translator = Translator(
+        model,
+        tokenizer,
+        beam_size=decoding["beam_size"],
+        alpha=decoding["alpha"],
+        max_extra_length=decoding["max_extra_length"],
+        batch_size=decoding["batch_size"],
+    )
+    texts = list(texts)
+    if not progress:
+        return translator.translate(texts)
+    bar = keras.utils.Progbar(len(texts), unit_name="sentence")
+    chunk = decoding["batch_size"] * 4
+    outputs = []
+    for start in range(0, len(texts), chunk):
+        outputs.extend(translator.translate(texts[start : start + chunk]))
+        bar.update(len(outputs))
+    return outputs
+
+
+def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=True, decoding=None):
+    """Translates a test corpus and scores it with sacreBLEU; writes eval.json.
+
+    `decoding` overrides the run's decoding settings (beam_size, alpha, ...).
+    """
+    from keras_transformer.evaluation import corpus_scores
+
+    model, tokenizer, config = load_run(output_dir)
+    if decoding:
+        config = config_lib.merge(config, {"decoding": decoding}, origin="decoding options")
+    if corpus:
+        config["data"]["test"], config["data"]["test_target"] = corpus, corpus_target
+    pairs = _read_pairs(config, "test")
+    if limit:
+        pairs = pairs[:limit]
+    sources = [s for s, _ in pairs]
+    references = [t for _, t in pairs]
+    start = time.time()
+    hypotheses = translate_texts(model, tokenizer, sources, config["decoding"], progress=progress)
+    seconds = time.time() - start
+    scores = corpus_scores(hypotheses, references)
+    exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / len(pairs)
+    result = {
+        "corpus": config["data"]["test"],
+        "sentences": len(pairs),
+        "exact_match": exact,
+        "seconds": seconds,
+        "decoding": config["decoding"],
+        **scores,
+    }
+    (Path(output_dir) / "eval.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    samples = list(zip(sources, hypotheses, references))[:5]
+    return result, samples
+
+
+def write_json_atomic(path, payload):
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False))
+    os.replace(tmp, path)
