@@ -54,6 +54,9 @@ TOKENIZER_PATH = os.path.join("assets.extra", "tokenizer.model")
 
 _TEMP_PREFIX = ".tmp-export-"
 
+# The data pipeline's default max_length (tokens, EOS included).
+DEFAULT_MAX_INPUT_LENGTH = 256
+
 
 class ExportDirectoryError(OSError):
     """The export directory cannot be created or written."""
@@ -242,7 +245,7 @@ def export_saved_model(
     beam_size=4,
     alpha=0.6,
     max_extra_length=50,
-    max_input_length=256,
+    max_input_length=None,
     max_output_length=None,
     check_ops=True,
     verbose=False,
@@ -265,7 +268,9 @@ def export_saved_model(
         max_extra_length: a translation has at most its source's token count
             (EOS included) plus this many tokens.
         max_input_length: longer inputs are truncated to their first
-            `max_input_length - 1` tokens, plus EOS.
+            `max_input_length - 1` tokens, plus EOS. None: 256 (the data
+            pipeline's default), or the model's `max_length` if smaller and
+            its positions are learned.
         max_output_length: optional hard cap on every translation's length.
         check_ops: run `check_serving_ops` on the export before publishing
             it (a subprocess that imports TensorFlow, a few seconds).
@@ -292,6 +297,10 @@ def export_saved_model(
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 0:
         raise ValueError(f"`alpha` must be a number >= 0, got {alpha!r}.")
     _check_int("max_extra_length", max_extra_length, 0)
+    if max_input_length is None:
+        max_input_length = DEFAULT_MAX_INPUT_LENGTH
+        if getattr(model, "positional_encoding", None) == "learned":
+            max_input_length = min(max_input_length, model.max_length)
     _check_int("max_input_length", max_input_length, 2)
     if max_output_length is not None:
         _check_int("max_output_length", max_output_length, 1)

@@ -640,3 +640,13 @@ def test_tokenizer_must_fit_the_model(tokenizer, tmp_path):
     small.build()
     with pytest.raises(ValueError, match="not trained together"):
         export_saved_model(small, tokenizer, tmp_path)
+
+
+def test_input_limit_must_fit_learned_positions(tokenizer, tmp_path):
+    learned = kt.Transformer(
+        vocabulary_size=tokenizer.vocabulary_size, d_model=8, num_heads=2, d_ff=8,
+        num_encoder_layers=1, num_decoder_layers=1, positional_encoding="learned", max_length=10,
+    )
+    learned.build()
+    with pytest.raises(ValueError, match="learned positions"):
+        export_saved_model(learned, tokenizer, tmp_path, max_input_length=16)
