@@ -284,7 +284,11 @@ def main(argv=None):
         print(error, file=sys.stderr)
         return 1
     print("\n".join(ops))
-    print(f"{len(ops)} ops, all available in TensorFlow Serving 2.20.", file=sys.stderr)
+    print(
+        f"{len(ops)} ops, all core TensorFlow (this process's TensorFlow registry) or TF Text ops "
+        "that TF Serving links; no Python callbacks, no XLA.",
+        file=sys.stderr,
+    )
     return 0
 
 
