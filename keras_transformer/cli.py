@@ -97,7 +97,10 @@ def cmd_translate(args):
         stream = open(args.input, encoding="utf-8") if args.input else sys.stdin
         with stream:
             texts = [line.rstrip("\r\n") for line in stream]
-    outputs = runs.translate_texts(model, tokenizer, texts, config["decoding"], progress=len(texts) > 100)
+    outputs = runs.translate_texts(
+        model, tokenizer, texts, config["decoding"], progress=len(texts) > 100,
+        max_source_length=config["data"]["max_length"],
+    )
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         for line in outputs:
@@ -120,6 +123,8 @@ def cmd_export(args):
         model, tokenizer, base_dir, name=args.name, version=args.version,
         beam_size=decoding["beam_size"], alpha=decoding["alpha"],
         max_extra_length=decoding["max_extra_length"],
+        # The longest source seen in training; longer inputs are truncated.
+        max_input_length=config["data"]["max_length"],
     )
     print(f"exported: {path}")
     return 0

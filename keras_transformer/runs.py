@@ -264,10 +264,12 @@ class _NullScope:
         return False
 
 
-def translate_texts(model, tokenizer, texts, decoding, progress=False):
+def translate_texts(model, tokenizer, texts, decoding, progress=False, max_source_length=None):
     """Strings in, strings out, with the run's decoding settings.
 
-    With `progress`, a Keras progress bar counts sentences (long corpora).
+    Sources longer than `max_source_length` tokens (EOS included) are
+    truncated, as the exported SavedModel does. With `progress`, a Keras
+    progress bar counts sentences (long corpora).
     """
     from keras_transformer.decoding.translate import Translator
 
@@ -278,6 +280,7 @@ def translate_texts(model, tokenizer, texts, decoding, progress=False):
         alpha=decoding["alpha"],
         max_extra_length=decoding["max_extra_length"],
         batch_size=decoding["batch_size"],
+        max_source_length=max_source_length,
     )
     texts = list(texts)
     if not progress:
@@ -309,7 +312,10 @@ def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=T
     sources = [s for s, _ in pairs]
     references = [t for _, t in pairs]
     start = time.time()
-    hypotheses = translate_texts(model, tokenizer, sources, config["decoding"], progress=progress)
+    hypotheses = translate_texts(
+        model, tokenizer, sources, config["decoding"], progress=progress,
+        max_source_length=config["data"]["max_length"],
+    )
     seconds = time.time() - start
     scores = corpus_scores(hypotheses, references)
     exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / len(pairs)

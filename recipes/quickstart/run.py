@@ -76,7 +76,7 @@ def main():
     export_dir = export_saved_model(
         model, tokenizer, str(Path(output_dir) / "export"), name="translator",
         beam_size=decoding["beam_size"], alpha=decoding["alpha"],
-        max_extra_length=decoding["max_extra_length"],
+        max_extra_length=decoding["max_extra_length"], max_input_length=config["data"]["max_length"],
     )
     served = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
     outputs = served(text=tf.constant(EXAMPLES))

@@ -111,3 +111,11 @@ def test_console_script_runs():
     assert result.returncode == 0, result.stderr
     for command in ("train", "evaluate", "translate", "export", "average-checkpoints", "attention"):
         assert command in result.stdout
+
+
+def test_export_command_writes_a_versioned_saved_model(trained_run, tmp_path):
+    work, _ = trained_run
+    assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path), "--beam-size", "2"]) == 0
+    assert (tmp_path / "translator" / "1" / "saved_model.pb").is_file()
+    assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "translator" / "2" / "saved_model.pb").is_file()  # next version, nothing overwritten
