@@ -193,6 +193,8 @@ class _CachedStepper:
             keys = self._heads(attention, attention.key_projection(memory))
             values = self._heads(attention, attention.value_projection(memory))
             self.cross.append((_repeat_rows(keys, repeats), _repeat_rows(values, repeats)))
+        # One matmul for the query, key and value projections of each step.
+        self.fused_projections = [self._fuse(layer.self_attention) for layer in self.layers]
         first = self.layers[0].self_attention
         shape = (rows, first.num_heads, buffer_length, first.depth)
         dtype = first.compute_dtype
@@ -207,6 +209,32 @@ class _CachedStepper:
                 indexing="ij",
             )
             self.row_head_indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 2))
+
+    @staticmethod
+    def _fuse(attention):
+        """(kernel, bias) of the concatenated query/key/value projections, or None."""
+        denses = (attention.query_projection, attention.key_projection, attention.value_projection)
+        for dense in denses:
+            # Quantized or LoRA layers compute their kernels differently: call them.
+            if getattr(dense, "quantization_mode", None) or getattr(dense, "lora_enabled", False):
+                return None
+        dtype = attention.compute_dtype
+        kernel = ops.concatenate([ops.cast(d.kernel, dtype) for d in denses], axis=1)
+        bias = None
+        if attention.use_bias:
+            bias = ops.concatenate([ops.cast(d.bias, dtype) for d in denses], axis=0)
+        return kernel, bias
+
+    def _project_query_key_value(self, index, attention, h):
+        fused = self.fused_projections[index]
+        if fused is None:
+            return (attention.query_projection(h), attention.key_projection(h), attention.value_projection(h))
+        kernel, bias = fused
+        projected = ops.matmul(h, kernel)
+        if bias is not None:
+            projected = projected + bias
+        width = attention.d_model
+        return projected[..., :width], projected[..., width : 2 * width], projected[..., 2 * width :]
 
     @staticmethod
     def _heads(attention, x):
@@ -239,11 +267,12 @@ class _CachedStepper:
             keys, values = caches[2 * index], caches[2 * index + 1]
             cross_keys, cross_values = self.cross[index]
 
-            def self_attend(h, layer=layer, keys=keys, values=values):
+            def self_attend(h, index=index, layer=layer, keys=keys, values=values):
                 attention = layer.self_attention
-                query = self._heads(attention, attention.query_projection(h))
-                keys = self._write(keys, self._heads(attention, attention.key_projection(h)), step)
-                values = self._write(values, self._heads(attention, attention.value_projection(h)), step)
+                query, key, value = self._project_query_key_value(index, attention, h)
+                query = self._heads(attention, query)
+                keys = self._write(keys, self._heads(attention, key), step)
+                values = self._write(values, self._heads(attention, value), step)
                 attended = attention.attention(query, keys, values, attention_mask=self_mask)
                 return attention.output_projection(self._merge_heads(attention, attended)), (keys, values)
 
@@ -263,7 +292,7 @@ class _CachedStepper:
         if model.decoder.final_norm is not None:
             x = model.decoder.final_norm(x)
         logits = model.target_embedding.logits(x)[:, 0]
-        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), tuple(new_caches)
+        return ops.cast(logits, "float32"), tuple(new_caches)
 
     def reorder(self, caches, rows):
         return tuple(ops.take(cache, rows, axis=0) for cache in caches)
@@ -289,7 +318,7 @@ class _FullStepper:
         prefix = ops.concatenate([bos, tokens[:, :-1]], axis=1)
         logits = self.model.decode(prefix, self.memory, self.source_ids, training=False)
         logits = ops.take(logits, step, axis=1)
-        return ops.log_softmax(ops.cast(logits, "float32"), axis=-1), caches
+        return ops.cast(logits, "float32"), caches
 
     def reorder(self, caches, rows):
         return caches
@@ -319,15 +348,15 @@ def _greedy(
         return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(finished)))
 
     def body(step, tokens, last_tokens, finished, scores, lengths, cache):
-        log_probs, cache = stepper(step, last_tokens, tokens, cache)
-        log_probs = _mask_special_tokens(
-            log_probs, step, vocabulary_size, bos_id, eos_id, pad_id, min_length
-        )
-        next_tokens = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
-        token_log_probs = ops.take_along_axis(log_probs, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
+        logits, cache = stepper(step, last_tokens, tokens, cache)
+        # log P(token) = logit - logsumexp(logits), over the whole vocabulary.
+        normalizer = ops.logsumexp(logits, axis=-1)
+        allowed = _mask_special_tokens(logits, step, vocabulary_size, bos_id, eos_id, pad_id, min_length)
+        next_tokens = ops.cast(ops.argmax(allowed, axis=-1), "int32")
+        token_logits = ops.take_along_axis(logits, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
         alive = ops.logical_not(finished)
         next_tokens = ops.where(alive, next_tokens, pad_id)
-        scores = scores + ops.where(alive, token_log_probs, 0.0)
+        scores = scores + ops.where(alive, token_logits - normalizer, 0.0)
         lengths = lengths + ops.cast(alive, "int32")
         tokens = _write_column(tokens, step, next_tokens)
         finished = ops.logical_or(
@@ -361,45 +390,42 @@ def _beam(
     vocabulary_size = model.vocabulary_size
     limits = ops.expand_dims(limits, 1)  # (batch, 1) against (batch, beam)
     neg_inf = ops.cast(_NEG_INF, "float32")
-    is_pad_column = ops.equal(ops.arange(vocabulary_size, dtype="int32"), pad_id)
     # Row offsets of each sentence's beams in the flattened (batch * beam) axis.
     row_offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * beam_size, 1)
+    own_index = ops.broadcast_to(ops.arange(beam_size, dtype="int32")[None], (batch, beam_size))
 
     def cond(step, tokens, last_tokens, finished, log_probs, scores, lengths, cache):
         return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(finished)))
 
     def body(step, tokens, last_tokens, finished, log_probs, scores, lengths, cache):
-        step_log_probs, cache = stepper(step, last_tokens, tokens, cache)
-        step_log_probs = _mask_special_tokens(
-            step_log_probs, step, vocabulary_size, bos_id, eos_id, pad_id, min_length
-        )
-        step_log_probs = ops.reshape(step_log_probs, (batch, beam_size, vocabulary_size))
-        # Live beams propose every token; all have length step + 1.
-        candidate_log_probs = ops.expand_dims(log_probs, 2) + step_log_probs
-        candidate_scores = candidate_log_probs / length_penalty(step + 1, alpha)
-        # A finished beam proposes only itself (in the pad column), unchanged.
-        alive = ops.expand_dims(ops.logical_not(finished), 2)
-        candidate_log_probs = ops.where(
-            alive, candidate_log_probs, ops.where(is_pad_column, ops.expand_dims(log_probs, 2), neg_inf)
-        )
-        candidate_scores = ops.where(
-            alive, candidate_scores, ops.where(is_pad_column, ops.expand_dims(scores, 2), neg_inf)
-        )
-        flat_scores = ops.reshape(candidate_scores, (batch, beam_size * vocabulary_size))
-        new_scores, indices = ops.top_k(flat_scores, k=beam_size, sorted=True)
+        logits, cache = stepper(step, last_tokens, tokens, cache)
+        allowed = _mask_special_tokens(logits, step, vocabulary_size, bos_id, eos_id, pad_id, min_length)
+        # Extensions of live beams: beam log P + logit - logsumexp(logits).
+        # All have length step + 1, hence the same penalty: the best of them
+        # by log P are the best by score, and only beam_size can be kept.
+        offsets = ops.reshape(log_probs, (rows,)) - ops.logsumexp(logits, axis=-1)
+        offsets = ops.where(ops.reshape(finished, (rows,)), neg_inf, offsets)
+        extensions = ops.reshape(allowed + ops.expand_dims(offsets, 1), (batch, beam_size * vocabulary_size))
+        extension_log_probs, indices = ops.top_k(extensions, k=beam_size, sorted=True)
         indices = ops.cast(indices, "int32")
-        new_log_probs = ops.take_along_axis(
-            ops.reshape(candidate_log_probs, (batch, beam_size * vocabulary_size)), indices, axis=1
-        )
-        parents = indices // vocabulary_size
-        new_tokens = indices % vocabulary_size
-        parent_finished = ops.take_along_axis(finished, parents, axis=1)
-        parent_lengths = ops.take_along_axis(lengths, parents, axis=1)
-        # Fewer live candidates than beams (a tiny vocabulary): the rest are dead.
-        dead = ops.equal(new_scores, neg_inf)
-        frozen = ops.logical_or(parent_finished, dead)
-        new_tokens = ops.where(frozen, pad_id, new_tokens)
-        new_lengths = parent_lengths + ops.cast(ops.logical_not(frozen), "int32")
+        extension_scores = extension_log_probs / length_penalty(step + 1, alpha)
+        # Finished beams compete unchanged, under their final score.
+        finished_scores = ops.where(finished, scores, neg_inf)
+        pooled_scores = ops.concatenate([extension_scores, finished_scores], axis=1)
+        new_scores, picks = ops.top_k(pooled_scores, k=beam_size, sorted=True)
+        picks = ops.cast(picks, "int32")
+
+        def pick(extension_values, finished_values):
+            pooled = ops.concatenate([extension_values, finished_values], axis=1)
+            return ops.take_along_axis(pooled, picks, axis=1)
+
+        new_log_probs = pick(extension_log_probs, log_probs)
+        parents = pick(indices // vocabulary_size, own_index)
+        # A finished pick, or a dead one (fewer live candidates than beams,
+        # with a tiny vocabulary), is frozen: no token, no length.
+        frozen = ops.logical_or(ops.greater_equal(picks, beam_size), ops.equal(new_scores, neg_inf))
+        new_tokens = ops.where(frozen, pad_id, pick(indices % vocabulary_size, own_index))
+        new_lengths = ops.take_along_axis(lengths, parents, axis=1) + ops.cast(ops.logical_not(frozen), "int32")
         new_finished = ops.logical_or(
             frozen,
             ops.logical_or(ops.equal(new_tokens, eos_id), ops.greater_equal(step + 1, limits)),
