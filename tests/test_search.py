@@ -142,8 +142,8 @@ def test_cached_search_equals_search_rerunning_the_full_decoder(search, model, s
 
 def test_cached_step_follows_pre_layer_norm_models(source):
     model = make_model(norm_first=True)  # a final LayerNorm and the pre-LN wiring
-    cached = as_numpy(beam_search(model, source, beam_size=2, max_extra_length=2, compile=False))
-    uncached = as_numpy(beam_search(model, source, beam_size=2, max_extra_length=2, compile=False, use_cache=False))
+    cached = as_numpy(beam_search(model, source, beam_size=2, max_extra_length=2))
+    uncached = as_numpy(beam_search(model, source, beam_size=2, max_extra_length=2, use_cache=False))
     np.testing.assert_array_equal(cached["ids"], uncached["ids"])
     np.testing.assert_allclose(cached["scores"], uncached["scores"], rtol=1e-5, atol=1e-5)
 

@@ -28,8 +28,14 @@ Conventions shared by both searches:
   stops as soon as every beam of every sentence has finished.
 
 Beams are flattened into the batch (row b * beam_size + k) and the decoder's
-self-attention cache is reordered with a gather along its batch axis. The
-encoder and the cross-attention keys/values are computed once per call.
+key/value caches are reordered with a gather along their batch axis. The
+encoder and the cross-attention keys/values are computed once per call. The
+caches are laid out for search (one (rows, heads, length, depth) tensor per
+layer for keys and one for values, see `_CachedStepper`) rather than through
+`model.decode(self_attention_cache=...)`, whose generic stacked layout costs
+transposes and copies at every step; `use_cache=False` re-runs
+`model.decode` on the whole prefix instead, the reference the tests compare
+against.
 
 Both searches compile the whole loop where the backend allows: a
 `tf.function` (optionally `jit_compile=True`, XLA) on TensorFlow, `jax.jit` on
@@ -589,7 +595,9 @@ def greedy_search(
         compile: compile the whole search (`tf.function` / `jax.jit`); the
             compiled function is kept per model and options.
         jit_compile: on TensorFlow, compile with XLA (faster on CPU; not for
-            SavedModels served by TF Serving, which runs without XLA).
+            SavedModels served by TF Serving, which runs without XLA). Inside
+            a caller's graph, True emits XLA-only ops (the caller must
+            compile with XLA).
 
     Returns:
         A dict of tensors: "ids" (batch, buffer_length) int32, the tokens

@@ -1,0 +1,335 @@
+"""Decoding throughput: our greedy / beam search against KerasHub's samplers.
+
+Every contender decodes the same batch with the same model (random weights,
+"tiny" preset: d_model 256, 3+3 layers, 4 heads, d_ff 1024) and generates
+exactly `--steps` tokens per sentence: EOS (and pad, BOS) are forbidden, so
+every contender does the same work. Each contender is compiled and run once
+first (not timed); then rounds of one run per contender are timed, and the
+best wall-clock time per contender is reported with its CPU time (the
+process's user+system seconds, less sensitive to other load on the machine).
+
+Contenders (TensorFlow backend):
+- ours: `keras_transformer.decoding.greedy_search` / `beam_search`, cached,
+  as a plain `tf.function` graph (the export path, no XLA) and with XLA;
+  and uncached (the whole decoder re-run at every step, as tutorials do).
+- KerasHub: `keras_hub.samplers.GreedySampler` / `BeamSampler` under
+  `tf.function(jit_compile=True)` driving (a) KerasHub's own
+  `TransformerEncoder` / `TransformerDecoder` layers of the same size with
+  their caches (random weights; what a KerasHub user would build); (b) our
+  model's generic cache API
+  (`model.decode` with `self_attention_cache`, per-layer caches in a tuple,
+  batch first, as KerasHub expects); (c) the per-layer key/value step that
+  our search uses, so that the loops themselves are compared.
+
+Usage:
+    KERAS_BACKEND=tensorflow python benchmarks/decode.py [--rounds 3]
+"""
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from keras import ops  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import keras_transformer as kt  # noqa: E402
+from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
+from keras_transformer.decoding.search import BOS_ID, EOS_ID, PAD_ID, _CachedStepper  # noqa: E402
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--source-length", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=50, help="tokens generated per sentence")
+    parser.add_argument("--vocabulary-size", type=int, default=8000)
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3, help="timed runs per contender")
+    parser.add_argument(
+        "--uncached-batch-size", type=int, default=8,
+        help="sentences for the uncached beam contender (it is ~20x slower)",
+    )
+    parser.add_argument("--skip-uncached", action="store_true")
+    parser.add_argument("--only", default="", help="'|'-separated substrings of contender names")
+    return parser.parse_args()
+
+
+def banned_mask(vocabulary_size):
+    ids = np.arange(vocabulary_size)
+    return ops.convert_to_tensor(np.isin(ids, [PAD_ID, BOS_ID, EOS_ID]))
+
+
+def build_keras_hub_model(model, vocabulary_size):
+    """KerasHub layers of the same size as `model` (random weights, untied output layer)."""
+    import keras_hub
+
+    d_model, heads = model.d_model, model.num_heads
+    hub = {
+        "d_model": d_model,
+        "heads": heads,
+        "depth": d_model // heads,
+        "embedding": keras.layers.Embedding(vocabulary_size, d_model),
+        "positions": keras_hub.layers.SinePositionEncoding(),
+        "encoders": [
+            keras_hub.layers.TransformerEncoder(model.d_ff, heads, dropout=0.1)
+            for _ in range(model.num_encoder_layers)
+        ],
+        "decoders": [
+            keras_hub.layers.TransformerDecoder(model.d_ff, heads, dropout=0.1)
+            for _ in range(model.num_decoder_layers)
+        ],
+        "output": keras.layers.Dense(vocabulary_size),
+    }
+    ids = np.ones((1, 4), "int32")
+    x = hub["embedding"](ids)
+    for layer in hub["encoders"]:
+        x = layer(x)
+    y = x
+    for layer in hub["decoders"]:
+        y = layer(y, x)
+    hub["output"](y)
+    return hub
+
+
+def keras_hub_contenders(model, source_ids, args):
+    """KerasHub samplers driving our model, compiled with XLA as KerasHub's generate() does."""
+    import keras_hub
+    import tensorflow as tf
+
+    from keras_transformer.layers.masks import causal_mask
+
+    banned = banned_mask(args.vocabulary_size)
+    length = args.steps + 1  # BOS + generated tokens
+    num_layers = model.num_decoder_layers
+
+    def prompt_for(rows):
+        prompt = np.zeros((rows, length), "int32")
+        prompt[:, 0] = BOS_ID
+        return tf.constant(prompt)
+
+    def forbid(logits):
+        return ops.where(banned, ops.cast(float("-inf"), logits.dtype), logits)
+
+    def with_model_cache(sampler, beams):
+        """next() over `model.decode` and its (batch, 2, length, heads, depth) layer caches."""
+
+        def run(source_ids):
+            memory = model.encode(source_ids)
+            source = ops.repeat(source_ids, beams, axis=0) if beams > 1 else source_ids
+            cross = model.decoder.cross_attention_cache(memory)
+            cross = ops.repeat(cross, beams, axis=1) if beams > 1 else cross
+            rows = ops.shape(source_ids)[0]
+            empty = model.decoder.empty_self_attention_cache(rows, length - 1)
+            cache = tuple(empty[i] for i in range(num_layers))
+
+            def next_token_logits(prompt, cache, index):
+                # A static one-column slice: `prompt[:, index - 1 : index]` has a
+                # dynamic width that XLA bounds by the prompt's length.
+                tokens = ops.expand_dims(ops.take(prompt, index - 1, axis=1), 1)
+                logits, stacked = model.decode(
+                    tokens, source_ids=source, self_attention_cache=ops.stack(cache, axis=0),
+                    cache_index=index - 1, cross_attention_cache=cross,
+                )
+                return forbid(logits[:, 0]), None, tuple(stacked[i] for i in range(num_layers))
+
+            return sampler(next_token_logits, prompt_for(rows), cache=cache, index=1)
+
+        return run
+
+    def with_search_step(sampler, beams):
+        """next() over the per-layer key/value step of our search."""
+
+        def run(source_ids):
+            stepper = _CachedStepper(model, source_ids, beams, length - 1, xla_ops=True)
+            rows = ops.shape(source_ids)[0]
+
+            def next_token_logits(prompt, cache, index):
+                log_probs, cache = stepper(index - 1, prompt[:, index - 1], None, cache)
+                return forbid(log_probs), None, cache
+
+            # BeamSampler repeats the cache itself; the stepper's inputs already are.
+            cache = stepper.initial_cache
+            if beams > 1:
+                cache = tuple(c[::beams] for c in cache)
+            return sampler(next_token_logits, prompt_for(rows), cache=cache, index=1)
+
+        return run
+
+    def with_keras_hub_layers(sampler, beams):
+        """KerasHub's own TransformerEncoder/TransformerDecoder layers and their caches.
+
+        The self-attention cache is (batch, layers, 2, length, heads, depth),
+        KerasHub's convention for its models; the cross-attention caches are
+        computed once and captured, not carried (and reordered) in the loop.
+        """
+        hub = keras_hub_model
+
+        def run(source_ids):
+            padding = ops.not_equal(source_ids, PAD_ID)
+            x = hub["embedding"](source_ids)
+            x = x + hub["positions"](x)
+            for layer in hub["encoders"]:
+                x = layer(x, padding_mask=padding)
+            memory = ops.repeat(x, beams, axis=0) if beams > 1 else x
+            padding = ops.repeat(padding, beams, axis=0) if beams > 1 else padding
+            rows = ops.shape(memory)[0]
+            heads, depth = hub["heads"], hub["depth"]
+            first = ops.zeros((rows, 1, hub["d_model"]))
+            cross = []
+            for layer in hub["decoders"]:
+                _, _, cache = layer(
+                    first, memory, encoder_padding_mask=padding,
+                    self_attention_cache=ops.zeros((rows, 2, 1, heads, depth)),
+                    self_attention_cache_update_index=0,
+                    cross_attention_cache=ops.zeros((rows, 2, ops.shape(memory)[1], heads, depth)),
+                    cross_attention_cache_update_index=0,
+                )
+                cross.append(cache)
+
+            def next_token_logits(prompt, cache, index):
+                tokens = ops.expand_dims(ops.take(prompt, index - 1, axis=1), 1)
+                h = hub["embedding"](tokens)
+                h = h + hub["positions"](h, start_index=index - 1)
+                updated = []
+                for i, layer in enumerate(hub["decoders"]):
+                    h, layer_cache, _ = layer(
+                        h, memory, encoder_padding_mask=padding,
+                        self_attention_cache=cache[:, i], self_attention_cache_update_index=index - 1,
+                        cross_attention_cache=cross[i], cross_attention_cache_update_index=None,
+                    )
+                    updated.append(layer_cache)
+                return forbid(hub["output"](h)[:, 0]), None, ops.stack(updated, axis=1)
+
+            batch = ops.shape(source_ids)[0]
+            cache = ops.zeros((batch, len(hub["decoders"]), 2, length - 1, heads, depth))
+            return sampler(next_token_logits, prompt_for(batch), cache=cache, index=1)
+
+        return run
+
+    def compiled(run):
+        function = tf.function(run, jit_compile=True, autograph=False)
+        return lambda: function(source_ids)
+
+    keras_hub_model = build_keras_hub_model(model, args.vocabulary_size)
+    beam = keras_hub.samplers.BeamSampler(num_beams=args.beam_size)
+    greedy = keras_hub.samplers.GreedySampler()
+    return [
+        ("KerasHub GreedySampler + KerasHub layers, XLA", "greedy", compiled(with_keras_hub_layers(greedy, 1))),
+        ("KerasHub GreedySampler + model.decode cache, XLA", "greedy", compiled(with_model_cache(greedy, 1))),
+        ("KerasHub GreedySampler + search step, XLA", "greedy", compiled(with_search_step(greedy, 1))),
+        (f"KerasHub BeamSampler({args.beam_size}) + KerasHub layers, XLA", "beam",
+         compiled(with_keras_hub_layers(beam, args.beam_size))),
+        (f"KerasHub BeamSampler({args.beam_size}) + model.decode cache, XLA", "beam",
+         compiled(with_model_cache(beam, args.beam_size))),
+        (f"KerasHub BeamSampler({args.beam_size}) + search step, XLA", "beam",
+         compiled(with_search_step(beam, args.beam_size))),
+    ]
+
+
+def our_contenders(model, source_ids, args):
+    fixed = dict(max_length=args.steps, min_length=args.steps)
+    small = source_ids[: args.uncached_batch_size]
+    contenders = [
+        ("ours greedy, graph (no XLA)", "greedy", lambda: greedy_search(model, source_ids, **fixed)),
+        ("ours greedy, XLA", "greedy", lambda: greedy_search(model, source_ids, jit_compile=True, **fixed)),
+        (f"ours beam {args.beam_size}, graph (no XLA)", "beam",
+         lambda: beam_search(model, source_ids, beam_size=args.beam_size, **fixed)),
+        (f"ours beam {args.beam_size}, XLA", "beam",
+         lambda: beam_search(model, source_ids, beam_size=args.beam_size, jit_compile=True, **fixed)),
+    ]
+    if not args.skip_uncached:
+        contenders += [
+            ("ours greedy, uncached, XLA", "greedy",
+             lambda: greedy_search(model, source_ids, use_cache=False, jit_compile=True, **fixed)),
+            (f"ours beam {args.beam_size}, uncached, XLA ({len(small)} sentences)", "beam",
+             lambda: beam_search(model, small, beam_size=args.beam_size, use_cache=False, jit_compile=True, **fixed)),
+        ]
+    return contenders
+
+
+def output_ids(result):
+    if isinstance(result, dict):
+        return ops.convert_to_numpy(result["ids"])
+    ids = ops.convert_to_numpy(result)
+    return ids[:, 1:]  # KerasHub prompts start with BOS
+
+
+def timed(function):
+    wall, cpu = time.perf_counter(), time.process_time()
+    ids = output_ids(function())
+    return time.perf_counter() - wall, time.process_time() - cpu, ids
+
+
+def main():
+    args = parse_args()
+    if keras.backend.backend() != "tensorflow":
+        raise SystemExit("run with KERAS_BACKEND=tensorflow (KerasHub contenders use tf.function + XLA)")
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    model = kt.Transformer.from_preset("tiny", vocabulary_size=args.vocabulary_size)
+    rng = np.random.default_rng(0)
+    source = rng.integers(4, args.vocabulary_size, size=(args.batch_size, args.source_length)).astype("int32")
+    source[:, -1] = EOS_ID
+    source_ids = tf.constant(source)
+
+    contenders = our_contenders(model, source_ids, args) + keras_hub_contenders(model, source_ids, args)
+    if args.only:
+        wanted = [w.strip() for w in args.only.split("|") if w.strip()]
+        contenders = [c for c in contenders if any(w in c[0] for w in wanted)]
+
+    print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"TensorFlow {tf.__version__}, Keras {keras.__version__}, {time.strftime('%Y-%m-%d %H:%M')}")
+    print(f"# tiny model, vocabulary {args.vocabulary_size}, {args.batch_size} sources x {args.source_length} "
+          f"tokens, {args.steps} tokens generated, beam {args.beam_size}, best of {args.rounds} rounds")
+    first = {}
+    outputs = {}
+    for name, _, function in contenders:
+        seconds, _, ids = timed(function)  # compiles
+        first[name] = seconds
+        outputs[name] = ids
+        print(f"#   compiled + first run {seconds:6.1f} s  {name}", flush=True)
+    best = {name: (float("inf"), 0.0) for name, _, _ in contenders}
+    for _ in range(args.rounds):
+        for name, _, function in contenders:
+            seconds, cpu, _ = timed(function)
+            if seconds < best[name][0]:
+                best[name] = (seconds, cpu)
+
+    reference = {"greedy": "ours greedy, XLA", "beam": f"ours beam {args.beam_size}, XLA"}
+    header = (f"{'contender':<58} {'sent/s':>8} {'tok/s':>8} {'cpu s/sent':>10} {'ours XLA is':>11} "
+              f"{'(by cpu)':>9}  same output")
+    print(header)
+    print("-" * len(header))
+    for name, kind, _ in contenders:
+        seconds, cpu = best[name]
+        sentences = outputs[name].shape[0]
+        per_second = sentences / seconds
+        ref_name = reference[kind]
+        ratio = cpu_ratio = ""
+        same = ""
+        if ref_name in best:
+            ref_seconds, ref_cpu = best[ref_name]
+            ref_sentences = outputs[ref_name].shape[0]
+            ratio = f"{(ref_sentences / ref_seconds) / per_second:10.2f}x"
+            cpu_ratio = f"{(cpu / sentences) / (ref_cpu / ref_sentences):8.2f}x"
+            ref_ids = outputs[ref_name][:sentences, : args.steps]
+            same = "yes" if np.array_equal(outputs[name][:, : args.steps], ref_ids) else "no"
+            if "KerasHub layers" in name:
+                same = "n/a"  # another model
+        print(f"{name:<58} {per_second:8.1f} {per_second * args.steps:8.0f} {cpu / sentences:10.3f} "
+              f"{ratio:>11} {cpu_ratio:>9}  {same}")
+    print("ours XLA is: how many times faster our XLA search of the same kind is, by wall-clock "
+          "sentences/s and by CPU seconds per sentence")
+
+
+if __name__ == "__main__":
+    main()
