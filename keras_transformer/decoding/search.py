@@ -403,7 +403,7 @@ def _beam(
     def cond(step, tokens, last_tokens, finished, log_probs, scores, lengths, cache):
         return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(finished)))
 
-    def body(step, tokens, last_tokens, finished, log_probs, scores, lengths, cache):
+    def one_step(step, tokens, last_tokens, finished, log_probs, scores, lengths, cache):
         logits, cache = stepper(step, last_tokens, tokens, cache)
         allowed = _mask_special_tokens(logits, step, vocabulary_size, bos_id, eos_id, pad_id, min_length)
         # Extensions of live beams: beam log P + logit - logsumexp(logits).
@@ -441,6 +441,19 @@ def _beam(
         tokens = _write_column(ops.take(tokens, parent_rows, axis=0), step, flat_tokens)
         cache = stepper.reorder(cache, parent_rows)
         return step + 1, tokens, flat_tokens, new_finished, new_log_probs, new_scores, new_lengths, cache
+
+    # Under XLA a gather whose result is carried by a while loop is copied back
+    # into the loop's buffer; with two steps per iteration the second gather
+    # writes straight into the buffer that the first one freed, which halves
+    # the cost of reordering the caches. The extra step after the end (every
+    # beam finished, or the step past the buffer) changes no output: finished
+    # beams are frozen and column `buffer_length` does not exist.
+    backend = keras.backend.backend()
+    two_steps = use_cache and (backend == "jax" or (backend == "tensorflow" and xla_ops))
+
+    def body(*state):
+        state = one_step(*state)
+        return one_step(*state) if two_steps else state
 
     # Only the first beam is live at the start, so the first step's top-k
     # holds distinct tokens.
