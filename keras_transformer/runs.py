@@ -17,7 +17,6 @@ newest checkpoint; nothing already done is lost.
 import json
 import logging
 import math
-import os
 import time
 from pathlib import Path
 
@@ -134,8 +133,6 @@ def compile_model(model, config):
 
 def train(config, verbose="auto"):
     """Trains (or resumes) the run described by `config`; returns the output directory."""
-    import tensorflow as tf
-
     from keras_transformer.data import SubwordTokenizer, make_dataset
     from keras_transformer.training import fit_resumable, list_checkpoints, save_averaged_model
 
@@ -237,7 +234,6 @@ def train(config, verbose="auto"):
     else:
         model.save(str(model_path))
         print(f"model: -> {model_path}", flush=True)
-    del tf
     return output_dir
 
 
@@ -330,10 +326,3 @@ def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=T
     (Path(output_dir) / "eval.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
     samples = list(zip(sources, hypotheses, references))[:5]
     return result, samples
-
-
-def write_json_atomic(path, payload):
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, ensure_ascii=False))
-    os.replace(tmp, path)

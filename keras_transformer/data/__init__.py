@@ -6,7 +6,7 @@ TensorFlow-specific (tf.data, TensorFlow Text); import it explicitly as
 (under the jax and torch backends nothing else does either).
 """
 
-import importlib
+from keras_transformer._lazy import lazy_exports
 
 _EXPORTS = {
     "corpus": (
@@ -29,19 +29,4 @@ _EXPORTS = {
         "make_id_dataset",
     ),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

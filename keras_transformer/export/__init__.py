@@ -5,7 +5,7 @@ Names load on first use, so `check_serving_ops` (which needs TensorFlow but
 not Keras) can run on its own.
 """
 
-import importlib
+from keras_transformer._lazy import lazy_exports
 
 _EXPORTS = {
     "saved_model": (
@@ -21,19 +21,4 @@ _EXPORTS = {
         "list_ops",
     ),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
