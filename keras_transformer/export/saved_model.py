@@ -27,6 +27,7 @@ integers), checked, then renamed; a failed export leaves earlier versions as
 they were and no partial version behind.
 """
 
+import errno
 import json
 import os
 import shutil
@@ -60,6 +61,24 @@ DEFAULT_MAX_INPUT_LENGTH = 256
 
 class ExportDirectoryError(OSError):
     """The export directory cannot be created or written."""
+
+
+# File-system failures while writing. Python reports them as OSError with an
+# errno but no file name; TensorFlow's writers (variables, saved_model.pb) as
+# an OpError (ResourceExhaustedError for a full disk) whose message ends with
+# the C library's strerror text.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG)
+
+
+def _write_errno(error):
+    """The errno of a file-system failure in `error`, else None."""
+    if isinstance(error, OSError):
+        return error.errno
+    if isinstance(error, tf.errors.OpError):
+        for code in _WRITE_ERRNOS:
+            if os.strerror(code) in error.message:
+                return code
+    return None
 
 
 def _check_int(name, value, minimum):
@@ -341,8 +360,18 @@ def export_saved_model(
             translator.translate_ids,
             input_signature=[tf.TensorSpec([None, None], tf.int32, name=IDS_INPUT)],
         )
-        archive.write_out(temp_dir, verbose=verbose)
-        _write_export_info(temp_dir, model, tokenizer, translator)
+        try:
+            archive.write_out(temp_dir, verbose=verbose)
+            _write_export_info(temp_dir, model, tokenizer, translator)
+        except (OSError, tf.errors.OpError) as error:
+            code = _write_errno(error)
+            if code is None:
+                raise
+            raise ExportDirectoryError(
+                code,
+                f"cannot write version {version} into the export directory {model_dir!r}: "
+                f"{os.strerror(code)}; nothing was published and earlier versions are untouched",
+            ) from error
         if check_ops:
             check_serving_ops(temp_dir)
         try:

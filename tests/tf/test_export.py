@@ -16,6 +16,7 @@ Exported outputs are compared with the in-process search on the same model.
 """
 
 import base64
+import errno
 import hashlib
 import json
 import os
@@ -569,7 +570,22 @@ def _tree_digest(path):
     return digest.hexdigest()
 
 
-def test_failed_export_leaves_earlier_version_intact(export_dir, model, tokenizer, tmp_path, monkeypatch):
+def _full_disk_in_write_out(filepath):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _full_disk_in_tensorflow_writer(filepath):
+    # What TensorFlow's SaveV2 raises when the disk fills up (checked on a
+    # 1 MiB tmpfs): an OpError naming its temporary file, no errno.
+    raise tf.errors.ResourceExhaustedError(
+        None, None,
+        f"{filepath}/variables/variables_temp/part-00000-of-00001.data-00000-of-00001"
+        ".tempstate123; No space left on device [Op:SaveV2]",
+    )
+
+
+@pytest.mark.parametrize("failure", ["python_write", "tensorflow_writer", "export_info"])
+def test_full_disk_leaves_earlier_version_intact(failure, export_dir, model, tokenizer, tmp_path, monkeypatch):
     base = tmp_path / "models"
     shutil.copytree(os.path.dirname(export_dir), base / "translator")
     before = _tree_digest(base)
@@ -589,17 +605,48 @@ def test_failed_export_leaves_earlier_version_intact(export_dir, model, tokenize
             os.makedirs(os.path.join(filepath, "variables"))
             with open(os.path.join(filepath, "saved_model.pb"), "wb") as stream:
                 stream.write(b"partial")
-            raise OSError(28, "No space left on device")
+            if failure == "python_write":
+                _full_disk_in_write_out(filepath)
+            if failure == "tensorflow_writer":
+                _full_disk_in_tensorflow_writer(filepath)
+
+    def full_disk_dump(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(keras.export, "ExportArchive", FailingArchive)
-    with pytest.raises(OSError, match="No space left"):
+    if failure == "export_info":
+        monkeypatch.setattr(json, "dump", full_disk_dump)
+    with pytest.raises(ExportDirectoryError) as raised:
         export_saved_model(model, tokenizer, base, max_input_length=MAX_INPUT_LENGTH)
+    # A clear error: what failed, where, and that nothing was published.
+    assert raised.value.errno == errno.ENOSPC
+    message = str(raised.value)
+    assert "No space left on device" in message
+    assert f"version 2 into the export directory {str(base / 'translator')!r}" in message
+    assert "earlier versions are untouched" in message
     # It wrote beside the versions, not into a version directory ...
     assert len(written) == 1 and os.path.dirname(written[0]) == str(base / "translator")
     assert not os.path.basename(written[0]).isdigit()
     # ... and left nothing behind: no version 2, no temporary directory.
     assert sorted(os.listdir(base / "translator")) == ["1"]
     assert _tree_digest(base) == before
+
+
+def test_errors_other_than_the_file_system_pass_through(export_dir, model, tokenizer, tmp_path, monkeypatch):
+    class BrokenArchive:
+        def track(self, resource):
+            pass
+
+        def add_endpoint(self, name, fn, input_signature=None):
+            pass
+
+        def write_out(self, filepath, **kwargs):
+            raise tf.errors.InvalidArgumentError(None, None, "a tracing bug")
+
+    monkeypatch.setattr(keras.export, "ExportArchive", BrokenArchive)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="a tracing bug"):
+        export_saved_model(model, tokenizer, tmp_path, max_input_length=MAX_INPUT_LENGTH)
+    assert os.listdir(tmp_path / "translator") == []
 
 
 def test_existing_version_is_never_overwritten(export_dir, model, tokenizer):
