@@ -2,6 +2,11 @@
 
 __version__ = "0.1.0"
 
+from keras_transformer import _startup
+
+_startup.prepare()
+
+
 from keras_transformer.layers import (
     Decoder,
     DecoderLayer,

@@ -2,6 +2,7 @@
 translate, attention, average-checkpoints, and named errors."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,19 @@ def test_export_command_writes_a_versioned_saved_model(trained_run, tmp_path):
     assert (tmp_path / "translator" / "1" / "saved_model.pb").is_file()
     assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path)]) == 0
     assert (tmp_path / "translator" / "2" / "saved_model.pb").is_file()  # next version, nothing overwritten
+
+
+def test_console_script_prints_only_its_own_error(tmp_path):
+    """TensorFlow's start-up INFO lines (printed before absl logging honours
+    TF_CPP_MIN_LOG_LEVEL) are dropped; the error names the run directory."""
+    script = Path(sys.executable).parent / "keras-transformer"
+    if not script.exists():
+        pytest.skip("the console script is not installed in this environment")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run([str(script), "translate", str(tmp_path / "no-run"), "--text", "hi"],
+                            capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"keras-transformer translate: error: {tmp_path / 'no-run' / 'model.keras'}: no trained model; "
+        "run `keras-transformer train` first."
+    ], result.stderr

@@ -1,0 +1,52 @@
+"""What happens before Keras is imported: the console script's defaults, and a
+TensorFlow import that honours TF_CPP_MIN_LOG_LEVEL."""
+
+import os
+import re
+import sys
+import tempfile
+
+# TensorFlow 2.21 prints INFO lines (oneDNN, CUDA drivers, CPU features) while
+# its libraries load, before absl logging is set up, so TF_CPP_MIN_LOG_LEVEL
+# does not silence them.
+_STARTUP_NOISE = re.compile(
+    rb"^(I\d{4} [\d:.]+ +\d+ (port|cudart_stub|cpu_feature_guard)\.cc:\d+\]"
+    rb"|WARNING: All log messages before absl::InitializeLog\(\) is called"
+    rb"|To enable the following instructions: .*rebuild TensorFlow)"
+)
+
+
+def prepare():
+    """Called first by the package: sets the console script's defaults, then
+    imports TensorFlow quietly if it will be the Keras backend."""
+    if os.path.basename(sys.argv[0] if sys.argv else "") == "keras-transformer":
+        # The command line needs TensorFlow (tf.data, tokenizer, export) and
+        # shows only warnings and errors from it.
+        os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if "keras" not in sys.modules and os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow":
+        import_tensorflow_quietly()
+
+
+def import_tensorflow_quietly():
+    """Imports TensorFlow, dropping its start-up INFO lines (and passing on all
+    other output of the import) unless TF_CPP_MIN_LOG_LEVEL is unset or 0."""
+    if "tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") in ("", "0"):
+        return
+    try:
+        stderr_fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stderr (some notebooks): nothing to filter
+        return
+    sys.stderr.flush()
+    saved = os.dup(stderr_fd)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), stderr_fd)
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            os.dup2(saved, stderr_fd)
+            os.close(saved)
+            captured.seek(0)
+            kept = b"".join(line for line in captured if not _STARTUP_NOISE.match(line))
+            if kept:
+                os.write(stderr_fd, kept)

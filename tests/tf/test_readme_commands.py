@@ -1,0 +1,183 @@
+"""Every shell command in README.md runs here, as written, in a scratch directory.
+
+Only two things change: the data (a small corpus from the package's own
+generator instead of 30,000 pairs or ../shared/data, which tests must not
+need) and the size of the job (`--set` overrides appended to training
+commands: a smaller model, a few steps). Commands that cannot run in CI are
+listed in NOT_RUN with the reason; a command in the README that this test does
+not know fails it, so the README cannot gain a command nobody runs.
+"""
+
+import gzip
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from keras_transformer import cli
+from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+NOT_RUN = {
+    "make test": "it is CI itself (.ci/run)",
+    "make quickstart": "test_make_quickstart_runs_the_recipe checks it runs recipes/quickstart/run.py, run below",
+    "docker run": "no TensorFlow Serving binary or docker daemon in CI; tests/tf/test_export.py runs the stand-ins",
+    "curl": "needs the TensorFlow Serving server above",
+}
+
+# Appended to every training command: a small model, a few steps.
+SHRINK = [
+    "model.d_model=32", "model.d_ff=64", "model.num_heads=2",
+    "model.num_encoder_layers=1", "model.num_decoder_layers=1",
+    "data.vocabulary_size=150", "training.tokens_per_batch=512",
+    "training.save_every_steps=1", "decoding.max_extra_length=8", "decoding.batch_size=64",
+]
+
+
+def readme_commands():
+    """The README's ```bash commands, continuation lines joined, comments dropped."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S):
+        for command in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(command, comments=True)
+            if words:
+                commands.append(words)
+    return commands
+
+
+def readme_yaml(name):
+    """The ```yaml block of the README whose first line is `# NAME ...`."""
+    for block in re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S):
+        if block.startswith(f"# {name}"):
+            return block
+    raise AssertionError(f"README.md has no ```yaml block starting with '# {name}'")
+
+
+def with_settings(words, settings):
+    return words + [token for setting in settings for token in ("--set", setting)]
+
+
+def run_script(words, cwd):
+    assert words[0] == "python", words
+    result = subprocess.run([sys.executable, *words[1:]], cwd=cwd, capture_output=True, text=True,
+                            env=dict(os.environ, KERAS_BACKEND="tensorflow"), timeout=900)
+    assert result.returncode == 0, f"{shlex.join(words)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A scratch working directory with the repository's recipes, as a user's checkout has them."""
+    work = tmp_path_factory.mktemp("readme")
+    (work / "recipes").symlink_to(ROOT / "recipes")
+    return work
+
+
+def test_every_readme_command_is_known():
+    known = ("keras-transformer", "python recipes/parallel_text/run.py", *NOT_RUN)
+    commands = [shlex.join(words) for words in readme_commands()]
+    assert commands, "README.md has no ```bash block"
+    unknown = [command for command in commands if not command.startswith(known)]
+    assert not unknown, f"README commands that no test runs: {unknown}"
+
+
+def test_make_quickstart_runs_the_recipe():
+    rule = re.search(r"^quickstart:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), flags=re.M)
+    assert rule and "recipes/quickstart/run.py" in rule.group(1)
+
+
+@pytest.fixture(scope="module")
+def quickstart(workspace):
+    """`python recipes/quickstart/run.py` (what `make quickstart` runs), on 300 generated pairs."""
+    words = ["python", "recipes/quickstart/run.py", "--train-pairs", "300", "--test-pairs", "8"]
+    output = run_script(with_settings(words, SHRINK + ["training.max_steps=3"]), workspace)
+    return output
+
+
+def test_quickstart_recipe_trains_evaluates_exports_and_serves(workspace, quickstart):
+    run = workspace / "runs" / "quickstart"
+    assert (run / "model.keras").is_file() and (run / "tokenizer.model").is_file()
+    assert re.search(r"held-out \(8 sentences, beam 4\): BLEU [\d.]+, chrF [\d.]+, exact match", quickstart)
+    assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in quickstart  # sacreBLEU signature
+    assert (run / "export" / "translator" / "1" / "saved_model.pb").is_file()
+    # The four example sentences went through the exported model.
+    assert quickstart.count("  ->  ") == 4
+
+
+def test_readme_cli_commands(workspace, quickstart, monkeypatch):
+    monkeypatch.chdir(workspace)
+    ran = []
+    for words in readme_commands():
+        if words[0] != "keras-transformer":
+            continue
+        argv = words[1:]
+        if argv[0] == "train":
+            if "--preset" in argv:
+                continue  # test_readme_preset_command
+            # The quickstart ran 3 steps; this resumes the run and trains 3 more.
+            argv = with_settings(argv, SHRINK + ["training.max_steps=6"])
+        elif argv[0] == "evaluate":
+            argv = argv + ["--beam-size", "2"]
+        assert cli.main(argv) == 0, shlex.join(words)
+        ran.append(argv[0])
+    assert {"train", "evaluate", "translate", "export", "average-checkpoints", "attention"} <= set(ran)
+
+    run = workspace / "runs" / "quickstart"
+    steps = sorted(int(p.name.split("-")[1].split(".")[0]) for p in (run / "checkpoints").glob("ckpt-*"))
+    assert steps[-1] == 6  # resumed from step 3, not restarted
+    result = json.loads((run / "eval.json").read_text())
+    assert result["sentences"] == 8
+    assert (workspace / "averaged.keras").is_file()
+    assert (workspace / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    versions = sorted(p.name for p in (workspace / "models" / "translator").iterdir())
+    assert versions == ["1", "2"]  # README's CLI block and its export section each export once
+
+
+def test_readme_preset_command(workspace, quickstart, monkeypatch, capsys):
+    """`keras-transformer train --preset wmt14-base --config my_data.yaml` with the README's my_data.yaml:
+    the paper's settings resolve, then a run with a smaller model trains on a small corpus."""
+    monkeypatch.chdir(workspace)
+    my_data = readme_yaml("my_data.yaml")
+    (workspace / "my_data.yaml").write_text(my_data)
+    files = yaml.safe_load(my_data)["data"]
+    train, test = make_splits(200, 10, seed=1)
+    for key, pairs in (("train", train), ("valid", test), ("test", test)):
+        path = workspace / files[key]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{en}\t{de}\n" for en, de in pairs), encoding="utf-8")
+    words = next(w for w in readme_commands() if w[:2] == ["keras-transformer", "train"] and "--preset" in w)
+
+    capsys.readouterr()
+    assert cli.main(words[1:] + ["--print-config"]) == 0
+    paper = yaml.safe_load(capsys.readouterr().out)
+    assert paper["model"]["preset"] == "base" and paper["data"]["vocabulary_size"] == 37000
+    assert paper["training"]["warmup_steps"] == 4000 and paper["training"]["average_last"] == 5
+    assert paper["data"]["train"] == files["train"] and paper["output_dir"] == "runs/my_data"
+
+    assert cli.main(with_settings(words[1:], SHRINK + ["training.max_steps=2"])) == 0
+    config = json.loads((workspace / "runs" / "my_data" / "config.json").read_text())
+    assert config["data"]["tokenizer_model_type"] == "bpe" and config["training"]["warmup_steps"] == 4000
+    assert sorted(p.name for p in (workspace / "runs" / "my_data" / "checkpoints").glob("ckpt-*")) == [
+        "ckpt-000000001.weights.h5", "ckpt-000000002.weights.h5"]
+    assert (workspace / "runs" / "my_data" / "model.keras").is_file()
+
+
+def test_readme_parallel_text_command(workspace, quickstart):
+    """The DDTP command, on a generated corpus in the same format instead of ../shared/data."""
+    words = next(w for w in readme_commands() if w[:2] == ["python", "recipes/parallel_text/run.py"])
+    corpus = workspace / "corpus.jsonl.gz"
+    pairs, _ = make_splits(2000, 0, seed=2)  # 1000 test (as the command says), 500 valid, 500 train
+    write_jsonl(corpus, pairs)
+    words = [str(corpus) if word.endswith("ddtp_en_de.jsonl.gz") else word for word in words]
+    output = run_script(with_settings(words, SHRINK + ["training.max_steps=2", "decoding.beam_size=1"]), workspace)
+    assert re.search(r"BLEU [\d.]+", output)
+    splits = workspace / "runs" / "ddtp_en_de" / "data"
+    assert sum(1 for _ in gzip.open(next(splits.glob("test*")), "rt")) == 1000
