@@ -327,9 +327,9 @@ def read_jsonl(
 ):
     """JSON lines, one object a line, e.g. `{"en": "...", "de": "..."}`.
 
-    Malformed JSON, a line that is not an object, a missing key or a value
-    that is not a string raises `CorpusError`. Blank lines count as empty
-    pairs.
+    Malformed JSON, a line that is not an object, a missing key, a value
+    that is not a string or one with an unpaired surrogate escape
+    (`"\\ud800"`) raises `CorpusError`. Blank lines count as empty pairs.
     """
     path = _check_file(path)
 
@@ -344,6 +344,15 @@ def read_jsonl(
                 raise CorpusError(
                     path, line_number, f"malformed JSON: {error.msg} "
                     f"(column {error.colno})"
+                ) from None
+            except ValueError as error:
+                # Python's own limit on integer literals (4300 digits).
+                raise CorpusError(
+                    path, line_number, f"malformed JSON: {error}"
+                ) from None
+            except RecursionError:
+                raise CorpusError(
+                    path, line_number, "malformed JSON: nested too deeply"
                 ) from None
             if not isinstance(record, dict):
                 raise CorpusError(
@@ -369,6 +378,19 @@ def read_jsonl(
                         f"value of {key!r} is a {type(value).__name__}, "
                         f"not a string",
                     )
+                if "\\u" in line:
+                    # A "\ud800" escape decodes to a lone surrogate: a str
+                    # that no UTF-8 consumer (TensorFlow included) accepts.
+                    try:
+                        value.encode("utf-8")
+                    except UnicodeEncodeError as error:
+                        raise CorpusError(
+                            path,
+                            line_number,
+                            f"value of {key!r} is not valid Unicode: unpaired "
+                            f"surrogate {value[error.start]!r} at character "
+                            f"{error.start}",
+                        ) from None
                 values.append(value)
             yield values[0], values[1]
 

@@ -1,0 +1,356 @@
+"""Hostile input: random Unicode, control characters, CRLF, a BOM, invalid UTF-8, very long lines.
+
+Property-based tests (hypothesis) of the corpus readers, the tokenizer,
+`translate` and the exported text signature. The contract everywhere: either a
+clear error (`CorpusError` naming the file and line, `TypeError`/`ValueError`
+naming the argument) or a documented result (skipped pairs counted in the
+stats, valid UTF-8 text) -- never another exception from deep inside
+TensorFlow, never output that is not valid UTF-8.
+
+Also: loading a `.keras` file stays in Keras safe mode, and none of our
+formats needs pickle.
+"""
+
+import contextlib
+import gzip
+import json
+import pickle
+import re
+import zipfile
+from pathlib import Path
+
+import _pickle
+import h5py
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import keras_transformer as kt
+from keras_transformer import config as config_lib
+from keras_transformer import runs
+from keras_transformer.data import SubwordTokenizer
+from keras_transformer.data.corpus import CorpusError, read_jsonl, read_text_pair, read_tsv
+from keras_transformer.decoding import Translator, translate
+from keras_transformer.export import export_saved_model
+from keras_transformer.training.checkpoints import StepCheckpoint
+
+PACKAGE_DIR = Path(kt.__file__).resolve().parent
+
+# Few examples and a fixed seed keep CI short and the runs reproducible; the
+# TensorFlow calls (first traces) make timing deadlines meaningless.
+# function_scoped_fixture: `tmp_path` is only a parent directory here, every
+# example writes its own files.
+settings.register_profile(
+    "hostile_input",
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    database=None,  # nothing written into the working tree
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+HOSTILE = settings.get_profile("hostile_input")
+
+# Characters that trip up naive text handling: NUL and other C0/C1 controls,
+# DEL, tab, CR, BOM, line/paragraph separators, zero-width and direction
+# marks, the replacement character, astral and last code points.
+SPECIAL_CHARACTERS = (
+    "\x00\x01\x07\x08\x0b\x0c\x1b\x1f\x7f\x80\x85\x9f\t\r\ufeff\u2028\u2029"
+    "\u200b\u200e\u202e\ufffd\ufffe\uffff\U0001f600\U0001f1e9\U0010ffff"
+)
+# Byte sequences that are not UTF-8: stray continuation/lead bytes, a cut
+# sequence, an encoded surrogate, an overlong slash, a code point past U+10FFFF.
+INVALID_UTF8 = [b"\xff", b"\xfe", b"\x80", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80"]
+BOM = b"\xef\xbb\xbf"
+
+# Every code point that UTF-8 can encode (no surrogates), newline excluded.
+any_character = st.characters(codec="utf-8", exclude_characters="\n")
+
+
+@st.composite
+def hostile_text(draw, long_size=(2_000, 20_000)):
+    """A str without newline: random Unicode and special characters, sometimes very long."""
+    parts = draw(
+        st.lists(
+            st.one_of(
+                st.text(any_character, max_size=24),
+                st.text(st.sampled_from(SPECIAL_CHARACTERS), max_size=6),
+                st.sampled_from(["the cat", " ", "Katze", "\t", "\r"]),
+            ),
+            max_size=5,
+        )
+    )
+    text = "".join(parts)
+    if draw(st.integers(0, 7)) == 0:
+        size = draw(st.integers(*long_size))
+        text = ((text or "long ") * size)[:size]
+    return text
+
+
+@st.composite
+def hostile_line_bytes(draw, invalid=True):
+    """The bytes of one line (no b"\\n"): UTF-8 text, maybe with invalid sequences inserted."""
+    data = draw(hostile_text()).encode("utf-8")
+    if invalid and draw(st.integers(0, 3)) == 0:
+        junk = draw(st.one_of(st.sampled_from(INVALID_UTF8), st.binary(min_size=1, max_size=6)))
+        junk = junk.replace(b"\n", b"")
+        position = draw(st.integers(0, len(data)))
+        data = data[:position] + junk + data[position:]
+    return data
+
+
+@st.composite
+def file_layout(draw):
+    """How lines are joined: LF or CRLF, a final newline or not, a BOM or not, gzip or not."""
+    return {
+        "newline": draw(st.sampled_from([b"\n", b"\r\n"])),
+        "final_newline": draw(st.booleans()),
+        "bom": draw(st.booleans()),
+        "gzip": draw(st.booleans()),
+    }
+
+
+filter_options = st.fixed_dictionaries(
+    {
+        "max_chars": st.one_of(st.none(), st.integers(1, 40)),
+        "on_long": st.sampled_from(["skip", "truncate"]),
+    }
+)
+
+
+def effective_layout(layout, lines):
+    """A last empty line exists only if a newline ends it (a file has no empty last line)."""
+    return dict(layout, final_newline=layout["final_newline"] or lines[-1] == b"")
+
+
+def write_lines(directory, stem, suffix, lines, layout):
+    layout = effective_layout(layout, lines)
+    data = layout["newline"].join(lines)
+    if layout["final_newline"]:
+        data += layout["newline"]
+    if layout["bom"]:
+        data = BOM + data
+    path = Path(directory) / (stem + suffix + (".gz" if layout["gzip"] else ""))
+    path.write_bytes(gzip.compress(data, mtime=0) if layout["gzip"] else data)
+    return str(path)
+
+
+def reference_lines(lines, layout):
+    """What a line reader must see: per line the text, or None if it is not UTF-8.
+
+    Independent of the reader: works on the list of line bytes we wrote.
+    """
+    layout = effective_layout(layout, lines)
+    decoded = []
+    for number, raw in enumerate(lines, start=1):
+        if layout["bom"] and number == 1:
+            raw = BOM + raw
+        # The reader removes "\n", then one "\r": the CR of a CRLF ending, or
+        # else a CR that ends the line's own bytes.
+        ends_with_crlf = layout["newline"] == b"\r\n" and (number < len(lines) or layout["final_newline"])
+        if not ends_with_crlf and raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            decoded.append(None)
+            continue
+        if number == 1 and text.startswith("\ufeff"):
+            text = text[1:]
+        decoded.append(text)
+    return decoded
+
+
+class Expected:
+    """The reference outcome of a pass: pairs kept and counts, or the first bad line."""
+
+    def __init__(self, options):
+        self.max_chars = options["max_chars"]
+        self.on_long = options["on_long"]
+        self.pairs = []
+        self.read = self.skipped_empty = self.skipped_long = self.truncated = 0
+        self.error = None  # (path, line, reason pattern)
+
+    def add(self, source, target):
+        self.read += 1
+        source, target = source.strip(), target.strip()
+        if not source or not target:
+            self.skipped_empty += 1
+            return
+        limit = self.max_chars
+        if limit is not None and max(len(source), len(target)) > limit:
+            if self.on_long == "skip":
+                self.skipped_long += 1
+                return
+            source, target = source[:limit].rstrip(), target[:limit].rstrip()
+            self.truncated += 1
+        self.pairs.append((source, target))
+
+
+def check_valid_text(value):
+    assert isinstance(value, str)
+    value.encode("utf-8")  # raises on a lone surrogate
+    assert "\n" not in value
+
+
+def check_pass(corpus, expected):
+    """Iterates `corpus`: the pairs before the first bad line, then that line's CorpusError."""
+    pairs = []
+    error = None
+    try:
+        for pair in corpus:
+            pairs.append(pair)
+    except CorpusError as caught:
+        error = caught
+    # Anything but CorpusError propagates and fails the test.
+    for source, target in pairs:
+        check_valid_text(source)
+        check_valid_text(target)
+    assert pairs == expected.pairs[: len(pairs)]
+    if expected.error is None:
+        assert error is None, str(error)[:300]
+        assert pairs == expected.pairs
+        stats = corpus.stats
+        assert (stats.read, stats.kept, stats.skipped_empty, stats.skipped_long, stats.truncated) == (
+            expected.read, len(expected.pairs), expected.skipped_empty, expected.skipped_long,
+            expected.truncated,
+        )
+        assert stats.read == stats.kept + stats.skipped
+    else:
+        path, line, reason = expected.error
+        assert error is not None, f"expected a CorpusError at {path}:{line}"
+        assert (error.path, error.line) == (path, line), str(error)[:300]
+        assert str(error).startswith(f"{path}:{line}: ")
+        assert re.search(reason, error.reason), error.reason[:300]
+        assert pairs == expected.pairs
+
+
+# ---------------------------------------------------------------------------
+# Corpus readers
+
+
+@HOSTILE
+@given(
+    line_pairs=st.lists(st.tuples(hostile_line_bytes(), hostile_line_bytes()), min_size=1, max_size=8),
+    source_layout=file_layout(),
+    target_layout=file_layout(),
+    options=filter_options,
+)
+def test_text_pair_reader_on_hostile_bytes(tmp_path, line_pairs, source_layout, target_layout, options):
+    source_lines = [source for source, _ in line_pairs]
+    target_lines = [target for _, target in line_pairs]
+    source_path = write_lines(tmp_path, "pair", ".src", source_lines, source_layout)
+    target_path = write_lines(tmp_path, "pair", ".tgt", target_lines, target_layout)
+    expected = Expected(options)
+    sources = reference_lines(source_lines, source_layout)
+    targets = reference_lines(target_lines, target_layout)
+    for number, (source, target) in enumerate(zip(sources, targets), start=1):
+        # The source line is read before the target line.
+        if source is None or target is None:
+            expected.error = (source_path if source is None else target_path, number, "invalid UTF-8")
+            break
+        expected.add(source, target)
+    check_pass(read_text_pair(source_path, target_path, **options), expected)
+
+
+@HOSTILE
+@given(
+    lines=st.lists(
+        st.one_of(
+            st.tuples(hostile_line_bytes(), hostile_line_bytes()).map(lambda pair: pair[0] + b"\t" + pair[1]),
+            hostile_line_bytes(),  # often one column only
+            st.sampled_from([b"", b"  ", b"\t", b"a\tb\tc"]),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    layout=file_layout(),
+    options=filter_options,
+)
+def test_tsv_reader_on_hostile_bytes(tmp_path, lines, layout, options):
+    path = write_lines(tmp_path, "corpus", ".tsv", lines, layout)
+    expected = Expected(options)
+    for number, text in enumerate(reference_lines(lines, layout), start=1):
+        if text is None:
+            expected.error = (path, number, "invalid UTF-8")
+            break
+        if not text.strip():
+            expected.add("", "")
+            continue
+        fields = text.split("\t")
+        if len(fields) != 2:
+            expected.error = (path, number, f"expected 2 tab-separated columns, found {len(fields)}")
+            break
+        expected.add(*fields)
+    check_pass(read_tsv(path, **options), expected)
+
+
+# JSON lines that must be refused, with the reason the error must give.
+BAD_JSON_LINES = [
+    (b'{"en": "a\\udc80 b", "de": "x"}', "unpaired surrogate"),
+    (b'{"en": "x", "de": "\\ud83d"}', "unpaired surrogate"),
+    (b"[" * 100_000, "nested too deeply"),
+    (b'{"en": ' + b"7" * 5_000 + b', "de": "x"}', "malformed JSON"),
+    (b'{"en": "a\x00b", "de": "x"}', "malformed JSON"),  # raw control character
+    (b'{"en": "a", "de": "b"', "malformed JSON"),
+    (b"\xff\xfe{}", "invalid UTF-8"),
+    (b'{"en": "\xc3", "de": "x"}', "invalid UTF-8"),
+    (b"[1, 2]", "expected a JSON object"),
+    (b'{"en": "a"}', "missing key 'de'"),
+    (b'{"en": ["a"], "de": "x"}', "not a string"),
+    (b'{"en": NaN, "de": "x"}', "not a string"),
+]
+
+
+@st.composite
+def good_json_line(draw):
+    """A valid record: (line bytes, source, target) as json.loads sees them."""
+    source = draw(hostile_text())
+    target = draw(hostile_text())
+    record = {"en": source, "de": target}
+    if draw(st.booleans()):
+        record["id"] = draw(st.integers())
+    if draw(st.integers(0, 7)) == 0:
+        record["en"] = None  # null counts as an empty side
+        source = ""
+    # ensure_ascii writes astral characters as (valid) surrogate-pair escapes.
+    line = json.dumps(record, ensure_ascii=draw(st.booleans())).encode("utf-8")
+    return line, source, target
+
+
+@HOSTILE
+@given(
+    records=st.lists(
+        st.one_of(
+            good_json_line().map(lambda good: ("good",) + good),
+            st.sampled_from([b"", b" \t "]).map(lambda blank: ("blank", blank, "", "")),
+            st.sampled_from(BAD_JSON_LINES).map(lambda bad: ("bad", bad[0], bad[1], None)),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    layout=file_layout(),
+    options=filter_options,
+)
+def test_jsonl_reader_on_hostile_lines(tmp_path, records, layout, options):
+    lines = [record[1] for record in records]
+    path = write_lines(tmp_path, "corpus", ".jsonl", lines, layout)
+    expected = Expected(options)
+    for number, (kind, _, source_or_reason, target) in enumerate(records, start=1):
+        if kind == "bad":
+            expected.error = (path, number, re.escape(source_or_reason))
+            break
+        expected.add(source_or_reason, target)
+    check_pass(read_jsonl(path, **options), expected)
+
+
+def test_jsonl_surrogate_escape_names_file_line_and_key(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"en": "ok", "de": "fine"}\n{"en": "ok", "de": "bad \\udfff"}\n')
+    with pytest.raises(CorpusError, match=r"c\.jsonl:2: value of 'de' is not valid Unicode: unpaired surrogate"):
+        read_jsonl(path).load()
+    # A surrogate pair escape is one valid character.
+    path.write_text('{"en": "\\ud83d\\ude00", "de": "x"}\n')
+    assert read_jsonl(path).load()[0] == [("\U0001f600", "x")]
