@@ -19,6 +19,7 @@ import hashlib
 import io
 import os
 
+import numpy as np
 import sentencepiece
 import tensorflow as tf
 from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
@@ -288,8 +289,14 @@ class SubwordTokenizer(tf.Module):
 
         A scalar string gives a 1-D int32 tensor; a 1-D batch gives a
         `tf.RaggedTensor` of shape `(batch, None)`. Runs in graph mode.
+        Bytes need not be valid UTF-8 (SentencePiece reads invalid bytes as
+        unknown); a Python `str` with an unpaired surrogate, or an item that
+        is not a string, raises an error naming `texts[i]`.
         """
-        texts = tf.convert_to_tensor(texts, dtype=tf.string)
+        try:
+            texts = tf.convert_to_tensor(texts, dtype=tf.string)
+        except (TypeError, ValueError) as error:
+            raise _bad_texts_error(texts, error) from None
         rank = texts.shape.rank
         if rank not in (0, 1):
             raise ValueError(
@@ -316,15 +323,32 @@ class SubwordTokenizer(tf.Module):
         """Ids back to strings.
 
         Accepts a 1-D or 2-D int tensor (dense, e.g. padded decoder output,
-        or ragged). Each row is cut at its first eos; pad and bos are removed
-        and ids outside the vocabulary are ignored. Returns a scalar string
-        for 1-D input, a 1-D string tensor for 2-D input.
+        or ragged) or nested lists of ints. Each row is cut at its first eos;
+        pad and bos are removed and ids outside the vocabulary (negative or
+        too large, int64 included) are ignored. Returns a scalar string for
+        1-D input, a 1-D string tensor for 2-D input; the strings are valid
+        UTF-8 (SentencePiece writes U+FFFD for byte pieces that form no
+        character). Ids that are not integers (or Python ints beyond int64)
+        raise `TypeError`.
         """
         if isinstance(ids, (list, tuple)):
-            ids = tf.ragged.constant(ids, dtype=tf.int32)
+            try:
+                ids = tf.ragged.constant(ids, dtype=tf.int64)
+            except (TypeError, ValueError) as error:
+                raise TypeError(
+                    f"detokenize: ids must be integers in the int64 range "
+                    f"(nested lists of ints or an int tensor): {error}"
+                ) from None
         elif not isinstance(ids, tf.RaggedTensor):
-            ids = tf.convert_to_tensor(ids)
-        ids = tf.cast(ids, tf.int32)
+            try:
+                ids = tf.convert_to_tensor(ids)
+            except (TypeError, ValueError) as error:
+                raise TypeError(f"detokenize: ids must be integers: {error}") from None
+        if not ids.dtype.is_integer:
+            raise TypeError(f"detokenize: ids must be integers, got {ids.dtype.name}")
+        # Range checks in int64: a cast to int32 first would wrap 2**32 + 5
+        # around to the valid id 5.
+        ids = tf.cast(ids, tf.int64)
         if ids.shape.rank == 1:
             return self.detokenize(ids[tf.newaxis])[0]
         if ids.shape.rank != 2:
@@ -345,7 +369,7 @@ class SubwordTokenizer(tf.Module):
             & (ids >= 0)
             & (ids < self._vocabulary_size)
         )
-        ids = tf.ragged.boolean_mask(ids, keep)
+        ids = tf.cast(tf.ragged.boolean_mask(ids, keep), tf.int32)
         return _sentencepiece_ops.sentencepiece_detokenize_op(
             self._model_handle(),
             ids.flat_values,
@@ -363,6 +387,32 @@ class SubwordTokenizer(tf.Module):
             f"SubwordTokenizer(model_type={self._model_type!r}, "
             f"vocabulary_size={self._vocabulary_size})"
         )
+
+
+def _bad_texts_error(texts, error):
+    """The error for `texts` that cannot become a string tensor, naming the item."""
+    if isinstance(texts, (str, bytes)):
+        items = [("texts", texts)]
+    elif isinstance(texts, (list, tuple, np.ndarray)):
+        flat = np.asarray(texts, dtype=object).reshape(-1) if isinstance(texts, np.ndarray) else texts
+        items = [(f"texts[{index}]", item) for index, item in enumerate(flat)]
+    else:
+        items = []
+    for label, item in items:
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as encode_error:
+                return ValueError(
+                    f"tokenize: {label} is not valid Unicode: unpaired surrogate "
+                    f"{item[encode_error.start]!r} at character {encode_error.start}"
+                )
+        elif not isinstance(item, bytes):
+            return TypeError(f"tokenize: {label} is {type(item).__name__}, not a string")
+    return TypeError(
+        f"tokenize expects strings (str, bytes, a list of them or a string tensor), "
+        f"got {type(texts).__name__}: {error}"
+    )
 
 
 def _model_type_name(processor):

@@ -354,3 +354,152 @@ def test_jsonl_surrogate_escape_names_file_line_and_key(tmp_path):
     # A surrogate pair escape is one valid character.
     path.write_text('{"en": "\\ud83d\\ude00", "de": "x"}\n')
     assert read_jsonl(path).load()[0] == [("\U0001f600", "x")]
+
+
+# ---------------------------------------------------------------------------
+# Tokenizer
+
+TRAINING_PAIRS = [
+    ("The small cat sees a dog.", "Die kleine Katze sieht einen Hund."),
+    ("The big dog runs quickly.", "Der große Hund läuft schnell."),
+    ("A red house is old.", "Ein rotes Haus ist alt."),
+    ("We drink water every day.", "Wir trinken jeden Tag Wasser."),
+    ("The train arrives at seven.", "Der Zug kommt um sieben an."),
+    ("Москва — столица России.", "北京是中国的首都。 😀"),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _seed_and_policy():
+    """Seeds once for the module instead of per test (and per example).
+
+    `keras.utils.set_random_seed` clears TensorFlow's eager kernel cache, which
+    would re-create the tokenizer's ops at every example.
+    """
+    keras.utils.set_random_seed(1234)
+    policy = keras.config.dtype_policy()
+    yield
+    keras.config.set_dtype_policy(policy)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    # Byte fallback: unknown characters become byte pieces, so random id
+    # sequences decode to invalid byte sequences that must come out as U+FFFD.
+    return SubwordTokenizer.train(
+        TRAINING_PAIRS, 400, byte_fallback=True, hard_vocab_limit=False, seed=0
+    )
+
+
+tokenizer_inputs = st.one_of(
+    hostile_text(long_size=(2_000, 50_000)),
+    st.text(any_character | st.just("\n"), max_size=40),
+    st.binary(max_size=48),
+    hostile_line_bytes(),
+)
+
+
+@HOSTILE
+@given(texts=st.lists(tokenizer_inputs, max_size=6))
+def test_tokenize_hostile_strings(tokenizer, texts):
+    ids = tokenizer.tokenize(texts)
+    assert ids.dtype == tf.int32 and ids.shape[0] == len(texts)
+    values = ids.flat_values.numpy()
+    assert ((values >= 0) & (values < tokenizer.vocabulary_size)).all()
+    # Never a special id other than unk in the middle of a text.
+    assert not np.isin(values, [tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id]).any()
+    for text, row in zip(texts, ids.to_list()):
+        alone = tokenizer.tokenize(text).numpy().tolist()
+        assert alone == row
+        if isinstance(text, str):
+            # The SentencePiece library itself is the reference for valid text.
+            assert row == tokenizer._processor.encode(text)
+
+
+@HOSTILE
+@given(
+    rows=st.lists(
+        st.lists(
+            st.one_of(
+                st.integers(-3, 403),  # specials, byte pieces, just out of range
+                st.sampled_from([-(2**63), -(2**31) - 1, 2**31, 2**32 + 5, 2**40 + 7, 2**63 - 1]),
+            ),
+            max_size=12,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_detokenize_any_ids_gives_valid_utf8(tokenizer, rows):
+    size = tokenizer.vocabulary_size
+    outputs = tokenizer.detokenize(rows).numpy()
+    assert outputs.shape == (len(rows),)
+    for row, output in zip(rows, outputs):
+        text = output.decode("utf-8")  # strict: raises on invalid UTF-8
+        # Reference: the SentencePiece library on the documented filtering
+        # (cut at EOS; pad, BOS and ids outside the vocabulary dropped).
+        kept = []
+        for token in row:
+            if token == tokenizer.eos_id:
+                break
+            if 0 <= token < size and token not in (tokenizer.pad_id, tokenizer.bos_id):
+                kept.append(token)
+        assert text == tokenizer._processor.decode(kept)
+        # A dense int64 tensor gives the same (no wrap-around to valid ids).
+        if row:
+            single = tokenizer.detokenize(tf.constant(row, tf.int64)).numpy()
+            assert single == output
+
+
+def test_detokenize_does_not_wrap_large_ids(tokenizer):
+    # int64 ids that an int32 cast would turn into the valid ids 5 and 6.
+    wrapped = tokenizer.detokenize(tf.constant([[2**32 + 5, 2**33 + 6]], tf.int64)).numpy()
+    assert wrapped[0] == b""
+    assert tokenizer.detokenize(tf.constant([[5, 6]], tf.int64)).numpy()[0] != b""
+
+
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        ([[1.5, 2.0]], "integers"),
+        (np.array([[1.5]]), "integers, got float64"),
+        (np.array([[True]]), "integers, got bool"),
+        (tf.constant([["a"]]), "integers, got string"),
+        ([["4"]], "integers"),
+        ([[2**70]], "integers in the int64 range"),
+        (None, "integers"),
+    ],
+)
+def test_detokenize_rejects_non_integer_ids(tokenizer, ids, message):
+    with pytest.raises(TypeError, match=r"detokenize: ids must be " + message):
+        tokenizer.detokenize(ids)
+
+
+@HOSTILE
+@given(
+    prefix=st.lists(st.text(any_character, max_size=5), max_size=3),
+    text=st.text(any_character, max_size=8),
+    surrogate=st.integers(0xD800, 0xDFFF),
+)
+def test_tokenize_names_a_text_with_a_lone_surrogate(tokenizer, prefix, text, surrogate):
+    bad = text + chr(surrogate)
+    with pytest.raises(ValueError, match=rf"tokenize: texts\[{len(prefix)}\] is not valid Unicode: unpaired surrogate"):
+        tokenizer.tokenize(prefix + [bad, "fine"])
+    with pytest.raises(ValueError, match=rf"tokenize: texts is not valid Unicode.* at character {len(text)}"):
+        tokenizer.tokenize(bad)
+
+
+@pytest.mark.parametrize(
+    "texts, error, message",
+    [
+        (5, TypeError, "tokenize expects strings.*got int"),
+        (None, TypeError, "tokenize expects strings.*got NoneType"),
+        (["a", None], TypeError, r"texts\[1\] is NoneType, not a string"),
+        (["a", b"b", 3], TypeError, r"texts\[2\] is int, not a string"),
+        (np.array(["a", "b\ud800"], dtype=object), ValueError, r"texts\[1\] is not valid Unicode"),
+        (tf.constant([1, 2]), TypeError, "tokenize expects strings.*got EagerTensor"),
+    ],
+)
+def test_tokenize_rejects_non_strings_naming_the_item(tokenizer, texts, error, message):
+    with pytest.raises(error, match=message):
+        tokenizer.tokenize(texts)
