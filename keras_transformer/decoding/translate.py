@@ -39,7 +39,8 @@ class Translator:
         max_extra_length: outputs stop after source length + this many tokens.
         max_length: optional cap on output lengths.
         max_source_length: sources are cut to this many ids, EOS included
-            (default: no cut; learned positions need one).
+            (default: no cut, except that a model with learned positions
+            always cuts at its `max_length`, which has no positions beyond).
         batch_size: sentences per search call. Sentences are sorted by
             length before batching (less padding); outputs keep input order.
         jit_compile: compile the search with XLA (TensorFlow; faster on CPU).
@@ -75,6 +76,10 @@ class Translator:
         self.alpha = alpha
         self.max_extra_length = max_extra_length
         self.max_length = max_length
+        if getattr(model, "positional_encoding", None) == "learned":
+            # Longer sources (or padding) would index past the learned
+            # position table, an error from deep inside the backend.
+            max_source_length = min(max_source_length or model.max_length, model.max_length)
         self.max_source_length = max_source_length
         self.batch_size = batch_size
         self.jit_compile = jit_compile
@@ -113,6 +118,9 @@ class Translator:
             rows = order[start : start + self.batch_size]
             longest = max(len(sources[i]) for i in rows)
             width = -(-longest // self.width_multiple) * self.width_multiple
+            if self.max_source_length is not None:
+                # Padding counts as positions too (learned ones end there).
+                width = max(longest, min(width, self.max_source_length))
             batch = np.full((len(rows), width), self.pad_id, dtype="int32")
             for position, index in enumerate(rows):
                 batch[position, : len(sources[index])] = sources[index]
@@ -132,15 +140,29 @@ class Translator:
         """Translates a string or a list of strings.
 
         Empty (or whitespace-only) strings translate to "" without decoding
-        (score 0.0). With `return_scores`, returns `(translations, scores)`:
-        beam scores are length-penalised log-probabilities, greedy scores the
-        sum of log-probabilities.
+        (score 0.0). A text that is not a `str`, or a `str` with an unpaired
+        surrogate (not valid Unicode), raises an error naming `texts[i]`.
+        With `return_scores`, returns `(translations, scores)`: beam scores
+        are length-penalised log-probabilities, greedy scores the sum of
+        log-probabilities.
         """
         single = isinstance(texts, str)
+        if isinstance(texts, (bytes, bytearray)) or not (single or hasattr(texts, "__iter__")):
+            raise TypeError(
+                f"translate: `texts` must be a str or an iterable of str, got {type(texts).__name__}."
+            )
         texts = [texts] if single else list(texts)
         for index, text in enumerate(texts):
+            label = "texts" if single else f"texts[{index}]"
             if not isinstance(text, str):
-                raise TypeError(f"translate: texts[{index}] is {type(text).__name__}, not str.")
+                raise TypeError(f"translate: {label} is {type(text).__name__}, not str.")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise ValueError(
+                    f"translate: {label} is not valid Unicode: unpaired surrogate "
+                    f"{text[error.start]!r} at character {error.start}."
+                ) from None
         translations, scores = [""] * len(texts), [0.0] * len(texts)
         to_decode = [i for i, text in enumerate(texts) if text.strip()]
         if to_decode:

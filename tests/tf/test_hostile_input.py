@@ -503,3 +503,93 @@ def test_tokenize_names_a_text_with_a_lone_surrogate(tokenizer, prefix, text, su
 def test_tokenize_rejects_non_strings_naming_the_item(tokenizer, texts, error, message):
     with pytest.raises(error, match=message):
         tokenizer.tokenize(texts)
+
+
+# ---------------------------------------------------------------------------
+# translate
+
+# Untrained: the search rarely emits EOS, so outputs are capped in length.
+MAX_OUTPUT_LENGTH = 5
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    keras.utils.set_random_seed(3)
+    model = kt.Transformer(
+        vocabulary_size=tokenizer.vocabulary_size, d_model=16, num_heads=2, d_ff=32,
+        num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
+    )
+    model.build()
+    return model
+
+
+@HOSTILE
+@given(
+    texts=st.lists(
+        st.one_of(
+            hostile_text(long_size=(500, 1_500)),
+            st.sampled_from(["", " ", "\t\r", "\ufeff", "\x00", "\r\n", "\u2028"]),
+            st.text(any_character | st.just("\n"), max_size=30),
+        ),
+        max_size=6,
+    ),
+    beam_size=st.sampled_from([1, 2]),
+)
+def test_translate_hostile_batches(model, tokenizer, texts, beam_size):
+    # The cut keeps the attention matrices of very long inputs small.
+    options = dict(
+        beam_size=beam_size, max_extra_length=2, max_length=MAX_OUTPUT_LENGTH, batch_size=4,
+        max_source_length=64,
+    )
+    outputs = translate(model, tokenizer, texts, **options)
+    assert isinstance(outputs, list) and len(outputs) == len(texts)
+    for text, output in zip(texts, outputs):
+        assert isinstance(output, str)
+        output.encode("utf-8")  # strict: no lone surrogates
+        if not text.strip():
+            assert output == ""
+    # Order kept: the reversed batch gives the reversed translations.
+    assert translate(model, tokenizer, texts[::-1], **options) == outputs[::-1]
+
+
+@pytest.mark.parametrize(
+    "texts, error, message",
+    [
+        (5, TypeError, r"translate: `texts` must be a str or an iterable of str, got int"),
+        (None, TypeError, r"`texts` must be .* got NoneType"),
+        (b"bytes", TypeError, r"`texts` must be .* got bytes"),
+        (["a", None], TypeError, r"translate: texts\[1\] is NoneType, not str"),
+        (["a", b"b"], TypeError, r"texts\[1\] is bytes"),
+        (["ok", "", "x\udc80y"], ValueError, r"translate: texts\[2\] is not valid Unicode: unpaired surrogate '\\udc80' at character 1"),
+        ("\ud800", ValueError, r"translate: texts is not valid Unicode"),
+    ],
+)
+def test_translate_rejects_bad_input_naming_the_argument(model, tokenizer, texts, error, message):
+    with pytest.raises(error, match=message):
+        translate(model, tokenizer, texts, beam_size=1, max_length=MAX_OUTPUT_LENGTH)
+
+
+def test_translate_long_input_with_learned_positions(tokenizer):
+    """Sources longer than the learned position table are cut, not an error from the backend."""
+    keras.utils.set_random_seed(4)
+    model = kt.Transformer(
+        vocabulary_size=tokenizer.vocabulary_size, d_model=16, num_heads=2, d_ff=32,
+        num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
+        positional_encoding="learned", max_length=12,
+    )
+    model.build()
+    # 11 tokens + EOS fill the 12 positions; padding to a multiple of 8 would need 16.
+    texts = ["the cat " * 40, "Katze", "x" * 9]
+    assert max(len(row) for row in tokenizer.tokenize(texts).to_list()) > 12
+    translator = Translator(model, tokenizer, beam_size=2, max_extra_length=2)
+    assert translator.max_source_length == 12
+    assert all(len(row) <= 12 for row in translator.source_ids(texts))
+    outputs = translator(texts)
+    assert len(outputs) == 3 and all(isinstance(output, str) for output in outputs)
+    # The long text translates as its first 11 tokens (and EOS) would.
+    first_tokens = tokenizer.tokenize(texts[0]).numpy().tolist()[:11]
+    assert translator.source_ids(texts[:1]) == [first_tokens + [tokenizer.eos_id]]
+    (cut_ids,), _ = translator.translate_ids([first_tokens + [tokenizer.eos_id]])
+    assert outputs[0] == tokenizer.detokenize([cut_ids]).numpy()[0].decode("utf-8")
+    # A larger limit than the table is capped too.
+    assert Translator(model, tokenizer, max_source_length=100).max_source_length == 12
