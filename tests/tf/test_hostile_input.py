@@ -593,3 +593,232 @@ def test_translate_long_input_with_learned_positions(tokenizer):
     assert outputs[0] == tokenizer.detokenize([cut_ids]).numpy()[0].decode("utf-8")
     # A larger limit than the table is capped too.
     assert Translator(model, tokenizer, max_source_length=100).max_source_length == 12
+
+
+# ---------------------------------------------------------------------------
+# Exported SavedModel
+
+EXPORT_MAX_INPUT_LENGTH = 16
+EXPORT_MAX_EXTRA_LENGTH = 3
+
+
+@pytest.fixture(scope="module")
+def export_dir(model, tokenizer, tmp_path_factory):
+    # The op check runs in tests/tf/test_export.py; here only the signatures matter.
+    return export_saved_model(
+        model, tokenizer, tmp_path_factory.mktemp("export"), beam_size=2,
+        max_extra_length=EXPORT_MAX_EXTRA_LENGTH, max_input_length=EXPORT_MAX_INPUT_LENGTH,
+        check_ops=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def serve(export_dir):
+    return tf.saved_model.load(export_dir).signatures["serving_default"]
+
+
+@HOSTILE
+@given(
+    texts=st.lists(
+        st.one_of(
+            st.binary(max_size=40),
+            hostile_line_bytes(),
+            st.text(any_character | st.just("\n"), max_size=20).map(lambda text: text.encode("utf-8")),
+            st.sampled_from(INVALID_UTF8 + [b"", b"\x00", BOM, b"\r\n", b" \t "]),
+        ),
+        max_size=6,
+    )
+)
+def test_exported_text_signature_on_hostile_bytes(serve, tokenizer, texts):
+    outputs = serve(text=tf.constant(texts, dtype=tf.string, shape=[len(texts)]))
+    translations = outputs["translations"].numpy()
+    scores = outputs["scores"].numpy()
+    assert translations.shape == (len(texts),) and scores.shape == (len(texts),)
+    assert np.isfinite(scores).all()
+    longest_piece = max(len(piece.encode("utf-8")) for piece in tokenizer.vocabulary())
+    token_counts = [len(row) for row in tokenizer.tokenize(texts).to_list()] if texts else []
+    for translation, score, count in zip(translations, scores, token_counts):
+        text = translation.decode("utf-8")  # strict: raises on invalid UTF-8
+        assert len(translation) <= (EXPORT_MAX_INPUT_LENGTH + EXPORT_MAX_EXTRA_LENGTH) * longest_piece
+        if count == 0:
+            assert (text, score) == ("", 0.0)
+
+
+# ---------------------------------------------------------------------------
+# Safe mode and pickle
+
+
+def test_our_code_never_leaves_keras_safe_mode():
+    offenders = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        # safe_mode may only be spelled out as True.
+        for pattern in (r"safe_mode\s*=(?!\s*True\b)", r"enable_unsafe_deserialization"):
+            if re.search(pattern, source):
+                offenders.append(f"{path.relative_to(PACKAGE_DIR)}: {pattern}")
+    assert offenders == []
+
+
+def test_transformer_loads_in_safe_mode(model, tmp_path):
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    source = np.array([[5, 6, 7, 3]], "int32")
+    target = np.array([[2, 8, 9]], "int32")
+    expected = keras.ops.convert_to_numpy(model({"source": source, "target": target}))
+    for loaded in (keras.saving.load_model(path), keras.saving.load_model(path, safe_mode=True)):
+        assert isinstance(loaded, kt.Transformer)
+        actual = keras.ops.convert_to_numpy(loaded({"source": source, "target": target}))
+        np.testing.assert_allclose(actual, expected, atol=1e-6)
+    # And through a run directory, as the command line loads it.
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    model.save(str(run_dir / runs.MODEL_FILE))
+    assert isinstance(runs.load_model(run_dir), kt.Transformer)
+
+
+def test_keras_file_with_python_lambda_is_refused(tmp_path):
+    # The lambda leaves a file behind whenever it runs (Keras runs it to
+    # infer shapes, so rebuilding the model would run it).
+    marker = tmp_path / "code-ran"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    path = run_dir / runs.MODEL_FILE
+    # Built from source so that the path is a constant of the code (Keras
+    # stores a lambda's code, not its closure).
+    function = eval(f"lambda x: (open({str(marker)!r}, 'w').close(), x * 2.0)[1]")
+    hostile = keras.Sequential([keras.Input((2,)), keras.layers.Lambda(function)])
+    hostile.save(str(path))
+    marker.unlink()
+    with zipfile.ZipFile(path) as archive:
+        assert '"__lambda__"' in archive.read("config.json").decode("utf-8")
+    with pytest.raises(ValueError, match=r"(?is)lambda.*(safe_mode|arbitrary code)"):
+        runs.load_model(run_dir)
+    with pytest.raises(ValueError, match=r"(?is)safe_mode"):
+        keras.saving.load_model(str(path))
+    assert not marker.exists()
+    # The refusal is safe mode's doing: unsafe loading runs the stored code.
+    unsafe = keras.saving.load_model(str(path), safe_mode=False)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(unsafe(np.ones((1, 2), "float32"))), 2.0)
+    assert marker.exists()
+
+
+PICKLE_PATTERNS = [
+    r"^\s*(import|from)\s+(pickle|_pickle|cPickle|cloudpickle|dill|marshal|shelve|joblib)\b",
+    r"\b(pickle|dill|marshal|cloudpickle|joblib)\.(load|loads|dump|dumps)\b",
+    r"allow_pickle\s*=\s*True",
+    r"\btorch\.load\(",
+    r"\byaml\.(load|unsafe_load|full_load)\(",
+    r"Loader\s*=\s*yaml\.(Loader|UnsafeLoader|FullLoader)",
+]
+
+
+def test_package_sources_use_no_pickle():
+    offenders = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            for pattern in PICKLE_PATTERNS:
+                if re.search(pattern, line):
+                    offenders.append(f"{path.relative_to(PACKAGE_DIR)}:{number}: {line.strip()}")
+            # np.load only with allow_pickle=False spelled out.
+            if re.search(r"\bnp\.load\(|\bnumpy\.load\(", line) and "allow_pickle=False" not in line:
+                offenders.append(f"{path.relative_to(PACKAGE_DIR)}:{number}: {line.strip()}")
+    assert offenders == []
+
+
+@contextlib.contextmanager
+def pickle_forbidden():
+    """Any unpickling (pickle, numpy's allow_pickle) fails while this is active."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a format was unpickled")
+
+    saved = [(module, name, getattr(module, name)) for module in (pickle, _pickle)
+             for name in ("load", "loads", "Unpickler")]
+    original_np_load = np.load
+
+    def np_load(*args, **kwargs):
+        if kwargs.get("allow_pickle"):
+            raise AssertionError("np.load with allow_pickle=True")
+        kwargs["allow_pickle"] = False
+        return original_np_load(*args, **kwargs)
+
+    try:
+        for module, name, _ in saved:
+            setattr(module, name, refuse)
+        np.load = np_load
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+        np.load = original_np_load
+
+
+def h5_values(path):
+    """(name, dtype) of every dataset and attribute of an HDF5 file."""
+    found = []
+    with h5py.File(path, "r") as handle:
+        def visit(name, item):
+            if isinstance(item, h5py.Dataset):
+                found.append((name, item.dtype))
+            for key, value in item.attrs.items():
+                found.append((f"{name}@{key}", np.asarray(value).dtype))
+        handle.visititems(visit)
+        for key, value in handle.attrs.items():
+            found.append((f"@{key}", np.asarray(value).dtype))
+    return found
+
+
+def check_plain_h5(path):
+    values = h5_values(path)
+    assert values
+    for name, dtype in values:
+        # Numbers, or strings (h5py reads variable-length strings as objects).
+        plain = dtype.kind in "biuf" or h5py.check_string_dtype(dtype) is not None or dtype.kind in "SU"
+        assert plain, f"{path}: {name} has dtype {dtype}"
+
+
+def test_our_formats_load_without_pickle(model, tokenizer, export_dir, tmp_path):
+    # A run directory's files, written by our code.
+    model_path = str(tmp_path / "model.keras")
+    model.save(model_path)
+    tokenizer_path = tokenizer.save(str(tmp_path / "tokenizer.model"))
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps(config_lib.defaults()))
+    keras.utils.set_random_seed(5)
+    trained = kt.Transformer(
+        vocabulary_size=tokenizer.vocabulary_size, d_model=16, num_heads=2, d_ff=32,
+        num_encoder_layers=1, num_decoder_layers=1, dropout=0.1,
+    )
+    trained.build()
+    trained.compile(optimizer=keras.optimizers.Adam(1e-3))
+    trained.optimizer.build(trained.trainable_variables)
+    checkpoint = StepCheckpoint(str(tmp_path / "checkpoints"), save_every_steps=1)
+    checkpoint.step = 7
+    checkpoint.save(trained)
+    _, checkpoint_path = checkpoint.latest()
+
+    check_plain_h5(checkpoint_path)
+    with zipfile.ZipFile(model_path) as archive:
+        assert sorted(archive.namelist()) == ["config.json", "metadata.json", "model.weights.h5"]
+        archive.extract("model.weights.h5", tmp_path / "unzipped")
+    check_plain_h5(tmp_path / "unzipped" / "model.weights.h5")
+
+    with pickle_forbidden():
+        loaded_model = keras.saving.load_model(model_path)
+        loaded_tokenizer = SubwordTokenizer.load(tokenizer_path)
+        loaded_config = config_lib.load_file(config_path)
+        restored = kt.Transformer.from_config(trained.get_config())
+        restored.build()
+        restored.compile(optimizer=keras.optimizers.Adam(1e-3))
+        assert StepCheckpoint(str(tmp_path / "checkpoints"), save_every_steps=1).restore(restored) == 7
+        exported = tf.saved_model.load(export_dir)
+        translation = exported.signatures["serving_default"](text=tf.constant(["the cat"]))
+    assert isinstance(loaded_model, kt.Transformer)
+    assert loaded_tokenizer.proto == tokenizer.proto
+    assert loaded_config == config_lib.defaults()
+    for before, after in zip(trained.weights, restored.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(before), keras.ops.convert_to_numpy(after))
+    translation["translations"].numpy()[0].decode("utf-8")
+    # The guard itself works.
+    with pickle_forbidden(), pytest.raises(AssertionError, match="unpickled"):
+        pickle.loads(pickle.dumps([1]))
