@@ -1,7 +1,8 @@
-"""Decoding throughput: our greedy / beam search against KerasHub's samplers.
+"""Decoding throughput: our greedy / beam search against KerasHub's samplers and OpenNMT-tf.
 
-Every contender decodes the same batch with the same model (random weights,
-"tiny" preset: d_model 256, 3+3 layers, 4 heads, d_ff 1024) and generates
+Every contender decodes the same batch with the same model or one of the same
+size (random weights, "tiny" preset: d_model 256, 3+3 layers, 4 heads, d_ff
+1024) and generates
 exactly `--steps` tokens per sentence: EOS (and pad, BOS) are forbidden, so
 every contender does the same work. Each contender is compiled and run once
 first (not timed); then rounds of one run per contender are timed, and the
@@ -20,15 +21,32 @@ Contenders (TensorFlow backend):
   (`model.decode` with `self_attention_cache`, per-layer caches in a tuple,
   batch first, as KerasHub expects); (c) the per-layer key/value step that
   our search uses, so that the loops themselves are compared.
+- OpenNMT-tf 2.32 (TensorFlow 2.13, in its own virtual environment
+  `.venv-opennmt`, skipped with a message when it is missing): a worker
+  process (benchmarks/_opennmt_decode.py) builds `opennmt.models.Transformer`
+  of the same size (post-norm, shared embeddings, random weights) and decodes
+  the same batch with OpenNMT-tf's own inference path, `model.infer` in a
+  `tf.function` as its `predict_dataset` does (no XLA: OpenNMT-tf cannot
+  compile its decoding with XLA), beam 4 with length penalty 0.6 and greedy,
+  `minimum_decoding_length` = `maximum_decoding_length` = `--steps`. The
+  worker stays up for the whole run and is driven over a pipe, so its runs
+  interleave with the other contenders' rounds; it times each decode itself
+  (wall and its own CPU seconds).
 
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/decode.py [--rounds 3]
+
+The OpenNMT-tf environment:
+    python3 -m venv .venv-opennmt && .venv-opennmt/bin/pip install "tensorflow==2.13.1" "opennmt-tf==2.32.0"
 """
 
 import argparse
+import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -38,7 +56,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
@@ -59,6 +79,11 @@ def parse_args():
     )
     parser.add_argument("--skip-uncached", action="store_true")
     parser.add_argument("--only", default="", help="'|'-separated substrings of contender names")
+    parser.add_argument(
+        "--opennmt-python", default=os.path.join(ROOT, ".venv-opennmt", "bin", "python"),
+        help="Python of the OpenNMT-tf 2.32 environment (its contenders are skipped if it is missing)",
+    )
+    parser.add_argument("--length-penalty", type=float, default=0.6, help="for OpenNMT-tf's beam search")
     return parser.parse_args()
 
 
@@ -234,6 +259,73 @@ def keras_hub_contenders(model, source_ids, args):
     ]
 
 
+class OpenNMTWorker:
+    """benchmarks/_opennmt_decode.py running in the OpenNMT-tf environment, driven over a pipe.
+
+    The process is started by `start()` and kept for the whole run, so its
+    decodes interleave with the other contenders'; each answer carries the
+    worker's own wall and CPU seconds for one decode.
+    """
+
+    def __init__(self, python, source, args):
+        self.python = python
+        self.config = {
+            "source": np.asarray(source).tolist(), "steps": args.steps,
+            "vocabulary_size": args.vocabulary_size, "beam_size": args.beam_size,
+            "length_penalty": args.length_penalty, "seed": 0,
+        }
+        self.steps = args.steps
+        self.process = None
+        self.log = None
+
+    def start(self):
+        self.log = tempfile.TemporaryFile(mode="w+")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH="")
+        env.pop("KERAS_BACKEND", None)
+        self.process = subprocess.Popen(
+            [self.python, os.path.join(HERE, "_opennmt_decode.py")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
+        )
+        return self._request(json.dumps(self.config), "READY")
+
+    def _request(self, line, expected):
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        for answer in self.process.stdout:
+            tag, _, payload = answer.partition(" ")
+            if tag in (expected, "ERROR"):
+                payload = json.loads(payload)
+                if tag == "ERROR":
+                    raise RuntimeError(f"OpenNMT-tf worker: {payload['message']}")
+                return payload
+        self.log.seek(0)
+        raise RuntimeError(
+            f"OpenNMT-tf worker exited (status {self.process.wait()}) without answering {line[:20]!r}:\n"
+            + self.log.read()[-3000:]
+        )
+
+    def decode(self, kind):
+        result = self._request(kind, "RESULT")
+        ids, lengths = np.asarray(result["ids"]), np.asarray(result["lengths"])
+        if ids.shape != (len(self.config["source"]), self.steps) or not np.all(lengths == self.steps):
+            raise RuntimeError(f"OpenNMT-tf {kind}: output ids {ids.shape}, lengths "
+                               f"{sorted(set(lengths.tolist()))}; expected all {self.steps} tokens")
+        return {"ids": ids, "wall_s": result["wall_s"], "cpu_s": result["cpu_s"]}
+
+    def close(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.stdin.write("quit\n")
+            self.process.stdin.close()
+            self.process.wait(timeout=60)
+
+
+def opennmt_contenders(worker, args):
+    return [
+        ("OpenNMT-tf 2.32 greedy, tf.function (no XLA)", "greedy", lambda: worker.decode("greedy")),
+        (f"OpenNMT-tf 2.32 beam {args.beam_size}, tf.function (no XLA)", "beam", lambda: worker.decode("beam")),
+    ]
+
+
 def our_contenders(model, source_ids, args):
     fixed = dict(max_length=args.steps, min_length=args.steps)
     small = source_ids[: args.uncached_batch_size]
@@ -264,8 +356,12 @@ def output_ids(result):
 
 def timed(function):
     wall, cpu = time.perf_counter(), time.process_time()
-    ids = output_ids(function())
-    return time.perf_counter() - wall, time.process_time() - cpu, ids
+    result = function()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if isinstance(result, dict) and "wall_s" in result:
+        # Another process decoded (OpenNMT-tf): its own timings, not the pipe's.
+        wall, cpu = result["wall_s"], result["cpu_s"]
+    return wall, cpu, output_ids(result)
 
 
 def main():
@@ -281,15 +377,39 @@ def main():
     source[:, -1] = EOS_ID
     source_ids = tf.constant(source)
 
-    contenders = our_contenders(model, source_ids, args) + keras_hub_contenders(model, source_ids, args)
+    opennmt = OpenNMTWorker(args.opennmt_python, source, args)
+    contenders = (our_contenders(model, source_ids, args) + keras_hub_contenders(model, source_ids, args)
+                  + opennmt_contenders(opennmt, args))
     if args.only:
         wanted = [w.strip() for w in args.only.split("|") if w.strip()]
         contenders = [c for c in contenders if any(w in c[0] for w in wanted)]
+    opennmt_note = None
+    if any(name.startswith("OpenNMT-tf") for name, _, _ in contenders):
+        if os.path.exists(args.opennmt_python):
+            started = opennmt.start()
+            opennmt_note = (f"# OpenNMT-tf {started['opennmt']} (TensorFlow {started['tensorflow']}) in "
+                            f"{args.opennmt_python}, model built in {started['build_s']:.1f} s; beam length "
+                            f"penalty {args.length_penalty}")
+        else:
+            contenders = [c for c in contenders if not c[0].startswith("OpenNMT-tf")]
+            opennmt_note = (f"# OpenNMT-tf contenders skipped: {args.opennmt_python} not found (python3 -m venv "
+                            '.venv-opennmt && .venv-opennmt/bin/pip install "tensorflow==2.13.1" '
+                            '"opennmt-tf==2.32.0")')
+    try:
+        run_contenders(contenders, args, opennmt_note)
+    finally:
+        opennmt.close()
+
+
+def run_contenders(contenders, args, opennmt_note):
+    import tensorflow as tf
 
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"TensorFlow {tf.__version__}, Keras {keras.__version__}, {time.strftime('%Y-%m-%d %H:%M')}")
     print(f"# tiny model, vocabulary {args.vocabulary_size}, {args.batch_size} sources x {args.source_length} "
           f"tokens, {args.steps} tokens generated, beam {args.beam_size}, best of {args.rounds} rounds")
+    if opennmt_note:
+        print(opennmt_note)
     first = {}
     outputs = {}
     for name, _, function in contenders:
@@ -323,7 +443,7 @@ def main():
             cpu_ratio = f"{(cpu / sentences) / (ref_cpu / ref_sentences):8.2f}x"
             ref_ids = outputs[ref_name][:sentences, : args.steps]
             same = "yes" if np.array_equal(outputs[name][:, : args.steps], ref_ids) else "no"
-            if "KerasHub layers" in name:
+            if "KerasHub layers" in name or name.startswith("OpenNMT-tf"):
                 same = "n/a"  # another model
         print(f"{name:<58} {per_second:8.1f} {per_second * args.steps:8.0f} {cpu / sentences:10.3f} "
               f"{ratio:>11} {cpu_ratio:>9}  {same}")
