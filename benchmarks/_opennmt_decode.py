@@ -94,10 +94,10 @@ def main():
     config = json.loads(sys.stdin.readline())
     tf.random.set_seed(config.get("seed", 0))
     start = time.perf_counter()
-    work_dir = tempfile.mkdtemp(prefix="onmt-decode-")
     vocabulary_size = config["vocabulary_size"]
     steps = config["steps"]
-    model = build_model(vocabulary_size, work_dir)
+    with tempfile.TemporaryDirectory(prefix="onmt-decode-") as work_dir:
+        model = build_model(vocabulary_size, work_dir)  # its lookup tables read the file now
     to_ours = token_to_our_id(vocabulary_size)
 
     source = np.asarray(config["source"], dtype=np.int64) - 1
