@@ -134,7 +134,7 @@ def compile_model(model, config):
 def train(config, verbose="auto"):
     """Trains (or resumes) the run described by `config`; returns the output directory."""
     from keras_transformer.data import SubwordTokenizer, make_dataset
-    from keras_transformer.training import fit_resumable, list_checkpoints, save_averaged_model
+    from keras_transformer.training import TerminateOnNonFiniteLoss, fit_resumable, list_checkpoints, save_averaged_model
 
     output_dir = Path(config["output_dir"])
     try:
@@ -198,7 +198,7 @@ def train(config, verbose="auto"):
         model = compile_model(build_model(config, tokenizer.vocabulary_size), config)
 
     epochs = training["epochs"]
-    nan_guard = _NonFiniteLossGuard()
+    nan_guard = TerminateOnNonFiniteLoss()
     callbacks = [nan_guard, keras.callbacks.TensorBoard(str(output_dir / "tensorboard"))]
     time_limit = None
     if training["max_minutes"]:
@@ -235,21 +235,6 @@ def train(config, verbose="auto"):
         model.save(str(model_path))
         print(f"model: -> {model_path}", flush=True)
     return output_dir
-
-
-class _NonFiniteLossGuard(keras.callbacks.Callback):
-    """Stops training at the first NaN or infinite loss and remembers where."""
-
-    def __init__(self):
-        super().__init__()
-        self.step, self.loss = None, None
-
-    def on_train_batch_end(self, batch, logs=None):
-        loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(float(loss)) and self.step is None:
-            self.step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-            self.loss = float(loss)
-            self.model.stop_training = True
 
 
 class _NullScope:

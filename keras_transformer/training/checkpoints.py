@@ -16,10 +16,21 @@ weights file, so `StepCheckpoint` adds them to the same file, under
 draws the same dropout masks as an uninterrupted one.
 Files are written under a temporary name and renamed, so a crash while saving
 leaves the previous checkpoint intact.
+
+Faults: each file records a SHA-256 digest of its contents, so `restore`
+notices a truncated, unreadable or altered checkpoint (or one holding NaN or
+infinite values), warns naming the file and the reason, sets it aside as
+`<name>.corrupt` and resumes from the newest intact one (keep at least two).
+A missing or unreadable `latest.json` falls back to the newest intact file.
+`StepCheckpoint` never writes non-finite weights: after a NaN or infinite
+loss it stops saving, and `TerminateOnNonFiniteLoss` stops training there,
+so the newest checkpoint is the last one from before the loss diverged.
 """
 
 import glob
+import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -93,6 +104,133 @@ def _restore_seed_states(model, path):
         variable.assign(value)
 
 
+class CorruptCheckpointError(ValueError):
+    """A checkpoint file cannot be used: unreadable or truncated HDF5, contents
+    altered since it was written, or NaN/infinite values in it."""
+
+
+class NonFiniteWeightsError(ValueError):
+    """A checkpoint was not written because the model holds NaN or infinite values."""
+
+
+# Root attribute of a checkpoint file: SHA-256 over its datasets (names,
+# dtypes, shapes, bytes), so damage that HDF5 itself does not notice (a
+# flipped bit in a weight, a deleted variable) is caught when it is read.
+_DIGEST_ATTRIBUTE = "keras_transformer_sha256"
+
+
+def _scan_datasets(handle):
+    """`(sha256 hex digest, names of datasets holding NaN/inf)`, reading one
+    dataset at a time (a checkpoint can be larger than memory allows twice)."""
+    names = []
+
+    def visit(name, item):
+        if isinstance(item, h5py.Dataset):
+            names.append(name)
+
+    handle.visititems(visit)
+    digest = hashlib.sha256()
+    non_finite = []
+    for name in sorted(names):
+        array = np.asarray(handle[name][()])
+        digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
+        if array.dtype.kind == "O":
+            digest.update(repr(array.tolist()).encode())
+        else:
+            digest.update(np.ascontiguousarray(array).tobytes())
+        if array.dtype.kind in "fc" and not np.isfinite(array).all():
+            non_finite.append(name)
+    return digest.hexdigest(), non_finite
+
+
+def _write_digest(path):
+    """Records the content digest in `path`; refuses (NonFiniteWeightsError)
+    a file holding NaN or infinite values."""
+    with h5py.File(path, "a") as handle:
+        digest, non_finite = _scan_datasets(handle)
+        if non_finite:
+            raise NonFiniteWeightsError(
+                f"the model holds NaN or infinite values (in {', '.join(non_finite[:3])}"
+                f"{', ...' if len(non_finite) > 3 else ''})"
+            )
+        handle.attrs[_DIGEST_ATTRIBUTE] = digest
+
+
+def verify_checkpoint(path):
+    """Checks that the checkpoint file `path` is intact.
+
+    Returns True when its contents match the digest recorded when it was
+    written, False when it records none (written by an older version: only
+    loading it can tell). Raises `CorruptCheckpointError`, naming the file and
+    the reason, when it cannot be read (truncated, not HDF5), does not match
+    its digest, or holds NaN or infinite values.
+    """
+    path = str(path)
+    try:
+        with h5py.File(path, "r") as handle:
+            recorded = handle.attrs.get(_DIGEST_ATTRIBUTE)
+            digest, non_finite = _scan_datasets(handle)
+    except Exception as error:  # h5py raises OSError, KeyError, RuntimeError, ...
+        raise CorruptCheckpointError(
+            f"checkpoint {path} cannot be read (truncated or not an HDF5 file): {error}"
+        ) from error
+    if recorded is not None:
+        if isinstance(recorded, bytes):
+            recorded = recorded.decode("ascii", "replace")
+        if str(recorded) != digest:
+            raise CorruptCheckpointError(
+                f"checkpoint {path} is corrupt: its contents no longer match the "
+                "SHA-256 digest recorded when it was written"
+            )
+    if non_finite:
+        raise CorruptCheckpointError(
+            f"checkpoint {path} holds NaN or infinite values (in {', '.join(non_finite[:3])}): "
+            "it was saved after training diverged"
+        )
+    return recorded is not None
+
+
+def _load_checkpoint(model, path):
+    """Loads `path` into `model`, strictly: every variable, optimizer included.
+
+    Raises `CorruptCheckpointError` when the file is damaged (try an older
+    one), `ValueError` when an intact file does not fit the model (an older
+    one will not fit either).
+    """
+    sealed = verify_checkpoint(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            model.load_weights(path)
+            _restore_seed_states(model, path)
+            problem = None
+        except Exception as error:  # Keras raises ValueError, KeyError, OSError
+            problem = error
+    # Keras only warns when it skips the optimizer's variables; resuming with
+    # a fresh optimizer state is not resuming, so that is an error here.
+    skipped = [w for w in caught if "Skipping variable loading" in str(w.message)]
+    for warning in caught:
+        if warning not in skipped:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    if problem is None and skipped:
+        problem = skipped[0].message
+    if problem is None:
+        return
+    if sealed:
+        raise ValueError(
+            f"checkpoint {path} is intact but does not fit the model (different "
+            f"architecture or optimizer settings): {problem}"
+        ) from problem
+    raise CorruptCheckpointError(
+        f"checkpoint {path} cannot be loaded (damaged, or written for another model): {problem}"
+    ) from problem
+
+
+def _loss_value(logs):
+    loss = (logs or {}).get("loss")
+    return None if loss is None else float(keras.ops.convert_to_numpy(loss))
+
+
 def _ensure_optimizer_built(model):
     # Loading a weights file that holds optimizer variables needs them to exist.
     optimizer = getattr(model, "optimizer", None)
@@ -107,12 +245,19 @@ class StepCheckpoint(keras.callbacks.Callback):
     accumulation). The count continues from `initial_step` (or from the
     checkpoint that `restore` loaded).
 
+    No checkpoint is written from non-finite weights: when a save is due and
+    the loss (Keras' running mean over the epoch, so any step of it counts) or
+    any weight is NaN or infinite, saving stops for the rest of the fit, so the
+    newest checkpoint is the last one from before the loss diverged. Pair it
+    with `TerminateOnNonFiniteLoss` to stop training at that step.
+
     Args:
         directory: where to write `ckpt-<step>.weights.h5` and `latest.json`.
         save_every_steps: save after every this many steps (int >= 1).
         keep_last: keep only the newest this many checkpoints (None: all).
             Keep 5 (base) or 20 (big) to average them with
-            `average_checkpoints` as the paper does.
+            `average_checkpoints` as the paper does; keep at least 2 so a
+            damaged newest checkpoint leaves one to resume from.
         save_at_end: also save when training ends on an unsaved step.
         initial_step: steps already done before this callback's first fit.
     """
@@ -144,33 +289,72 @@ class StepCheckpoint(keras.callbacks.Callback):
         self.step = int(initial_step)
         self._epoch_start_step = self.step
         self._last_saved_step = None
+        # Step of the first save refused in this fit (loss or weights not finite).
+        self.diverged_step = None
+        self._warned_divergence = False
+        self._batch_logs = None
 
     # -- state on disk -----------------------------------------------------
     def checkpoint_path(self, step):
         return os.path.join(self.directory, f"ckpt-{step:09d}.weights.h5")
 
     def latest(self):
-        """`(step, path)` of the newest complete checkpoint, or None."""
+        """`(step, path)` of the newest checkpoint (not verified), or None."""
         return latest_checkpoint(self.directory)
 
     def restore(self, model):
-        """Loads the newest checkpoint into `model`; returns its step (0: none).
+        """Loads the newest intact checkpoint into `model`; returns its step
+        (`initial_step` when there is none).
 
         `model` must be built and compiled (the optimizer state is loaded too).
+        A damaged checkpoint (see `verify_checkpoint`) is reported with a
+        warning, renamed `<name>.corrupt` and the next older one is tried;
+        `CorruptCheckpointError` if none is intact. An intact checkpoint that
+        does not fit the model raises `ValueError` (an older one would not fit
+        either).
         """
-        found = self.latest()
-        if found is None:
+        candidates = _checkpoint_candidates(self.directory, warn=True)
+        if not candidates:
             return self.step
-        step, path = found
         if not model.built:
             raise ValueError(
                 "StepCheckpoint.restore: the model must be built (call it on a "
                 "batch) before its weights can be restored."
             )
         _ensure_optimizer_built(model)
-        model.load_weights(path)
-        _restore_seed_states(model, path)
+        damaged = []
+        for step, path in candidates:
+            try:
+                _load_checkpoint(model, path)
+            except CorruptCheckpointError as error:
+                damaged.append((path, error))
+                continue
+            break
+        else:
+            raise CorruptCheckpointError(
+                f"StepCheckpoint.restore: no intact checkpoint in {self.directory}: "
+                + "; ".join(str(error) for _, error in damaged)
+                + ". Delete the directory to start over."
+            )
+        for bad_path, error in damaged:
+            aside = bad_path + ".corrupt"
+            os.replace(bad_path, aside)
+            warnings.warn(
+                f"{error}. Moved it to {aside}; resuming from {path} (step {step}).",
+                stacklevel=2,
+            )
+        pointer = os.path.join(self.directory, _LATEST)
+        try:
+            recorded = _read_pointer(pointer) if os.path.exists(pointer) else None
+        except ValueError:
+            recorded = None
+        if recorded != (step, os.path.basename(path)):
+            _atomic_write_json(
+                os.path.join(self.directory, _LATEST),
+                {"step": step, "path": os.path.basename(path)},
+            )
         self.step = self._epoch_start_step = self._last_saved_step = step
+        self.diverged_step = None
         # A crash between writing a checkpoint and updating latest.json leaves
         # a newer, unlisted file (and maybe a temporary one): the resumed run
         # rewrites those steps, so drop them.
@@ -183,16 +367,32 @@ class StepCheckpoint(keras.callbacks.Callback):
         return step
 
     def save(self, model=None):
+        """Writes the checkpoint of the current step.
+
+        Raises `NonFiniteWeightsError` (and writes nothing) if the model holds
+        NaN or infinite values.
+        """
         model = model or self.model
         os.makedirs(self.directory, exist_ok=True)
         final_path = self.checkpoint_path(self.step)
         temporary_path = os.path.join(
             self.directory, f".tmp-{os.getpid()}-{self.step}.weights.h5"
         )
-        model.save_weights(temporary_path)
-        _append_seed_states(model, temporary_path)
-        with open(temporary_path, "rb+") as handle:
-            os.fsync(handle.fileno())
+        try:
+            model.save_weights(temporary_path)
+            _append_seed_states(model, temporary_path)
+            _write_digest(temporary_path)
+            with open(temporary_path, "rb+") as handle:
+                os.fsync(handle.fileno())
+        except NonFiniteWeightsError as error:
+            os.remove(temporary_path)
+            raise NonFiniteWeightsError(
+                f"StepCheckpoint: not saving step {self.step} to {final_path}: {error}."
+            ) from None
+        except BaseException:
+            if os.path.exists(temporary_path):
+                os.remove(temporary_path)
+            raise
         os.replace(temporary_path, final_path)
         _atomic_write_json(
             os.path.join(self.directory, _LATEST),
@@ -209,21 +409,101 @@ class StepCheckpoint(keras.callbacks.Callback):
             if path != current:
                 os.remove(path)
 
+    def _save_unless_diverged(self, logs):
+        """Saves, unless the loss or the weights are not finite; then warns
+        and saves nothing more in this fit."""
+        if self.diverged_step is None:
+            # The epoch's running mean: not finite if any step of it was not.
+            loss = _loss_value(logs)
+            if loss is not None and not math.isfinite(loss):
+                self.diverged_step = self.step
+                reason = f"StepCheckpoint: not saving step {self.step}: the loss is {loss}"
+            else:
+                try:
+                    self.save()
+                    return
+                except NonFiniteWeightsError as error:
+                    self.diverged_step = self.step
+                    reason = str(error)
+        else:
+            reason = (
+                f"StepCheckpoint: not saving step {self.step}: the loss or the weights "
+                f"were not finite at step {self.diverged_step}"
+            )
+        if not self._warned_divergence:
+            self._warned_divergence = True
+            newest = latest_checkpoint(self.directory)
+            where = f"the newest checkpoint is {newest[1]}" if newest else "there is no checkpoint"
+            warnings.warn(f"{reason}; no more checkpoints in this fit ({where}).", stacklevel=3)
+
     # -- callback hooks ----------------------------------------------------
+    def on_train_begin(self, logs=None):
+        self.diverged_step = None
+        self._warned_divergence = False
+        self._batch_logs = None
+
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start_step = self.step
+
+    def step_after_batch(self, batch):
+        """The global step reached once batch `batch` of the current epoch has run."""
+        return self._epoch_start_step + batch + 1
 
     def on_train_batch_end(self, batch, logs=None):
         # `batch` is the index within the epoch of the last step run (it can
         # jump by steps_per_execution).
         previous = self.step
-        self.step = self._epoch_start_step + batch + 1
+        self.step = self.step_after_batch(batch)
+        self._batch_logs = logs  # read only when saving: no device sync per step
         if self.step // self.save_every_steps > previous // self.save_every_steps:
-            self.save()
+            self._save_unless_diverged(logs)
 
     def on_train_end(self, logs=None):
         if self.save_at_end and self._last_saved_step != self.step:
-            self.save()
+            self._save_unless_diverged(self._batch_logs)
+
+
+class TerminateOnNonFiniteLoss(keras.callbacks.Callback):
+    """Stops training at the first NaN or infinite loss and says where.
+
+    After `fit` returns, `step` is the step whose loss was not finite (None if
+    none was) and `loss` its value; a `RuntimeWarning` says the same when it
+    happens. `StepCheckpoint` writes no checkpoint from that step on, so the
+    newest checkpoint is from before it and restores finite weights.
+
+    Args:
+        checkpoint: the run's `StepCheckpoint`, to count steps as its file
+            names do and name the newest checkpoint. `fit_resumable` sets it.
+            Without one, steps are the optimizer's `iterations`.
+    """
+
+    def __init__(self, checkpoint=None):
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.step = None
+        self.loss = None
+        self.message = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = _loss_value(logs)
+        if loss is None or math.isfinite(loss):
+            return
+        self.model.stop_training = True
+        if self.step is not None:
+            return
+        self.loss = loss
+        if self.checkpoint is not None:
+            self.step = self.checkpoint.step_after_batch(batch)
+            newest = latest_checkpoint(self.checkpoint.directory)
+            before = (
+                f"the newest checkpoint, {newest[1]}, is from step {newest[0]}"
+                if newest else f"there is no checkpoint in {self.checkpoint.directory}"
+            )
+        else:
+            self.step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            before = "no checkpoint was written from it"
+        self.message = f"the loss became {self.loss} at step {self.step}; training stopped ({before})."
+        warnings.warn(self.message, RuntimeWarning, stacklevel=2)
 
 
 def list_checkpoints(directory):
@@ -236,19 +516,64 @@ def list_checkpoints(directory):
     return sorted(found)
 
 
-def latest_checkpoint(directory):
-    """`(step, path)` named by `directory/latest.json`, or None."""
-    pointer = os.path.join(str(directory), _LATEST)
+def _read_pointer(pointer):
+    """`(step, file name)` from a `latest.json`; ValueError if it is malformed."""
+    try:
+        with open(pointer) as handle:
+            state = json.load(handle)
+        name, step = state["path"], state["step"]
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"{type(error).__name__}: {error}") from None
+    match = _PATTERN.match(name) if isinstance(name, str) else None
+    if not match or isinstance(step, bool) or not isinstance(step, int) or int(match.group(1)) != step:
+        raise ValueError(f"it names {name!r} at step {step!r}, not a checkpoint of that step")
+    return step, name
+
+
+def _checkpoint_candidates(directory, warn=False):
+    """Checkpoints to resume from, newest first: the one `latest.json` names,
+    then older files. A file newer than that is an unrecorded one (a crash
+    before latest.json was updated) and is not a candidate. Without a usable
+    latest.json, every file, newest first."""
+    directory = str(directory)
+    files = list_checkpoints(directory)
+    pointer = os.path.join(directory, _LATEST)
+    problem = None
     if not os.path.exists(pointer):
-        return None
-    with open(pointer) as handle:
-        state = json.load(handle)
-    path = os.path.join(str(directory), state["path"])
+        if not files:
+            return []
+        problem = f"{directory} holds checkpoints but no {_LATEST}"
+    else:
+        try:
+            step, name = _read_pointer(pointer)
+        except ValueError as error:
+            problem = f"{pointer} is unreadable ({error})"
+    if problem is not None:
+        if warn:
+            warnings.warn(f"{problem}; using the newest intact checkpoint file instead.", stacklevel=3)
+        return files[::-1]
+    path = os.path.join(directory, name)
+    older = [(s, p) for s, p in files if s < step]
     if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"{pointer} names {state['path']}, which does not exist in {directory}."
-        )
-    return int(state["step"]), path
+        if warn:
+            warnings.warn(
+                f"{pointer} names {name}, which does not exist; trying older checkpoints.",
+                stacklevel=3,
+            )
+        return older[::-1]
+    return [(step, path)] + older[::-1]
+
+
+def latest_checkpoint(directory):
+    """`(step, path)` of the newest checkpoint in `directory`, or None.
+
+    That is the one `latest.json` names (or, if it names a missing file, the
+    next older one); without a usable `latest.json`, the newest
+    `ckpt-<step>.weights.h5`. The file is not verified (`StepCheckpoint.restore`
+    does that).
+    """
+    candidates = _checkpoint_candidates(directory)
+    return candidates[0] if candidates else None
 
 
 def _first_inputs(dataset):
@@ -264,7 +589,7 @@ def fit_resumable(
     steps_per_epoch,
     checkpoint_dir,
     save_every_steps,
-    keep_last=1,
+    keep_last=2,
     callbacks=None,
     **fit_kwargs,
 ):
@@ -285,10 +610,14 @@ def fit_resumable(
             steps); an epoch is a logging/callback period here.
         checkpoint_dir: directory for `StepCheckpoint`.
         save_every_steps: checkpoint period in steps.
-        keep_last: checkpoints kept (>= 5 to average the last 5).
+        keep_last: checkpoints kept (>= 5 to average the last 5; >= 2 so a
+            damaged newest checkpoint leaves an older one to resume from).
         callbacks: more callbacks. When resuming mid-epoch, fit is called
             twice (the rest of that epoch, then the following epochs), so they
-            see `on_train_begin/end` twice.
+            see `on_train_begin/end` twice; the second call is skipped if a
+            callback stopped training in the first. A
+            `TerminateOnNonFiniteLoss` among them is given this run's
+            `StepCheckpoint` (steps counted as checkpoint names count them).
         **fit_kwargs: passed to `model.fit` (not `x`, `epochs`,
             `steps_per_epoch`, `initial_epoch`).
 
@@ -302,6 +631,9 @@ def fit_resumable(
     checkpoint = StepCheckpoint(
         checkpoint_dir, save_every_steps, keep_last=keep_last
     )
+    for callback in callbacks or []:
+        if isinstance(callback, TerminateOnNonFiniteLoss) and callback.checkpoint is None:
+            callback.checkpoint = checkpoint
     if checkpoint.latest() is not None and not model.built:
         model(_first_inputs(make_dataset(0)), training=False)
     start_step = checkpoint.restore(model)
@@ -323,8 +655,17 @@ def fit_resumable(
     epoch, done_in_epoch = divmod(start_step, steps_per_epoch)
     if start_step < total_steps and done_in_epoch:
         # Finish the interrupted epoch with its remaining steps only.
+        # No checkpoint at the end of this fit unless training ends here: an
+        # uninterrupted run writes none at this step, and an extra one would
+        # change which checkpoints are kept and averaged.
+        checkpoint.save_at_end = False
         run(make_dataset(start_step), epoch, epoch + 1, steps_per_epoch - done_in_epoch)
+        checkpoint.save_at_end = True
         epoch += 1
+        if model.stop_training or epoch >= epochs:
+            # A callback stopped training (do not start another fit), or it is done.
+            checkpoint.on_train_end()
+            return history
     if epoch < epochs:
         run(make_dataset(epoch * steps_per_epoch), epoch, epochs, steps_per_epoch)
     return history
@@ -381,6 +722,8 @@ def _read_datasets(h5_file):
 
 
 def _read_weights_file(path, scratch):
+    if path.endswith(".weights.h5"):
+        verify_checkpoint(path)  # a clear error naming a damaged file
     if path.endswith(".keras"):
         with zipfile.ZipFile(path) as archive:
             archive.extract("model.weights.h5", scratch)
@@ -452,6 +795,7 @@ def average_checkpoints(checkpoints, last_n=5, output_path=None):
             with h5py.File(temporary_path, "r+") as handle:
                 for key, value in averages.items():
                     handle[key][...] = value
+            _write_digest(temporary_path)  # the copied file's digest is stale
             os.replace(temporary_path, output_path)
         return averages
     finally:
