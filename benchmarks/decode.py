@@ -173,7 +173,10 @@ def keras_hub_contenders(model, source_ids, args):
         """next() over the per-layer key/value step of our search."""
 
         def run(source_ids):
-            stepper = _CachedStepper(model, source_ids, beams, length - 1, xla_ops=True)
+            # One cache row per beam (repeats=1 on repeated sources), which
+            # BeamSampler reorders itself; our beam search shares a cache
+            # between a sentence's beams instead.
+            stepper = _CachedStepper(model, ops.repeat(source_ids, beams, axis=0), 1, length - 1, xla_ops=True)
             rows = ops.shape(source_ids)[0]
 
             def next_token_logits(prompt, cache, index):

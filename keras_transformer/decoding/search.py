@@ -27,8 +27,11 @@ Conventions shared by both searches:
   with the extensions of live beams under its final score, and the search
   stops as soon as every beam of every sentence has finished.
 
-Beams are flattened into the batch (row b * beam_size + k) and the decoder's
-key/value caches are reordered with a gather along their batch axis. The
+Beams are flattened into the batch (row b * beam_size + k). The decoder's
+keys and values are never reordered: each beam writes its step's entries into
+its own slot of a shared per-sentence cache, attends over every slot's entries,
+and a mask keeps the ones on its own hypothesis's path (the slot history, a
+small int tensor, is all that follows a beam to its new parent). The
 encoder and the cross-attention keys/values are computed once per call. The
 caches are laid out for search (one (rows, heads, length, depth) tensor per
 layer for keys and one for values, see `_CachedStepper`) rather than through
@@ -167,11 +170,17 @@ class _CachedStepper:
     The model's own layers do the work (`DecoderLayer._residual` for the
     post-/pre-LN wiring, the projections, `ScaledDotProductAttention`, the
     feed-forward network, the tied output projection); only the cache layout
-    is specific to search: one (rows, heads, buffer_length, depth) tensor per
-    layer for keys and one for values. Keys and values are then consumed by
-    the attention without the transposes and stacking that the model's
-    generic (batch, 2, length, heads, depth) cache needs at every step, and
-    the beam reordering is a gather on axis 0. The cross-attention keys and
+    is specific to search: one (batch, heads, buffer_length * beams, depth)
+    tensor per layer for keys and one for values, where entry
+    `position * beams + slot` holds what the beam in `slot` wrote at
+    `position`. Keys and values are then consumed by the attention without
+    the transposes and stacking that the model's generic
+    (batch, 2, length, heads, depth) cache needs at every step. Beam search
+    never moves them: a beam that continues another inherits its slot history
+    ((rows, buffer_length) ints: which slot wrote each position of the
+    hypothesis), and its self-attention mask admits exactly those entries.
+    Attending over all beams' entries costs beam_size x the (small)
+    attention FLOPs of one step, and saves copying every cache at every step. The cross-attention keys and
     values are projected once, on the un-repeated batch. Tests check that
     this reproduces `model.decode` on the whole prefix.
 
@@ -186,6 +195,8 @@ class _CachedStepper:
         self.layers = list(model.decoder.stacked_layers)
         self.xla_ops = xla_ops or keras.backend.backend() != "tensorflow"
         self.buffer_length = buffer_length
+        self.beams = repeats
+        self.batch = _batch_size(source_ids)
         memory = model.encode(source_ids, training=False)
         source_ids = _repeat_rows(source_ids, repeats)
         rows = _batch_size(source_ids)
@@ -202,19 +213,27 @@ class _CachedStepper:
         # One matmul for the query, key and value projections of each step.
         self.fused_projections = [self._fuse(layer.self_attention) for layer in self.layers]
         first = self.layers[0].self_attention
-        shape = (rows, first.num_heads, buffer_length, first.depth)
+        # Keys/values of position p written by the beam in physical slot j sit
+        # at p * beams + j: the entries of one step are contiguous.
+        shape = (self.batch, first.num_heads, buffer_length * repeats, first.depth)
         dtype = first.compute_dtype
         self.initial_cache = tuple(
             ops.zeros(shape, dtype=dtype) for _ in range(2 * len(self.layers))
         )
+        if repeats > 1:
+            # Which slot holds each position of each beam's hypothesis.
+            self.initial_cache += (ops.zeros((rows, buffer_length), dtype="int32"),)
+            self.own_slot = ops.tile(ops.arange(repeats, dtype="int32"), (self.batch,))
+            self.slots = ops.arange(repeats, dtype="int32")
         if not self.xla_ops:
-            # (row, head) coordinates of every cache entry written per step.
+            # (sentence, head, slot) coordinates of every cache entry written per step.
             grid = ops.meshgrid(
-                ops.arange(rows, dtype="int32"),
+                ops.arange(self.batch, dtype="int32"),
                 ops.arange(first.num_heads, dtype="int32"),
+                ops.arange(repeats, dtype="int32"),
                 indexing="ij",
             )
-            self.row_head_indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 2))
+            self.write_indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 3))
 
     @staticmethod
     def _fuse(attention):
@@ -253,21 +272,42 @@ class _CachedStepper:
         x = ops.transpose(x, (0, 2, 1, 3))
         return ops.reshape(x, (ops.shape(x)[0], ops.shape(x)[1], attention.d_model))
 
+    def _step_heads(self, attention, x):
+        """(rows, 1, d_model) -> (batch, heads, beams, depth): one step of every beam."""
+        x = ops.reshape(x, (self.batch, self.beams, attention.num_heads, attention.depth))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def _merge_step_heads(self, attention, x):
+        """(batch, heads, beams, depth) -> (rows, 1, d_model)."""
+        x = ops.transpose(x, (0, 2, 1, 3))
+        return ops.reshape(x, (self.batch * self.beams, 1, attention.d_model))
+
     def _write(self, cache, new, step):
-        """cache[:, :, step] = new[:, :, 0]."""
+        """cache[:, :, step * beams + slot] = new[:, :, slot] for every slot."""
         if self.xla_ops:
-            return ops.slice_update(cache, [0, 0, step, 0], new)
-        count = ops.shape(self.row_head_indices)[0]
-        steps = ops.full((count, 1), step, dtype="int32")
-        indices = ops.concatenate([self.row_head_indices, steps], axis=1)
+            return ops.slice_update(cache, [0, 0, step * self.beams, 0], new)
+        count = ops.shape(self.write_indices)[0]
+        position = self.write_indices[:, 2:] + step * self.beams
+        indices = ops.concatenate([self.write_indices[:, :2], position], axis=1)
         return ops.scatter_update(cache, indices, ops.reshape(new, (count, ops.shape(new)[-1])))
+
+    def _self_attention_mask(self, step, caches):
+        """Which cache entries each beam sees, (batch, 1, beams, buffer * beams), and
+        the updated slot history."""
+        positions = ops.arange(self.buffer_length, dtype="int32")
+        written = ops.less_equal(positions, step)
+        if self.beams == 1:
+            return ops.reshape(written, (1, 1, 1, -1)), ()
+        history = _write_column(caches[-1], step, self.own_slot)  # (rows, buffer)
+        own = ops.equal(ops.expand_dims(history, -1), self.slots)  # (rows, buffer, beams)
+        visible = ops.logical_and(own, ops.reshape(written, (1, -1, 1)))
+        return ops.reshape(visible, (self.batch, 1, self.beams, -1)), (history,)
 
     def __call__(self, step, last_tokens, tokens, caches):
         model = self.model
         x = model.target_embedding(ops.expand_dims(last_tokens, 1))
         x = x + model.position_encoding(x, start_index=step)
-        positions = ops.arange(self.buffer_length, dtype="int32")
-        self_mask = ops.reshape(ops.less_equal(positions, step), (1, 1, 1, -1))
+        self_mask, history = self._self_attention_mask(step, caches)
         new_caches = []
         for index, layer in enumerate(self.layers):
             keys, values = caches[2 * index], caches[2 * index + 1]
@@ -276,11 +316,13 @@ class _CachedStepper:
             def self_attend(h, index=index, layer=layer, keys=keys, values=values):
                 attention = layer.self_attention
                 query, key, value = self._project_query_key_value(index, attention, h)
-                query = self._heads(attention, query)
-                keys = self._write(keys, self._heads(attention, key), step)
-                values = self._write(values, self._heads(attention, value), step)
+                query = self._step_heads(attention, query)
+                keys = self._write(keys, self._step_heads(attention, key), step)
+                values = self._write(values, self._step_heads(attention, value), step)
+                # Each beam attends over every slot's entries; the mask keeps
+                # those of its own hypothesis (see `reorder`).
                 attended = attention.attention(query, keys, values, attention_mask=self_mask)
-                return attention.output_projection(self._merge_heads(attention, attended)), (keys, values)
+                return attention.output_projection(self._merge_step_heads(attention, attended)), (keys, values)
 
             def cross_attend(h, layer=layer, keys=cross_keys, values=cross_values):
                 attention = layer.cross_attention
@@ -298,10 +340,15 @@ class _CachedStepper:
         if model.decoder.final_norm is not None:
             x = model.decoder.final_norm(x)
         logits = model.target_embedding.logits(x)[:, 0]
-        return ops.cast(logits, "float32"), tuple(new_caches)
+        return ops.cast(logits, "float32"), tuple(new_caches) + history
 
     def reorder(self, caches, rows):
-        return tuple(ops.take(cache, rows, axis=0) for cache in caches)
+        """A beam that continues another takes over its slot history; the
+        keys and values stay where they were written, so nothing big moves
+        (a gather of every cache per step was a quarter of beam search)."""
+        if self.beams == 1:
+            return tuple(ops.take(cache, rows, axis=0) for cache in caches)
+        return caches[:-1] + (ops.take(caches[-1], rows, axis=0),)
 
 
 class _FullStepper:
@@ -442,19 +489,6 @@ def _beam(
         cache = stepper.reorder(cache, parent_rows)
         return step + 1, tokens, flat_tokens, new_finished, new_log_probs, new_scores, new_lengths, cache
 
-    # Under XLA a gather whose result is carried by a while loop is copied back
-    # into the loop's buffer; with two steps per iteration the second gather
-    # writes straight into the buffer that the first one freed, which halves
-    # the cost of reordering the caches. The extra step after the end (every
-    # beam finished, or the step past the buffer) changes no output: finished
-    # beams are frozen and column `buffer_length` does not exist.
-    backend = keras.backend.backend()
-    two_steps = use_cache and (backend == "jax" or (backend == "tensorflow" and xla_ops))
-
-    def body(*state):
-        state = one_step(*state)
-        return one_step(*state) if two_steps else state
-
     # Only the first beam is live at the start, so the first step's top-k
     # holds distinct tokens.
     first_beam = ops.equal(ops.arange(beam_size, dtype="int32"), 0)
@@ -470,7 +504,7 @@ def _beam(
         ops.zeros((batch, beam_size), dtype="int32"),
         stepper.initial_cache,
     )
-    _, tokens, _, _, log_probs, scores, lengths, _ = ops.while_loop(cond, body, state)
+    _, tokens, _, _, log_probs, scores, lengths, _ = ops.while_loop(cond, one_step, state)
     # top_k keeps the beams sorted by score, best first.
     tokens = ops.reshape(tokens, (batch, beam_size, ops.shape(tokens)[1]))
     if return_all_beams:
