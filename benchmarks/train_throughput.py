@@ -206,8 +206,11 @@ def run_opennmt(steps, warmup, python):
     source, _, labels = make_batches()
     work = Path(tempfile.mkdtemp(prefix="onmt-"))
     vocab = work / "vocab.txt"
-    # OpenNMT adds <blank>, <s>, </s> itself; ids 4.. map to words w4...
-    vocab.write_text("".join(f"w{i}\n" for i in range(4, CONFIG["vocab"] + 1)))
+    # OpenNMT reserves ids 0-2 for the first three lines of the file and
+    # appends <unk>: <blank> <s> </s> w4 ... w{V-1} <unk> is a V-id vocabulary,
+    # like ours (pad, unk, bos, eos, 4 ... V-1).
+    specials = "<blank>\n<s>\n</s>\n"
+    vocab.write_text(specials + "".join(f"w{i}\n" for i in range(4, CONFIG["vocab"])))
     with open(work / "src.txt", "w") as src, open(work / "tgt.txt", "w") as tgt:
         for b in range(NUM_BATCHES):
             for row in range(BATCH):
