@@ -595,9 +595,11 @@ def fit_resumable(
 ):
     """`model.fit` that resumes exactly from the newest checkpoint after a crash.
 
-    Run the same call again after an interruption: it loads the newest
-    checkpoint in `checkpoint_dir` (weights, optimizer state and step) and
-    trains the remaining steps on the data those steps would have seen.
+    Run the same call again after an interruption (a kill inside an epoch,
+    while saving or during validation): it loads the newest intact checkpoint
+    in `checkpoint_dir` (weights, optimizer state and step; see
+    `StepCheckpoint.restore`) and trains the remaining steps on the data those
+    steps would have seen.
 
     Args:
         model: a compiled Keras model.
