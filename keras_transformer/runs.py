@@ -219,6 +219,7 @@ def train(config, verbose="auto"):
         keep_last=max(training["keep_checkpoints"], training["average_last"]),
         callbacks=callbacks,
         validation_data=validation,
+        shuffle=False,  # the pipeline shuffles (Keras would only warn that it ignores this)
         verbose=verbose,
     )
     if nan_guard.step is not None:
