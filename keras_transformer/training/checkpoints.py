@@ -27,6 +27,7 @@ loss it stops saving, and `TerminateOnNonFiniteLoss` stops training there,
 so the newest checkpoint is the last one from before the loss diverged.
 """
 
+import contextlib
 import glob
 import hashlib
 import json
@@ -231,11 +232,20 @@ def _loss_value(logs):
     return None if loss is None else float(keras.ops.convert_to_numpy(loss))
 
 
+def _strategy_scope(model):
+    """The scope of the tf.distribute strategy `model` was built under (a
+    no-op elsewhere): variables created later, such as the optimizer's on
+    restore, must belong to the same strategy."""
+    strategy = getattr(model, "distribute_strategy", None)  # TensorFlow backend only
+    return strategy.scope() if strategy is not None else contextlib.nullcontext()
+
+
 def _ensure_optimizer_built(model):
     # Loading a weights file that holds optimizer variables needs them to exist.
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None and not optimizer.built:
-        optimizer.build(model.trainable_variables)
+        with _strategy_scope(model):
+            optimizer.build(model.trainable_variables)
 
 
 class StepCheckpoint(keras.callbacks.Callback):
@@ -637,7 +647,8 @@ def fit_resumable(
         if isinstance(callback, TerminateOnNonFiniteLoss) and callback.checkpoint is None:
             callback.checkpoint = checkpoint
     if checkpoint.latest() is not None and not model.built:
-        model(_first_inputs(make_dataset(0)), training=False)
+        with _strategy_scope(model):
+            model(_first_inputs(make_dataset(0)), training=False)
     start_step = checkpoint.restore(model)
     total_steps = epochs * steps_per_epoch
     history = {}

@@ -118,6 +118,25 @@ def child(output_dir):
         results[name]["logits"] = model(first_x, training=False).numpy().tolist()
     results["weight_paths"] = [v.path for v in reference.weights]
     np.savez(os.path.join(output_dir, "initial.npz"), *initial_weights)
+
+    # Resuming under the strategy: a fresh, unbuilt model (whose optimizer
+    # variables the restore has to create in the strategy's scope) continues
+    # from the checkpoint of the first run.
+    from keras_transformer.training import fit_resumable
+
+    batches = lambda start: tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).repeat().skip(start)
+    checkpoints = os.path.join(output_dir, "checkpoints")
+    for epochs in (1, 2):
+        with strategy.scope():
+            resumed = Transformer.from_preset(
+                "tiny", vocabulary_size=VOCABULARY_SIZE, d_model=32, d_ff=64,
+                num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
+            )
+            resumed.compile(optimizer=paper_optimizer(resumed.d_model, warmup_steps=2),
+                            loss=LabelSmoothedCrossEntropy())
+        fit_resumable(resumed, batches, epochs=epochs, steps_per_epoch=STEPS, checkpoint_dir=checkpoints,
+                      save_every_steps=STEPS, verbose=0)
+    results["resumed_iterations"] = int(resumed.optimizer.iterations.numpy())
     with open(os.path.join(output_dir, "results.json"), "w") as handle:
         json.dump(results, handle)
 
@@ -144,6 +163,8 @@ def test_two_replicas_match_one_device_with_uneven_token_counts(tmp_path):
     np.testing.assert_allclose(sum(ours), results["global_ours"], rtol=1e-5)
     # Keras' masked loss does not (this is what the global normalisation fixes).
     assert abs(sum(builtin) - results["global_builtin"]) > 0.01 * results["global_builtin"]
+
+    assert results["resumed_iterations"] == 2 * STEPS  # restored at STEPS, then STEPS more
 
     one, two = results["one_device"]["step_logs"], results["two_replicas"]["step_logs"]
     assert len(one) == len(two) == 2 * STEPS
