@@ -17,34 +17,21 @@ pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "jax", reason="keras.distribution is implemented for JAX only"
 )
 
-PAD, BOS, EOS = 0, 1, 2
-VOCABULARY_SIZE, LENGTH, GLOBAL_BATCH, STEPS = 16, 8, 8, 4
+from reversal_task import LENGTH, concatenated, reversal_batches, tiny_transformer  # noqa: E402
+
+GLOBAL_BATCH, STEPS = 8, 4
 
 
 def uneven_batches(seed=0):
     """Global batches of 8 whose first half (device 0's shard) holds long
-    targets and second half short ones."""
-    rng = np.random.default_rng(seed)
-    count = GLOBAL_BATCH * STEPS
-    source = np.zeros((count, LENGTH), "int32")
-    target = np.zeros((count, LENGTH + 1), "int32")
-    labels = np.zeros((count, LENGTH + 1), "int32")
-    for row in range(count):
-        length = LENGTH if (row % GLOBAL_BATCH) < GLOBAL_BATCH // 2 else int(rng.integers(1, 3))
-        symbols = rng.integers(3, VOCABULARY_SIZE, size=length)
-        source[row, :length] = symbols
-        target[row, 0] = BOS
-        target[row, 1 : length + 1] = symbols[::-1]
-        labels[row, :length] = symbols[::-1]
-        labels[row, length] = EOS
-    return {"source": source, "target": target}, labels
+    targets and second half short ones, as one array of all rows."""
+    return concatenated(reversal_batches([GLOBAL_BATCH] * STEPS, seed))
 
 
 def child(output_dir):
     import jax
 
-    from keras_transformer import Transformer
-    from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, paper_optimizer
+    from keras_transformer.training import LabelSmoothedCrossEntropy
     from keras_transformer.training.data_parallel import data_parallel
 
     label_shardings = []
@@ -57,17 +44,7 @@ def child(output_dir):
             return super().__call__(y_true, y_pred, sample_weight=sample_weight)
 
     def build():
-        keras.utils.set_random_seed(7)
-        model = Transformer.from_preset(
-            "tiny", vocabulary_size=VOCABULARY_SIZE, d_model=32, d_ff=64,
-            num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
-        )
-        model.compile(
-            optimizer=paper_optimizer(model.d_model, warmup_steps=2),
-            loss=ShardingProbe(),
-            metrics=[MaskedAccuracy()],
-        )
-        return model
+        return tiny_transformer(loss=ShardingProbe())
 
     def describe(shardings):
         # (number of devices, shape of one device's part) of a (8, 9) batch.

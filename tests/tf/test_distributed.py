@@ -11,28 +11,17 @@ import sys
 
 import numpy as np
 
-PAD, BOS, EOS = 0, 1, 2
-VOCABULARY_SIZE, SOURCE_LENGTH, GLOBAL_BATCH, STEPS = 16, 8, 8, 4
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: reversal_task
+
+from reversal_task import PAD, concatenated, reversal_batches, tiny_transformer  # noqa: E402
+
+GLOBAL_BATCH, STEPS = 8, 4
 
 
 def uneven_batches(seed=0):
     """Global batches of 8 whose first half (replica 0) holds long targets and
     second half (replica 1) short ones: very different token counts."""
-    rng = np.random.default_rng(seed)
-    count = GLOBAL_BATCH * STEPS
-    source = np.zeros((count, SOURCE_LENGTH), "int32")
-    target_in = np.zeros((count, SOURCE_LENGTH + 1), "int32")
-    labels = np.zeros((count, SOURCE_LENGTH + 1), "int32")
-    for row in range(count):
-        long_half = (row % GLOBAL_BATCH) < GLOBAL_BATCH // 2
-        length = SOURCE_LENGTH if long_half else int(rng.integers(1, 3))
-        symbols = rng.integers(3, VOCABULARY_SIZE, size=length)
-        source[row, :length] = symbols
-        target_in[row, 0] = BOS
-        target_in[row, 1 : length + 1] = symbols[::-1]
-        labels[row, :length] = symbols[::-1]
-        labels[row, length] = EOS
-    return {"source": source, "target": target_in}, labels
+    return concatenated(reversal_batches([GLOBAL_BATCH] * STEPS, seed))
 
 
 def child(output_dir):
@@ -43,25 +32,14 @@ def child(output_dir):
     import keras
     import tensorflow as tf
 
-    from keras_transformer import Transformer
-    from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, paper_optimizer
+    from keras_transformer.training import LabelSmoothedCrossEntropy
 
     assert strategy.num_replicas_in_sync == 2, strategy.extended.worker_devices
     x, y = uneven_batches()
 
     def build(scope):
         with scope:
-            keras.utils.set_random_seed(7)
-            model = Transformer.from_preset(
-                "tiny", vocabulary_size=VOCABULARY_SIZE, d_model=32, d_ff=64,
-                num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
-            )
-            model.compile(
-                optimizer=paper_optimizer(model.d_model, warmup_steps=2),
-                loss=LabelSmoothedCrossEntropy(),
-                metrics=[MaskedAccuracy()],
-            )
-        return model
+            return tiny_transformer()
 
     reference = build(tf.distribute.get_strategy().scope())  # default: one device
     initial_weights = reference.get_weights()
@@ -128,12 +106,7 @@ def child(output_dir):
     checkpoints = os.path.join(output_dir, "checkpoints")
     for epochs in (1, 2):
         with strategy.scope():
-            resumed = Transformer.from_preset(
-                "tiny", vocabulary_size=VOCABULARY_SIZE, d_model=32, d_ff=64,
-                num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
-            )
-            resumed.compile(optimizer=paper_optimizer(resumed.d_model, warmup_steps=2),
-                            loss=LabelSmoothedCrossEntropy())
+            resumed = tiny_transformer()
         fit_resumable(resumed, batches, epochs=epochs, steps_per_epoch=STEPS, checkpoint_dir=checkpoints,
                       save_every_steps=STEPS, verbose=0)
     results["resumed_iterations"] = int(resumed.optimizer.iterations.numpy())

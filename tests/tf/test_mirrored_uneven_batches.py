@@ -15,28 +15,11 @@ import sys
 
 import numpy as np
 
-PAD, BOS, EOS = 0, 1, 2
-VOCABULARY_SIZE, LENGTH = 16, 8
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: reversal_task
+
+from reversal_task import reversal_batches, tiny_transformer  # noqa: E402
+
 BATCH_SIZES = (7, 5, 7, 3)  # replica 0 gets 4, 3, 4, 2 rows
-
-
-def odd_batches(seed=0):
-    rng = np.random.default_rng(seed)
-    batches = []
-    for size in BATCH_SIZES:
-        source = np.zeros((size, LENGTH), "int32")
-        target = np.zeros((size, LENGTH + 1), "int32")
-        labels = np.zeros((size, LENGTH + 1), "int32")
-        for row in range(size):
-            length = LENGTH if row < (size + 1) // 2 else int(rng.integers(1, 3))
-            symbols = rng.integers(3, VOCABULARY_SIZE, size=length)
-            source[row, :length] = symbols
-            target[row, 0] = BOS
-            target[row, 1 : length + 1] = symbols[::-1]
-            labels[row, :length] = symbols[::-1]
-            labels[row, length] = EOS
-        batches.append(({"source": source, "target": target}, labels))
-    return batches
 
 
 def child(output_dir):
@@ -48,25 +31,12 @@ def child(output_dir):
     import keras
     import tensorflow as tf
 
-    from keras_transformer import Transformer
-    from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, paper_optimizer
 
     def dataset():
-        parts = [tf.data.Dataset.from_tensors(batch) for batch in odd_batches()]
+        parts = [tf.data.Dataset.from_tensors(batch) for batch in reversal_batches(BATCH_SIZES)]
         return functools.reduce(lambda a, b: a.concatenate(b), parts)
 
-    def build():
-        keras.utils.set_random_seed(7)
-        model = Transformer.from_preset(
-            "tiny", vocabulary_size=VOCABULARY_SIZE, d_model=32, d_ff=64,
-            num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
-        )
-        model.compile(
-            optimizer=paper_optimizer(model.d_model, warmup_steps=2),
-            loss=LabelSmoothedCrossEntropy(),
-            metrics=[MaskedAccuracy()],
-        )
-        return model
+    build = tiny_transformer
 
     results = {"replicas": strategy.num_replicas_in_sync}
     # The plain strategy, as evidence of what the override is for.

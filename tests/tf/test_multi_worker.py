@@ -25,8 +25,11 @@ import time
 import numpy as np
 import pytest
 
-PAD, BOS, EOS = 0, 1, 2
-VOCABULARY_SIZE, LENGTH, STEPS = 16, 8, 4
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: reversal_task
+
+from reversal_task import PAD, reversal_batches, tiny_transformer  # noqa: E402
+
+STEPS = 4
 # Odd: worker 0 gets 4 rows, worker 1 gets 3 (Keras' reduce of the first
 # batch fails on that without the override); all equal, so each worker
 # traces its step once.
@@ -37,22 +40,7 @@ WORKER_TIMEOUT_S = 150
 def global_batches(seed=0):
     """One epoch of global batches `[(inputs, labels), ...]`: in each, the
     first rows (worker 0's part) hold long targets and the rest short ones."""
-    rng = np.random.default_rng(seed)
-    batches = []
-    for size in BATCH_SIZES:
-        source = np.zeros((size, LENGTH), "int32")
-        target = np.zeros((size, LENGTH + 1), "int32")
-        labels = np.zeros((size, LENGTH + 1), "int32")
-        for row in range(size):
-            length = LENGTH if row < (size + 1) // 2 else int(rng.integers(1, 3))
-            symbols = rng.integers(3, VOCABULARY_SIZE, size=length)
-            source[row, :length] = symbols
-            target[row, 0] = BOS
-            target[row, 1 : length + 1] = symbols[::-1]
-            labels[row, :length] = symbols[::-1]
-            labels[row, length] = EOS
-        batches.append(({"source": source, "target": target}, labels))
-    return batches
+    return reversal_batches(BATCH_SIZES, seed)
 
 
 def global_dataset():
@@ -63,25 +51,10 @@ def global_dataset():
 
 
 def build_model():
-    import keras
-
-    from keras_transformer import Transformer
-    from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, paper_optimizer
-
-    keras.utils.set_random_seed(7)
-    model = Transformer.from_preset(
-        "tiny", vocabulary_size=VOCABULARY_SIZE, d_model=32, d_ff=64,
-        num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
-    )
-    model.compile(
-        optimizer=paper_optimizer(model.d_model, warmup_steps=2),
-        loss=LabelSmoothedCrossEntropy(),
-        metrics=[MaskedAccuracy()],
-    )
+    model = tiny_transformer()
     inputs, _ = global_batches()[0]
-    # Build the weights and the optimizer slots here, in the caller's scope:
-    # restoring a checkpoint loads both (StepCheckpoint.restore would create
-    # the slots outside the strategy's scope).
+    # Weights and optimizer slots, built in the caller's scope (the strategy's
+    # for the workers), before a checkpoint restores both.
     model({k: v[:1] for k, v in inputs.items()}, training=False)
     model.optimizer.build(model.trainable_variables)
     return model

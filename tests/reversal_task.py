@@ -1,0 +1,61 @@
+"""Shared by the tests that compare distributed training with one device.
+
+A sequence-reversal task whose global batches give the first rows (the first
+replica's or worker's part) long targets and the rest short ones, so the
+parts hold very different numbers of target tokens, and the tiny Transformer
+those tests train. A plain module, because the tests also run as scripts in
+subprocesses.
+"""
+
+import numpy as np
+
+PAD, BOS, EOS = 0, 1, 2
+VOCABULARY_SIZE, LENGTH = 16, 8
+
+
+def reversal_batches(batch_sizes, seed=0):
+    """`[(inputs, labels), ...]`, one global batch per size; in each, the first
+    `(size + 1) // 2` rows have LENGTH symbols and the others 1 or 2."""
+    rng = np.random.default_rng(seed)
+    batches = []
+    for size in batch_sizes:
+        source = np.zeros((size, LENGTH), "int32")
+        target = np.zeros((size, LENGTH + 1), "int32")
+        labels = np.zeros((size, LENGTH + 1), "int32")
+        for row in range(size):
+            length = LENGTH if row < (size + 1) // 2 else int(rng.integers(1, 3))
+            symbols = rng.integers(3, VOCABULARY_SIZE, size=length)
+            source[row, :length] = symbols
+            target[row, 0] = BOS
+            target[row, 1 : length + 1] = symbols[::-1]
+            labels[row, :length] = symbols[::-1]
+            labels[row, length] = EOS
+        batches.append(({"source": source, "target": target}, labels))
+    return batches
+
+
+def concatenated(batches):
+    """The batches as one `(inputs, labels)` of all their rows."""
+    inputs = {key: np.concatenate([x[key] for x, _ in batches]) for key in batches[0][0]}
+    return inputs, np.concatenate([y for _, y in batches])
+
+
+def tiny_transformer(loss=None, seed=7):
+    """A compiled 1+1-layer, d_model-32 Transformer with the same initial
+    weights for the same seed; `loss` defaults to LabelSmoothedCrossEntropy()."""
+    import keras
+
+    from keras_transformer import Transformer
+    from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, paper_optimizer
+
+    keras.utils.set_random_seed(seed)
+    model = Transformer.from_preset(
+        "tiny", vocabulary_size=VOCABULARY_SIZE, d_model=32, d_ff=64,
+        num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
+    )
+    model.compile(
+        optimizer=paper_optimizer(model.d_model, warmup_steps=2),
+        loss=loss if loss is not None else LabelSmoothedCrossEntropy(),
+        metrics=[MaskedAccuracy()],
+    )
+    return model
