@@ -1,0 +1,639 @@
+"""Time to quality: ours, the KerasHub-layer model and OpenNMT-tf, same size, same minutes.
+
+Each contender trains the same Transformer size (d_model 256, 3+3 layers, 4
+heads, d_ff 1024, dropout 0.1, one joint SentencePiece vocabulary of 8,000
+pieces) on the same English-German training split for the same wall-clock
+budget, then translates the same held-out test split with its best available
+search; every output is scored by the same `keras_transformer.evaluation.
+corpus_scores` (sacreBLEU BLEU and chrF, detokenized, with signatures).
+
+    KERAS_BACKEND=tensorflow .venv/bin/python benchmarks/quality.py --minutes 30
+    .venv/bin/python benchmarks/quality.py --only ours keras-hub --minutes 5
+    .venv/bin/python benchmarks/quality.py --minutes 2 --max-train-pairs 5000 --test-size 100   # smoke run
+
+Data (`--data-dir`, default ../shared/data next to the repository; never
+copied into the repository): ddtp_en_de.jsonl.gz + po_all.jsonl.gz (keys en,
+de), read with `keras_transformer.data.load_corpus` (pairs with a side over
+600 characters dropped, as recipes/parallel_text does). Fixed split: the
+recipe's `split_by_hash` orders distinct English sentences by SHA-256; the
+first fill the test split (`--test-size` pairs; every pair of a test sentence
+goes there, so no test source occurs in training), the rest is training
+(`--max-train-pairs` keeps the first N of them, in hash order, for smoke
+runs). One SentencePiece model (`SubwordTokenizer.train`, unigram, joint,
+trained on the training split; pad 0, unk 1, bos 2, eos 3) is shared by all
+contenders. The split and tokenizer are kept in WORK_DIR/data and reused
+while the inputs and options are unchanged.
+
+Contenders, one after another, each in its own process (`--only` picks some):
+- ours: `keras_transformer.runs.train` (tiny preset, Noam schedule with the
+  warm-up and scale below, token-bucketed batches, label smoothing 0.1,
+  `training.max_minutes`), then beam 4 with the GNMT length penalty alpha 0.6
+  (`decoding.Translator`, XLA), output <= source length + 50 tokens.
+- keras-hub: the keras-io translation example's architecture from KerasHub
+  layers (`TokenAndPositionEmbedding` for source and target, learned
+  positions, `TransformerEncoder` x3, `TransformerDecoder` x3, an untied
+  `Dense` output; explicit padding masks), `model.fit` on the same batches
+  (`make_dataset`), Adam(0.9, 0.98, 1e-9) with our `NoamSchedule` (same
+  warm-up and scale), our `LabelSmoothedCrossEntropy(0.1)`; then
+  `keras_hub.samplers.BeamSampler(num_beams=4)` driving the KerasHub
+  decoder layers' self-/cross-attention caches under `tf.function(jit_compile=
+  True)` (as KerasHub's generate() does), stopping when every beam has EOS;
+  BeamSampler has no length penalty; output <= padded source width + 50.
+- opennmt-tf: OpenNMT-tf 2.32 (TensorFlow 2.13, `--opennmt-python`, skipped
+  with a message if missing) via benchmarks/_quality_opennmt.py: its Runner
+  (what `onmt-main --auto_config train` runs), `opennmt.models.Transformer`
+  of the same size (post-norm, all embeddings shared), its data pipeline on
+  the SentencePiece pieces of the same splits and a vocabulary of the same
+  8,000 ids, with the budget settings below overriding its auto-config
+  (Adam 0.9/0.98/1e-9 instead of LazyAdam 0.998, NoamDecay with the same
+  warm-up and scale instead of 8,000 steps x 2.0, 4,096-token batches without
+  its 25,000-token gradient accumulation, no checkpoint averaging); then its
+  `Runner.infer`, beam 4, length penalty 0.6, max 178 tokens; pieces are
+  detokenized with the sentencepiece package.
+
+Training clock: from just before the training loop starts (so the first
+batch, tracing and the first step are included; reading the corpus,
+building the model and the input pipeline are not) to the end of the first
+step that finishes after `--minutes`. Ours and OpenNMT-tf also save a
+checkpoint every 500 steps inside the budget (their usual operation);
+decoding is timed separately.
+
+Output: a table, and one JSON line per contender appended to `--results`
+(settings, steps, non-pad target tokens per step actually trained on,
+minutes, BLEU, chrF, signatures, machine, load average, date and the exact
+command).
+"""
+
+import argparse
+import datetime
+import gzip
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+CORPORA = ("ddtp_en_de.jsonl.gz", "po_all.jsonl.gz")
+SOURCE_KEY, TARGET_KEY = "en", "de"
+MAX_CHARS = 600  # as recipes/parallel_text: drops the few paragraph-long DDTP pairs
+MAX_LENGTH = 128  # tokens per side in training, EOS/BOS included; longer test sources are cut
+MAX_EXTRA_LENGTH = 50  # outputs stop at source length + 50 (the paper)
+MODEL = dict(d_model=256, num_layers=3, num_heads=4, d_ff=1024, dropout=0.1)
+CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
+# Settings for a budget of a few thousand steps at most (see benchmarks/README.md):
+# the paper's 4,000-step and OpenNMT-tf's 8,000-step warm-ups never end in
+# 20-30 CPU minutes. Peak rate = scale * (d_model * warmup)^-0.5.
+DEFAULT_SETTINGS = {"warmup_steps": 300, "learning_rate_scale": 0.8, "tokens_per_batch": 4096}
+SAVE_EVERY_STEPS = 500
+# TensorFlow's start-up INFO lines: kept in the logs, not echoed.
+NOISE = re.compile(r"^([IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\]|WARNING: All log messages before absl"
+                   r"|To enable the following instructions)")
+DECODE_BATCH = 64
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock per contender")
+    parser.add_argument("--only", nargs="+", choices=CONTENDERS, help="contenders to run (default: all)")
+    parser.add_argument("--test-size", type=int, default=1000, help="held-out test pairs (default %(default)s)")
+    parser.add_argument("--max-train-pairs", type=int, help="keep only this many training pairs (smoke runs)")
+    parser.add_argument("--vocabulary-size", type=int, default=8000, help="joint SentencePiece pieces")
+    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
+                        help="directory with ddtp_en_de.jsonl.gz and po_all.jsonl.gz (default: ../shared/data)")
+    parser.add_argument("--work-dir", default=str(ROOT / "runs" / "quality"),
+                        help="split, tokenizer, models and outputs (default: runs/quality)")
+    parser.add_argument("--results", default=str(HERE / "results" / "quality.jsonl"),
+                        help="JSON lines appended here (default: benchmarks/results/quality.jsonl)")
+    parser.add_argument("--set", action="append", default=[], dest="assignments", metavar="CONTENDER.KEY=VALUE",
+                        help="override a setting, e.g. opennmt-tf.warmup_steps=1000 "
+                             f"(keys: {', '.join(DEFAULT_SETTINGS)}; CONTENDER 'all' for every one)")
+    parser.add_argument("--opennmt-python", default=str(ROOT / ".venv-opennmt" / "bin" / "python"),
+                        help="Python of the OpenNMT-tf 2.32 environment")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--settings-json", help=argparse.SUPPRESS)
+    parser.add_argument("--contender", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.minutes <= 0:
+        parser.error("--minutes must be > 0.")
+    if args.test_size < 1:
+        parser.error("--test-size must be >= 1.")
+    if args.max_train_pairs is not None and args.max_train_pairs < 1:
+        parser.error("--max-train-pairs must be >= 1.")
+    try:
+        args.settings = resolve_settings(args.assignments)
+    except ValueError as error:
+        parser.error(str(error))
+    return args
+
+
+def resolve_settings(assignments):
+    settings = {name: dict(DEFAULT_SETTINGS) for name in CONTENDERS}
+    for text in assignments:
+        dotted, equals, value = text.partition("=")
+        name, dot, key = dotted.strip().rpartition(".")
+        if not equals or not dot:
+            raise ValueError(f"--set expects CONTENDER.KEY=VALUE, got {text!r}.")
+        if name not in CONTENDERS + ("all",):
+            raise ValueError(f"--set {text!r}: unknown contender {name!r} (expected one of {CONTENDERS} or all).")
+        if key not in DEFAULT_SETTINGS:
+            raise ValueError(f"--set {text!r}: unknown key {key!r} (expected one of {list(DEFAULT_SETTINGS)}).")
+        kind = type(DEFAULT_SETTINGS[key])
+        try:
+            parsed = kind(value)
+        except ValueError:
+            raise ValueError(f"--set {text!r}: {key} must be {kind.__name__}.") from None
+        if parsed <= 0:
+            raise ValueError(f"--set {text!r}: {key} must be > 0.")
+        for target in CONTENDERS if name == "all" else (name,):
+            settings[target][key] = parsed
+    return settings
+
+
+def peak_learning_rate(settings):
+    return settings["learning_rate_scale"] * (MODEL["d_model"] * settings["warmup_steps"]) ** -0.5
+
+
+def machine():
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"platform": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(),
+            "python": platform.python_version()}
+
+
+def command_line():
+    python = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
+    backend = os.environ.get("KERAS_BACKEND")
+    prefix = f"KERAS_BACKEND={backend} " if backend else ""
+    return prefix + shlex.join([python, script, *sys.argv[1:]])
+
+
+def run_logged(command, log_path, tag, env=None):
+    """Runs `command`, echoing its output prefixed by `tag` and keeping it in `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env=env, cwd=ROOT, bufsize=1)
+        for line in process.stdout:
+            log.write(line)
+            log.flush()
+            if not NOISE.match(line):
+                print(f"[{tag}] {line}", end="", flush=True)
+        return process.wait()
+
+
+def worker_env(backend=True):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    if backend:
+        env["KERAS_BACKEND"] = "tensorflow"
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    else:
+        env.pop("KERAS_BACKEND", None)
+        env["PYTHONPATH"] = ""
+    return env
+
+
+def our_worker(args, name, extra=()):
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", name,
+               "--work-dir", args.work_dir, "--data-dir", args.data_dir, "--minutes", str(args.minutes),
+               "--test-size", str(args.test_size), "--vocabulary-size", str(args.vocabulary_size),
+               "--seed", str(args.seed), "--settings-json", json.dumps(args.settings), *extra]
+    if args.max_train_pairs:
+        command += ["--max-train-pairs", str(args.max_train_pairs)]
+    return command
+
+
+def read_result(path):
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.worker:
+        return worker_main(args)
+    data_dir = Path(args.data_dir)
+    missing = [name for name in CORPORA if not (data_dir / name).is_file()]
+    if missing:
+        print(f"error: --data-dir {data_dir}: missing {', '.join(missing)} (the shared English-German data; "
+              f"pass --data-dir DIR holding {' and '.join(CORPORA)}).", file=sys.stderr)
+        return 2
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    names = [n for n in CONTENDERS if n in (args.only or CONTENDERS)]
+    command = command_line()
+    print(f"# {command}", flush=True)
+
+    if run_logged(our_worker(args, "prepare"), work / "prepare.log", "prepare", worker_env()):
+        print(f"error: data preparation failed; see {work / 'prepare.log'}", file=sys.stderr)
+        return 1
+    split = json.loads((work / "data" / "split.json").read_text())
+
+    records, failed = [], []
+    results_path = Path(args.results)
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        out = work / name
+        if out.exists():
+            shutil.rmtree(out)  # a fresh run: ours would otherwise resume its checkpoints
+        out.mkdir(parents=True)
+        load_before = os.getloadavg()
+        started = time.time()
+        if name == "opennmt-tf":
+            if not Path(args.opennmt_python).exists():
+                print(f"[{name}] skipped: {args.opennmt_python} not found (python3 -m venv .venv-opennmt && "
+                      '.venv-opennmt/bin/pip install "tensorflow==2.13.1" "opennmt-tf==2.32.0")', flush=True)
+                continue
+            worker_command = [
+                args.opennmt_python, str(HERE / "_quality_opennmt.py"),
+                "--data-dir", str(work / "data" / "opennmt"), "--out-dir", str(out),
+                "--minutes", str(args.minutes), "--seed", str(args.seed),
+                "--settings-json", json.dumps(args.settings[name]),
+                "--model-json", json.dumps({**MODEL, "max_length": MAX_LENGTH,
+                                            "max_extra_length": MAX_EXTRA_LENGTH,
+                                            "save_every_steps": SAVE_EVERY_STEPS,
+                                            "decode_batch": DECODE_BATCH}),
+            ]
+            status = run_logged(worker_command, out / "log.txt", name, worker_env(backend=False))
+        else:
+            status = run_logged(our_worker(args, name), out / "log.txt", name, worker_env())
+        trained = read_result(out / "train.json")
+        if status or trained is None:
+            print(f"error: contender {name} failed (exit status {status}); see {out / 'log.txt'}", file=sys.stderr)
+            failed.append(name)
+            continue
+        if run_logged(our_worker(args, "score", ["--contender", name]), out / "score.log", f"{name} score",
+                      worker_env()):
+            print(f"error: scoring {name} failed; see {out / 'score.log'}", file=sys.stderr)
+            failed.append(name)
+            continue
+        scores = json.loads((out / "scores.json").read_text())
+        settings = args.settings[name]
+        record = {
+            "contender": name,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": command,
+            "machine": {**machine(), "load_average_before": [round(x, 2) for x in load_before],
+                        "load_average_after": [round(x, 2) for x in os.getloadavg()]},
+            "budget_minutes": args.minutes,
+            "settings": {**settings, "peak_learning_rate": peak_learning_rate(settings),
+                         **trained.get("settings", {})},
+            "model": MODEL,
+            "data": {"train_pairs": split["train_pairs"], "test_pairs": split["test_pairs"],
+                     "vocabulary_size": split["vocabulary_size"], "split": split["method"],
+                     "inputs": split["inputs"]},
+            "train_minutes": trained["train_seconds"] / 60,
+            "steps": trained["steps"],
+            "target_tokens_trained": trained["target_tokens"],
+            "target_tokens_per_step": trained["target_tokens"] / max(trained["steps"], 1),
+            "search": trained["search"],
+            "decode_seconds": trained["decode_seconds"],
+            "versions": trained.get("versions", {}),
+            "wall_minutes_total": (time.time() - started) / 60,
+            **{k: scores[k] for k in ("bleu", "chrf", "bleu_signature", "chrf_signature")},
+            "samples": scores["samples"],
+        }
+        records.append(record)
+        with open(results_path, "a") as stream:
+            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+        print(f"[{name}] BLEU {record['bleu']:.2f}, chrF {record['chrf']:.2f} after {record['steps']} steps "
+              f"in {record['train_minutes']:.1f} min -> {results_path}", flush=True)
+    print_table(records, split, command)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def print_table(records, split, command):
+    if not records:
+        print("no results.")
+        return
+    info = machine()
+    print(f"\n# {records[0]['date']}; {info['cpu']}, {info['cpus']} CPUs, {info['platform']}")
+    print(f"# {command}")
+    print(f"# train {split['train_pairs']} pairs, test {split['test_pairs']} pairs "
+          f"(split by source hash), SentencePiece {split['vocabulary_size']} pieces")
+    print("| contender | warm-up | peak LR | batch tokens | steps | target tokens/step | train min | search "
+          "| BLEU | chrF | load avg |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
+    for r in records:
+        s = r["settings"]
+        load = "/".join(f"{x:.1f}" for x in r["machine"]["load_average_after"])
+        print(f"| {r['contender']} | {s['warmup_steps']} | {s['peak_learning_rate']:.4f} | {s['tokens_per_batch']} | "
+              f"{r['steps']} | {r['target_tokens_per_step']:.0f} | {r['train_minutes']:.1f} | {r['search']} | "
+              f"{r['bleu']:.1f} | {r['chrf']:.1f} | {load} |")
+    print("# target tokens/step: mean non-pad target tokens (EOS included) per update actually trained on")
+    print(f"# {records[0]['bleu_signature']}\n# {records[0]['chrf_signature']}")
+
+
+# --------------------------------------------------------------------------- workers (our venv)
+
+
+def worker_main(args):
+    import keras_transformer  # noqa: F401  (imports TensorFlow without its start-up noise)
+
+    work = Path(args.work_dir)
+    if args.worker == "prepare":
+        prepare(args, work)
+        return 0
+    if args.worker == "score":
+        score(work, args.contender)
+        return 0
+    settings = json.loads(args.settings_json)[args.worker]
+    out = work / args.worker
+    if args.worker == "ours":
+        result = train_and_decode_ours(work, out, args.minutes, settings, args.seed)
+    elif args.worker == "keras-hub":
+        from benchmarks import _quality_keras_hub
+
+        result = _quality_keras_hub.train_and_decode(work, out, args.minutes, settings, args.seed, config())
+    else:
+        raise SystemExit(f"unknown worker {args.worker!r}")
+    (out / "train.json").write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def config():
+    """Constants the helper modules share with this script."""
+    return {**MODEL, "max_length": MAX_LENGTH, "max_extra_length": MAX_EXTRA_LENGTH,
+            "decode_batch": DECODE_BATCH, "save_every_steps": SAVE_EVERY_STEPS}
+
+
+def _recipe_split_by_hash():
+    """`split_by_hash` of recipes/parallel_text/run.py (a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("parallel_text_recipe", ROOT / "recipes" / "parallel_text" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.split_by_hash
+
+
+def _fingerprint(args):
+    inputs = []
+    for name in CORPORA:
+        stat = (Path(args.data_dir) / name).stat()
+        inputs.append({"file": name, "bytes": stat.st_size, "mtime": int(stat.st_mtime)})
+    return {"inputs": inputs, "test_size": args.test_size, "max_train_pairs": args.max_train_pairs,
+            "vocabulary_size": args.vocabulary_size, "max_chars": MAX_CHARS, "max_length": MAX_LENGTH,
+            "seed": args.seed, "version": 1}
+
+
+def write_jsonl(path, pairs):
+    with gzip.open(path, "wt", encoding="utf-8") as stream:
+        for source, target in pairs:
+            stream.write(json.dumps({SOURCE_KEY: source, TARGET_KEY: target}, ensure_ascii=False) + "\n")
+
+
+def read_pairs(path):
+    from keras_transformer.data import load_corpus
+
+    pairs, _ = load_corpus(str(path), source_key=SOURCE_KEY, target_key=TARGET_KEY, max_chars=MAX_CHARS)
+    return pairs
+
+
+def prepare(args, work):
+    """Split, tokenizer and OpenNMT-tf text files in WORK/data (reused if unchanged)."""
+    data = work / "data"
+    fingerprint = _fingerprint(args)
+    split_file = data / "split.json"
+    if split_file.is_file() and json.loads(split_file.read_text()).get("fingerprint") == fingerprint:
+        print(f"reusing split and tokenizer in {data}", flush=True)
+        return
+    if data.exists():
+        shutil.rmtree(data)
+    data.mkdir(parents=True)
+    from keras_transformer.data import SubwordTokenizer, load_corpus
+
+    records, inputs = [], []
+    for name in CORPORA:
+        path = Path(args.data_dir) / name
+        pairs, stats = load_corpus(str(path), source_key=SOURCE_KEY, target_key=TARGET_KEY, max_chars=MAX_CHARS)
+        print(f"{path}: {stats}", flush=True)
+        inputs.append({"file": name, "read": stats.read, "kept": stats.kept})
+        records.extend((source, target, None) for source, target in pairs)
+    splits = _recipe_split_by_hash()(records, args.test_size, 0)
+    train = [(s, t) for s, t, _ in splits["train"]]
+    test = [(s, t) for s, t, _ in splits["test"]]
+    if args.max_train_pairs:
+        train = train[: args.max_train_pairs]
+    test_sources = {s for s, _ in test}
+    if any(s in test_sources for s, _ in train):
+        raise SystemExit("internal error: a test source sentence is also in the training split")
+    write_jsonl(data / "train.jsonl.gz", train)
+    write_jsonl(data / "test.jsonl.gz", test)
+    print(f"split: train {len(train)}, test {len(test)} pairs -> {data}", flush=True)
+
+    start = time.time()
+    tokenizer = SubwordTokenizer.train(train, vocabulary_size=args.vocabulary_size, model_type="unigram",
+                                       seed=args.seed)
+    tokenizer.save(str(data / "tokenizer.model"))
+    print(f"tokenizer: {tokenizer.vocabulary_size} pieces in {time.time() - start:.0f}s", flush=True)
+    write_opennmt_files(data, train, test)
+    split_file.write_text(json.dumps({
+        "fingerprint": fingerprint, "method": "recipes/parallel_text split_by_hash (SHA-256 of the English side)",
+        "inputs": inputs, "train_pairs": len(train), "test_pairs": len(test),
+        "vocabulary_size": tokenizer.vocabulary_size,
+        "test_sha256": hashlib.sha256(json.dumps(test, ensure_ascii=False).encode()).hexdigest(),
+    }, indent=2))
+
+
+def write_opennmt_files(data, train, test):
+    """Space-separated SentencePiece pieces and a vocabulary with the same ids as ours.
+
+    OpenNMT-tf reserves ids 0-2 for the first three lines of a vocabulary file
+    and appends <unk>: `<blank> <s> </s> piece_4 ... piece_{V-1}` + <unk> is
+    a V-id vocabulary holding the same pieces as ours.
+    """
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(data / "tokenizer.model"))
+    onmt = data / "opennmt"
+    onmt.mkdir()
+    pieces = [processor.id_to_piece(i) for i in range(4, processor.get_piece_size())]
+    (onmt / "vocab.txt").write_text("<blank>\n<s>\n</s>\n" + "".join(p + "\n" for p in pieces), encoding="utf-8")
+
+    def write(path, texts, limit=None):
+        with open(path, "w", encoding="utf-8") as stream:
+            for row in processor.encode(list(texts), out_type=str):
+                stream.write(" ".join(row[:limit] if limit else row) + "\n")
+
+    write(onmt / "train.src", (s for s, _ in train))
+    write(onmt / "train.tgt", (t for _, t in train))
+    # Sources are cut as ours are (MAX_LENGTH ids, EOS included).
+    write(onmt / "test.src", (s for s, _ in test), limit=MAX_LENGTH - 1)
+
+
+class _Clock:
+    """Training clock shared by our workers: started at construction, updated per step."""
+
+    def __init__(self, minutes):
+        self.started = time.monotonic()
+        self.deadline = self.started + 60 * minutes
+        self.ended = self.started
+        self.steps = 0
+
+    def step(self, logs=None, every=100):
+        self.steps += 1
+        self.ended = time.monotonic()
+        if self.steps % every == 0:
+            loss = (logs or {}).get("loss")
+            loss = f", loss (epoch mean) {float(loss):.3f}" if loss is not None else ""
+            print(f"step {self.steps}: {(self.ended - self.started) / 60:.1f} min{loss}", flush=True)
+        return self.ended > self.deadline
+
+    @property
+    def seconds(self):
+        return self.ended - self.started
+
+
+def count_trained_tokens(pairs, tokenizer, steps, tokens_per_batch, seed):
+    """Non-pad (source, target) tokens in the first `steps` batches of the training pipeline.
+
+    `runs.train` and the KerasHub worker read `make_dataset(..., repeat=True)`
+    with a fixed seed, so a fresh pipeline with the same options replays the
+    batches they trained on. Target tokens count the labels (EOS included).
+    """
+    import numpy as np
+
+    from keras_transformer.data import make_dataset
+
+    dataset = make_dataset(pairs, tokenizer, tokens_per_batch=tokens_per_batch, max_length=MAX_LENGTH,
+                           training=True, seed=seed, repeat=True)
+    source = target = 0
+    for inputs, labels in dataset.take(steps).as_numpy_iterator():
+        source += int(np.count_nonzero(inputs["source"]))
+        target += int(np.count_nonzero(labels))
+    return source, target
+
+
+def versions():
+    import keras
+    import tensorflow as tf
+
+    found = {"tensorflow": tf.__version__, "keras": keras.__version__}
+    try:
+        import keras_hub
+
+        found["keras_hub"] = keras_hub.__version__
+    except ImportError:
+        pass
+    return found
+
+
+def train_and_decode_ours(work, out, minutes, settings, seed):
+    import keras
+
+    from keras_transformer import config as config_lib
+    from keras_transformer import runs
+    from keras_transformer.data import SubwordTokenizer
+    from keras_transformer.decoding import Translator
+
+    data = work / "data"
+    run_dir = out / "run"
+    run_dir.mkdir(parents=True)
+    shutil.copyfile(data / "tokenizer.model", run_dir / runs.TOKENIZER_FILE)  # runs.train reuses it
+    config = config_lib.merge(config_lib.defaults(), {
+        "output_dir": str(run_dir),
+        "model": {"preset": "tiny", "dropout": MODEL["dropout"]},
+        "data": {"train": str(data / "train.jsonl.gz"), "valid": None, "test": str(data / "test.jsonl.gz"),
+                 "source_key": SOURCE_KEY, "target_key": TARGET_KEY, "max_chars": MAX_CHARS,
+                 "max_length": MAX_LENGTH},
+        "training": {"tokens_per_batch": settings["tokens_per_batch"], "epochs": 100000,
+                     "max_minutes": minutes, "warmup_steps": settings["warmup_steps"],
+                     "learning_rate_scale": settings["learning_rate_scale"], "label_smoothing": 0.1,
+                     "save_every_steps": SAVE_EVERY_STEPS, "keep_checkpoints": 2, "average_last": 1,
+                     "seed": seed},
+    }, origin="benchmarks/quality.py")
+
+    clock = {}
+    if not hasattr(runs, "_TimeLimit"):
+        raise SystemExit("keras_transformer.runs has no _TimeLimit callback any more; update benchmarks/quality.py")
+
+    class ClockedTimeLimit(runs._TimeLimit):
+        """runs.train's own time limit (constructed just before fit), also counting steps."""
+
+        def __init__(self, minutes):
+            super().__init__(minutes)
+            clock["clock"] = self.clock = _Clock(minutes)
+
+        def on_train_batch_end(self, batch, logs=None):
+            super().on_train_batch_end(batch, logs)
+            self.clock.step(logs)
+
+    runs._TimeLimit = ClockedTimeLimit  # runs.train looks it up when it builds its callbacks
+    runs.train(config, verbose=0)
+    if "clock" not in clock:
+        raise SystemExit("runs.train did not use its time limit; cannot time the training")
+    trained = clock["clock"]
+    print(f"trained {trained.steps} steps in {trained.seconds / 60:.2f} min", flush=True)
+
+    _, target_tokens = count_trained_tokens(read_pairs(data / "train.jsonl.gz"), SubwordTokenizer.load(
+        str(run_dir / runs.TOKENIZER_FILE)), trained.steps, settings["tokens_per_batch"], seed)
+    model = runs.load_model(run_dir)
+    tokenizer = SubwordTokenizer.load(str(run_dir / runs.TOKENIZER_FILE))
+    sources = [s for s, _ in read_pairs(data / "test.jsonl.gz")]
+    translator = Translator(model, tokenizer, beam_size=4, alpha=0.6, max_extra_length=MAX_EXTRA_LENGTH,
+                            max_source_length=MAX_LENGTH, batch_size=DECODE_BATCH, jit_compile=True)
+    start = time.time()
+    hypotheses = translator.translate(sources)
+    decode_seconds = time.time() - start
+    (out / "hypotheses.json").write_text(json.dumps(hypotheses, ensure_ascii=False))
+    return {
+        "steps": trained.steps, "train_seconds": trained.seconds, "decode_seconds": decode_seconds,
+        "target_tokens": target_tokens, "search": "beam 4, alpha 0.6, XLA",
+        "settings": {"optimizer": "Adam(0.9, 0.98, 1e-9), NoamSchedule", "loss": "label smoothing 0.1",
+                     "checkpoint_every_steps": SAVE_EVERY_STEPS, "parameters": model.count_params()},
+        "versions": {**versions(), "keras_backend": keras.backend.backend()},
+    }
+
+
+def score(work, contender):
+    """Detokenizes (OpenNMT-tf pieces) and scores one contender's test output."""
+    from keras_transformer.evaluation import corpus_scores
+
+    data = work / "data"
+    out = work / contender
+    pairs = read_pairs(data / "test.jsonl.gz")
+    sources = [s for s, _ in pairs]
+    references = [t for _, t in pairs]
+    if (out / "hypotheses.json").is_file():
+        hypotheses = json.loads((out / "hypotheses.json").read_text())
+    else:
+        import sentencepiece
+
+        processor = sentencepiece.SentencePieceProcessor(model_file=str(data / "tokenizer.model"))
+        lines = (out / "predictions.txt").read_text(encoding="utf-8").split("\n")[: len(references)]
+        hypotheses = [processor.decode_pieces(line.split()) for line in lines]
+    if len(hypotheses) != len(references):
+        raise SystemExit(f"{contender}: {len(hypotheses)} outputs for {len(references)} test sentences")
+    scores = corpus_scores(hypotheses, references, tokenized_bleu=False)
+    scores["samples"] = [{"source": s, "hypothesis": h, "reference": r}
+                         for s, h, r in list(zip(sources, hypotheses, references))[:3]]
+    print(f"BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}", flush=True)
+    (out / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+        sys.path.insert(0, str(ROOT))
+    sys.exit(main())
