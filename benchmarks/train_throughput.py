@@ -253,7 +253,8 @@ train:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1", PYTHONPATH="")
     output = subprocess.run(command, capture_output=True, text=True, env=env, cwd=work)
     log = output.stdout + output.stderr
-    rates = [float(m) for m in re.findall(r"target words/s = ([\d.]+)", log)]
+    # OpenNMT-tf 2.32 logs "tokens/s = N (S source, T target)" per summary interval.
+    rates = [float(m) for m in re.findall(r"tokens/s = [\d.]+ \([\d.]+ source, ([\d.]+) target\)", log)]
     peak = re.findall(r"PEAK_MB ([\d.]+)", log)
     if not rates:
         raise RuntimeError("OpenNMT-tf produced no throughput lines:\n" + log[-3000:])
