@@ -119,6 +119,17 @@ class PairFilter:
         return source, target
 
 
+def unpaired_surrogate(text):
+    """`"unpaired surrogate '\\ud800' at character N"` for the first lone
+    surrogate in `text` (a str that no UTF-8 consumer, TensorFlow included,
+    accepts), or None when `text` is valid Unicode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"unpaired surrogate {text[error.start]!r} at character {error.start}"
+    return None
+
+
 def _check_file(path):
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -379,18 +390,12 @@ def read_jsonl(
                         f"not a string",
                     )
                 if "\\u" in line:
-                    # A "\ud800" escape decodes to a lone surrogate: a str
-                    # that no UTF-8 consumer (TensorFlow included) accepts.
-                    try:
-                        value.encode("utf-8")
-                    except UnicodeEncodeError as error:
+                    # A "\ud800" escape decodes to a lone surrogate.
+                    problem = unpaired_surrogate(value)
+                    if problem:
                         raise CorpusError(
-                            path,
-                            line_number,
-                            f"value of {key!r} is not valid Unicode: unpaired "
-                            f"surrogate {value[error.start]!r} at character "
-                            f"{error.start}",
-                        ) from None
+                            path, line_number, f"value of {key!r} is not valid Unicode: {problem}"
+                        )
                 values.append(value)
             yield values[0], values[1]
 

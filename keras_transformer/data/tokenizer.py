@@ -23,6 +23,7 @@ import numpy as np
 import sentencepiece
 import tensorflow as tf
 from tensorflow_text.python.ops import sentencepiece_tokenizer as _tf_text_sentencepiece
+from keras_transformer.data.corpus import unpaired_surrogate
 
 _sentencepiece_ops = _tf_text_sentencepiece.gen_sentencepiece_tokenizer
 
@@ -400,13 +401,9 @@ def _bad_texts_error(texts, error):
         items = []
     for label, item in items:
         if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError as encode_error:
-                return ValueError(
-                    f"tokenize: {label} is not valid Unicode: unpaired surrogate "
-                    f"{item[encode_error.start]!r} at character {encode_error.start}"
-                )
+            problem = unpaired_surrogate(item)
+            if problem:
+                return ValueError(f"tokenize: {label} is not valid Unicode: {problem}")
         elif not isinstance(item, bytes):
             return TypeError(f"tokenize: {label} is {type(item).__name__}, not a string")
     return TypeError(

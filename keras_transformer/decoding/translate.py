@@ -9,6 +9,7 @@ run on any Keras backend; the tokenizer runs eagerly outside the search.
 import numpy as np
 from keras import ops
 
+from keras_transformer.data.corpus import unpaired_surrogate
 from keras_transformer.decoding.search import BOS_ID, EOS_ID, PAD_ID, beam_search, greedy_search
 
 
@@ -156,13 +157,9 @@ class Translator:
             label = "texts" if single else f"texts[{index}]"
             if not isinstance(text, str):
                 raise TypeError(f"translate: {label} is {type(text).__name__}, not str.")
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as error:
-                raise ValueError(
-                    f"translate: {label} is not valid Unicode: unpaired surrogate "
-                    f"{text[error.start]!r} at character {error.start}."
-                ) from None
+            problem = unpaired_surrogate(text)
+            if problem:
+                raise ValueError(f"translate: {label} is not valid Unicode: {problem}.")
         translations, scores = [""] * len(texts), [0.0] * len(texts)
         to_decode = [i for i, text in enumerate(texts) if text.strip()]
         if to_decode:
