@@ -359,10 +359,7 @@ class StepCheckpoint(keras.callbacks.Callback):
         except ValueError:
             recorded = None
         if recorded != (step, os.path.basename(path)):
-            _atomic_write_json(
-                os.path.join(self.directory, _LATEST),
-                {"step": step, "path": os.path.basename(path)},
-            )
+            _atomic_write_json(pointer, {"step": step, "path": os.path.basename(path)})
         self.step = self._epoch_start_step = self._last_saved_step = step
         self.diverged_step = None
         # A crash between writing a checkpoint and updating latest.json leaves

@@ -278,9 +278,6 @@ def shard_by_data(dataset):
     return dataset.with_options(options)
 
 
-_CHECKPOINT_POINTER = "latest.json"  # StepCheckpoint's pointer to its newest file
-
-
 @contextlib.contextmanager
 def worker_checkpoint_dir(directory, strategy=None):
     """The checkpoint directory for this worker: `directory` on the chief,
@@ -303,7 +300,7 @@ def worker_checkpoint_dir(directory, strategy=None):
                 model = ...
             fit_resumable(model, make_data, checkpoint_dir=path, ...)
     """
-    from keras_transformer.training.checkpoints import list_checkpoints
+    from keras_transformer.training.checkpoints import _LATEST, list_checkpoints
 
     if is_chief(strategy):
         yield str(directory)
@@ -312,7 +309,7 @@ def worker_checkpoint_dir(directory, strategy=None):
     private = tempfile.mkdtemp(prefix=f"keras-transformer-{task_type}{index}-")
     try:
         # The pointer first: a checkpoint it names is then in the listing.
-        pointer = os.path.join(str(directory), _CHECKPOINT_POINTER)
+        pointer = os.path.join(str(directory), _LATEST)
         if os.path.exists(pointer):
             shutil.copy2(pointer, private)
         for _, path in list_checkpoints(str(directory)):
