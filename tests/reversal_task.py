@@ -59,3 +59,9 @@ def tiny_transformer(loss=None, seed=7):
         metrics=[MaskedAccuracy()],
     )
     return model
+
+
+def load_arrays(path):
+    """The arrays of an `np.savez(path, *arrays)` file, in their saved order."""
+    with np.load(path) as archive:
+        return [archive[f"arr_{index}"] for index in range(len(archive.files))]

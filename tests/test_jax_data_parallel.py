@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "jax", reason="keras.distribution is implemented for JAX only"
 )
 
-from reversal_task import LENGTH, concatenated, reversal_batches, tiny_transformer  # noqa: E402
+from reversal_task import LENGTH, concatenated, load_arrays, reversal_batches, tiny_transformer  # noqa: E402
 
 GLOBAL_BATCH, STEPS = 8, 4
 
@@ -79,11 +79,6 @@ def child(output_dir):
         json.dump(results, handle)
 
 
-def load(path):
-    with np.load(path) as archive:
-        return [archive[f"arr_{index}"] for index in range(len(archive.files))]
-
-
 def test_data_parallel_over_two_cpu_devices_matches_one_device(tmp_path):
     env = dict(
         os.environ,
@@ -108,9 +103,7 @@ def test_data_parallel_over_two_cpu_devices_matches_one_device(tmp_path):
     assert one_device_labels and all(s == [1, [GLOBAL_BATCH, LENGTH + 1]] for s in one_device_labels)
     assert parallel["variable_devices"] == 2 and parallel["variable_replicated"]
 
-    initial, one, two = load(tmp_path / "initial.npz"), load(tmp_path / "one_device.npz"), load(
-        tmp_path / "parallel.npz"
-    )
+    initial, one, two = (load_arrays(tmp_path / f"{name}.npz") for name in ("initial", "one_device", "parallel"))
     moved = max(float(np.abs(a - b).max()) for a, b in zip(one, initial))
     assert moved > 0.05  # 8 Adam updates with a high learning rate
     # A key projection's bias has an identically zero gradient (softmax is

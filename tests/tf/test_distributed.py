@@ -13,7 +13,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: reversal_task
 
-from reversal_task import PAD, concatenated, reversal_batches, tiny_transformer  # noqa: E402
+from reversal_task import PAD, concatenated, load_arrays, reversal_batches, tiny_transformer  # noqa: E402
 
 GLOBAL_BATCH, STEPS = 8, 4
 
@@ -123,7 +123,7 @@ def run_child(tmp_path):
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-5000:]
     with open(tmp_path / "results.json") as handle:
         results = json.load(handle)
-    load = lambda name: [a for _, a in sorted(np.load(tmp_path / f"{name}.npz").items(), key=lambda kv: int(kv[0].split("_")[1]))]
+    load = lambda name: load_arrays(tmp_path / f"{name}.npz")
     return results, load
 
 

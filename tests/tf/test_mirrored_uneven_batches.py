@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: reversal_task
 
-from reversal_task import reversal_batches, tiny_transformer  # noqa: E402
+from reversal_task import load_arrays, reversal_batches, tiny_transformer  # noqa: E402
 
 BATCH_SIZES = (7, 5, 7, 3)  # replica 0 gets 4, 3, 4, 2 rows
 
@@ -66,11 +66,6 @@ def child(output_dir):
         json.dump(results, handle)
 
 
-def load(path):
-    with np.load(path) as archive:
-        return [archive[f"arr_{index}"] for index in range(len(archive.files))]
-
-
 def test_mirrored_strategy_fits_batches_that_do_not_split_evenly(tmp_path):
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     completed = subprocess.run(
@@ -85,7 +80,7 @@ def test_mirrored_strategy_fits_batches_that_do_not_split_evenly(tmp_path):
     assert results["plain"] == "ok" or "must have the same size and shape" in results["plain"], results["plain"]
     assert results["steps"] == 2 * len(BATCH_SIZES) and results["epochs"] == 2
 
-    initial, one, two = (load(tmp_path / f"{name}.npz") for name in ("initial", "one_device", "mirrored"))
+    initial, one, two = (load_arrays(tmp_path / f"{name}.npz") for name in ("initial", "one_device", "mirrored"))
     moved = max(float(np.abs(a - b).max()) for a, b in zip(one, initial))
     assert moved > 0.05
     # A key projection's bias has an identically zero gradient: Adam moves it
