@@ -67,13 +67,14 @@ def beam_generate(model, sampler, source_ids, output_length):
     memory = ops.repeat(memory, beams, axis=0)
     padding = ops.repeat(padding, beams, axis=0)
     rows = ops.shape(memory)[0]
-    first = ops.zeros((rows, 1, model.d_model))
+    dtype = memory.dtype  # bfloat16 under a mixed policy: the loop's cache must keep one dtype
+    first = ops.zeros((rows, 1, model.d_model), dtype)
     cross = []
     for layer in model.decoders:
         _, _, cache = layer(
             first, memory, encoder_padding_mask=padding,
-            self_attention_cache=ops.zeros((rows, 2, 1, heads, depth)), self_attention_cache_update_index=0,
-            cross_attention_cache=ops.zeros((rows, 2, ops.shape(memory)[1], heads, depth)),
+            self_attention_cache=ops.zeros((rows, 2, 1, heads, depth), dtype), self_attention_cache_update_index=0,
+            cross_attention_cache=ops.zeros((rows, 2, ops.shape(memory)[1], heads, depth), dtype),
             cross_attention_cache_update_index=0, training=False,
         )
         cross.append(cache)
@@ -89,11 +90,11 @@ def beam_generate(model, sampler, source_ids, output_length):
                 cross_attention_cache=cross[i], cross_attention_cache_update_index=None, training=False,
             )
             updated.append(layer_cache)
-        return model.projection(h)[:, 0], None, ops.stack(updated, axis=1)
+        return ops.cast(model.projection(h)[:, 0], "float32"), None, ops.stack(updated, axis=1)
 
     batch = ops.shape(source_ids)[0]
     prompt = tf.concat([tf.fill([batch, 1], BOS_ID), tf.zeros([batch, output_length], tf.int32)], axis=1)
-    cache = ops.zeros((batch, len(model.decoders), 2, output_length, heads, depth))
+    cache = ops.zeros((batch, len(model.decoders), 2, output_length, heads, depth), dtype)
     return sampler(next_token_logits, prompt, cache=cache, index=1, stop_token_ids=[EOS_ID])
 
 
@@ -130,6 +131,8 @@ def train_and_decode(work, out, minutes, settings, seed, config):
     from benchmarks.quality import _Clock, count_trained_tokens, read_pairs, versions
 
     keras.utils.set_random_seed(seed)
+    if settings.get("mixed_precision", "none") != "none":
+        keras.config.set_dtype_policy(settings["mixed_precision"])
     data = work / "data"
     tokenizer = SubwordTokenizer.load(str(data / "tokenizer.model"))
     pairs = read_pairs(data / "train.jsonl.gz")

@@ -92,7 +92,11 @@ CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # Settings for a budget of a few thousand steps at most (see benchmarks/README.md):
 # the paper's 4,000-step and OpenNMT-tf's 8,000-step warm-ups never end in
 # 20-30 CPU minutes. Peak rate = scale * (d_model * warmup)^-0.5.
-DEFAULT_SETTINGS = {"warmup_steps": 300, "learning_rate_scale": 0.8, "tokens_per_batch": 4096}
+DEFAULT_SETTINGS = {"warmup_steps": 300, "learning_rate_scale": 0.8, "tokens_per_batch": 4096,
+                    "mixed_precision": "none"}
+# Keras dtype policies the Keras contenders accept; OpenNMT-tf's mixed precision
+# is float16 with loss scaling for GPUs, so it trains in float32 here.
+MIXED_PRECISION = ("none", "mixed_bfloat16")
 SAVE_EVERY_STEPS = 500
 # TensorFlow's start-up INFO lines: kept in the logs, not echoed.
 NOISE = re.compile(r"^([IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\]|WARNING: All log messages before absl"
@@ -151,12 +155,20 @@ def resolve_settings(assignments):
         if key not in DEFAULT_SETTINGS:
             raise ValueError(f"--set {text!r}: unknown key {key!r} (expected one of {list(DEFAULT_SETTINGS)}).")
         kind = type(DEFAULT_SETTINGS[key])
-        try:
-            parsed = kind(value)
-        except ValueError:
-            raise ValueError(f"--set {text!r}: {key} must be {kind.__name__}.") from None
-        if parsed <= 0:
-            raise ValueError(f"--set {text!r}: {key} must be > 0.")
+        if key == "mixed_precision":
+            parsed = value.strip()
+            if parsed not in MIXED_PRECISION:
+                raise ValueError(f"--set {text!r}: mixed_precision must be one of {MIXED_PRECISION}.")
+            if parsed != "none" and name in ("opennmt-tf", "all"):
+                raise ValueError(f"--set {text!r}: OpenNMT-tf has no bfloat16 mode on CPU; "
+                                 f"set mixed_precision for ours or keras-hub.")
+        else:
+            try:
+                parsed = kind(value)
+            except ValueError:
+                raise ValueError(f"--set {text!r}: {key} must be {kind.__name__}.") from None
+            if parsed <= 0:
+                raise ValueError(f"--set {text!r}: {key} must be > 0.")
         for target in CONTENDERS if name == "all" else (name,):
             settings[target][key] = parsed
     return settings
@@ -333,13 +345,15 @@ def print_table(records, split, command):
     print(f"# {command}")
     print(f"# train {split['train_pairs']} pairs, test {split['test_pairs']} pairs "
           f"(split by source hash), SentencePiece {split['vocabulary_size']} pieces")
-    print("| contender | warm-up | peak LR | batch tokens | steps | target tokens/step | train min | search "
+    print("| contender | precision | warm-up | peak LR | batch tokens | steps | target tokens/step | train min | search "
           "| BLEU | chrF | load avg |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
     for r in records:
         s = r["settings"]
         load = "/".join(f"{x:.1f}" for x in r["machine"]["load_average_after"])
-        print(f"| {r['contender']} | {s['warmup_steps']} | {s['peak_learning_rate']:.4f} | {s['tokens_per_batch']} | "
+        precision = s.get("mixed_precision", "none")
+        precision = "float32" if precision == "none" else precision
+        print(f"| {r['contender']} | {precision} | {s['warmup_steps']} | {s['peak_learning_rate']:.4f} | {s['tokens_per_batch']} | "
               f"{r['steps']} | {r['target_tokens_per_step']:.0f} | {r['train_minutes']:.1f} | {r['search']} | "
               f"{r['bleu']:.1f} | {r['chrf']:.1f} | {load} |")
     print("# target tokens/step: mean non-pad target tokens (EOS included) per update actually trained on")
@@ -561,7 +575,8 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
                      "max_minutes": minutes, "warmup_steps": settings["warmup_steps"],
                      "learning_rate_scale": settings["learning_rate_scale"], "label_smoothing": 0.1,
                      "save_every_steps": SAVE_EVERY_STEPS, "keep_checkpoints": 2, "average_last": 1,
-                     "seed": seed},
+                     "seed": seed, "mixed_precision": None if settings["mixed_precision"] == "none"
+                     else settings["mixed_precision"]},
     }, origin="benchmarks/quality.py")
 
     clock = {}

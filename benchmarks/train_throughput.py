@@ -86,10 +86,13 @@ def timed_fit(model, steps, warmup):
     return clock.end - clock.start
 
 
-def run_ours(steps, warmup, jit_compile):
+def run_ours(steps, warmup, jit_compile, policy=None):
     import keras
 
     import keras_transformer as kt
+
+    if policy:
+        keras.config.set_dtype_policy(policy)
     from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
 
     model = kt.Transformer.from_preset(
@@ -110,11 +113,13 @@ def run_ours(steps, warmup, jit_compile):
     return timed_fit(model, steps, warmup), keras.backend.backend()
 
 
-def run_keras_hub(steps, warmup):
+def run_keras_hub(steps, warmup, policy=None):
     """The keras-io translation example's architecture, built from KerasHub layers."""
     import keras
     import keras_hub
 
+    if policy:
+        keras.config.set_dtype_policy(policy)
     d, f, h, v, n = (CONFIG[k] for k in ("d_model", "d_ff", "heads", "vocab", "layers"))
     source = keras.Input((None,), dtype="int32", name="source")
     target = keras.Input((None,), dtype="int32", name="target")
@@ -263,11 +268,11 @@ train:
     return rate, float(peak[0]) if peak else float("nan")
 
 
-def matmul_peak_flops(size=4096, repeats=5):
+def matmul_peak_flops(size=4096, repeats=5, dtype="float32"):
     import tensorflow as tf
 
-    a = tf.random.normal((size, size))
-    b = tf.random.normal((size, size))
+    a = tf.cast(tf.random.normal((size, size)), dtype)
+    b = tf.cast(tf.random.normal((size, size)), dtype)
     tf.matmul(a, b).numpy()
     best = float("inf")
     for _ in range(repeats):
@@ -282,6 +287,12 @@ CONTENDERS = {
     "ours-tf-xla": ("tensorflow", lambda a: run_ours(a.steps, a.warmup, jit_compile=True)),
     "ours-jax": ("jax", lambda a: run_ours(a.steps, a.warmup, jit_compile=True)),
     "keras-hub": ("tensorflow", lambda a: run_keras_hub(a.steps, a.warmup)),
+    # Mixed precision (bfloat16 matmuls, float32 weights and loss): AMX/AVX512-BF16
+    # CPUs run bfloat16 matmuls ~2x faster. Same model, other numerics, so these
+    # rows are compared with each other and with the bfloat16 matmul peak.
+    "ours-tf-bf16": ("tensorflow", lambda a: run_ours(a.steps, a.warmup, jit_compile=False,
+                                                      policy="mixed_bfloat16")),
+    "keras-hub-bf16": ("tensorflow", lambda a: run_keras_hub(a.steps, a.warmup, policy="mixed_bfloat16")),
     "torch.nn.Transformer": ("torch", lambda a: run_torch(a.steps, a.warmup)),
 }
 
@@ -310,6 +321,7 @@ def main():
 
     names = args.only or list(CONTENDERS) + ["opennmt-tf"]
     peak = matmul_peak_flops()
+    peak_bf16 = matmul_peak_flops(dtype="bfloat16") if any(n.endswith("-bf16") for n in names) else None
     flops_per_token = training_flops_per_batch() / (BATCH * LENGTH)
     results = []
     for name in names:
@@ -335,13 +347,17 @@ def main():
     reference = next((r for r in results if r["name"] == "ours-tf"), results[0])
     print(f"\nmatmul peak (4096x4096 float32 tf.matmul): {peak / 1e9:.0f} GFLOP/s; "
           f"{flops_per_token / 1e6:.1f} MFLOP per target token (training, matmuls only)")
+    if peak_bf16:
+        print(f"bfloat16 matmul peak (same matmul in bfloat16): {peak_bf16 / 1e9:.0f} GFLOP/s; "
+              f"-bf16 rows' share is of that peak")
     print(f"{'contender':<22}{'backend':<16}{'tokens/s':>10}{'vs ours-tf':>12}{'peak MB':>10}{'% matmul peak':>15}")
     for r in results:
-        share = 100 * r["tokens_per_s"] * flops_per_token / peak
+        share = 100 * r["tokens_per_s"] * flops_per_token / (peak_bf16 if r["name"].endswith("-bf16") else peak)
         print(f"{r['name']:<22}{r['backend']:<16}{r['tokens_per_s']:>10.0f}"
               f"{r['tokens_per_s'] / reference['tokens_per_s']:>12.2f}{r['peak_mb']:>10.0f}{share:>14.0f}%")
     if args.json:
-        Path(args.json).write_text(json.dumps({"matmul_peak_flops": peak, "results": results}, indent=2))
+        Path(args.json).write_text(json.dumps({"matmul_peak_flops": peak, "bfloat16_matmul_peak_flops": peak_bf16,
+                                               "results": results}, indent=2))
 
 
 if __name__ == "__main__":
