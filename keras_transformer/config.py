@@ -40,6 +40,8 @@ SCHEMA = {
         "vocabulary_size": (8000, int, "joint subword vocabulary size"),
         "tokenizer_model_type": ("unigram", ("unigram", "bpe"), "SentencePiece model type"),
         "max_length": (128, int, "longest tokenized sentence used in training (longer pairs are dropped)"),
+        "bucket_width": (None, int, "batch lengths are padded to multiples of this (default: 4 without "
+                         "XLA, else the geometric buckets 8, 16, 24, 32, 40, 48, 64, ...)"),
     },
     "training": {
         "tokens_per_batch": (4096, int, "tokens per batch (paper: 25000 source + 25000 target)"),

@@ -114,6 +114,40 @@ def build_model(config, vocabulary_size):
     )
 
 
+def _train_step_uses_xla():
+    """Keras' `jit_compile="auto"` rule: XLA under JAX, and under TensorFlow only with a GPU/TPU."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        return True
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return any(device.device_type != "CPU" for device in tf.config.list_physical_devices())
+    return False
+
+
+def bucket_boundaries(config):
+    """Padded batch lengths for `data.bucket_width` (None: the pipeline's geometric default).
+
+    Narrow buckets waste less compute on padding (on the English-German
+    quality data, 4-token buckets hold ~91% real target tokens per padded
+    token against ~81% for the geometric ones), but every distinct length
+    is a distinct shape. A step that XLA compiles is compiled once per shape,
+    so with XLA the default stays the pipeline's dozen geometric buckets;
+    without it TensorFlow traces one shape-generic graph (Keras'
+    `reduce_retracing`) and the default is 4-token buckets.
+    """
+    width = config["data"]["bucket_width"]
+    if width is None:
+        if _train_step_uses_xla():
+            return None
+        width = 4
+    if width < 1:
+        raise RunError(f"data.bucket_width: must be >= 1, got {width}.")
+    last = math.ceil(config["data"]["max_length"] / width) * width
+    return list(range(width, last + 1, width))
+
+
 def compile_model(model, config):
     from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, paper_optimizer
 
@@ -164,10 +198,13 @@ def train(config, verbose="auto"):
         print(f"tokenizer: trained {tokenizer.vocabulary_size} pieces in {time.time() - start:.0f}s "
               f"-> {tokenizer_path}", flush=True)
 
+    boundaries = bucket_boundaries(config)
+
     def dataset_options(training_split):
         return dict(
             tokens_per_batch=training["tokens_per_batch"],
             max_length=config["data"]["max_length"],
+            bucket_boundaries=boundaries,
             training=training_split,
             seed=training["seed"],
         )

@@ -136,3 +136,39 @@ def test_console_script_prints_only_its_own_error(tmp_path):
         f"keras-transformer translate: error: {tmp_path / 'no-run' / 'model.keras'}: no trained model; "
         "run `keras-transformer train` first."
     ], result.stderr
+
+
+def test_bucket_width_default_follows_xla_and_can_be_set(monkeypatch):
+    from keras_transformer import config as config_lib
+    from keras_transformer import runs
+
+    config = config_lib.defaults()
+    config["data"]["max_length"] = 30
+    # Without XLA (TensorFlow on this CPU-only machine): narrow 4-token buckets.
+    assert not runs._train_step_uses_xla()
+    assert runs.bucket_boundaries(config) == [4, 8, 12, 16, 20, 24, 28, 32]
+    # With XLA every shape is a compilation: the pipeline's geometric default.
+    monkeypatch.setattr(runs, "_train_step_uses_xla", lambda: True)
+    assert runs.bucket_boundaries(config) is None
+    config["data"]["bucket_width"] = 8
+    assert runs.bucket_boundaries(config) == [8, 16, 24, 32]
+    config["data"]["bucket_width"] = 0
+    with pytest.raises(runs.RunError, match="data.bucket_width"):
+        runs.bucket_boundaries(config)
+
+
+def test_train_passes_the_run_buckets_to_the_pipeline(trained_run, tmp_path, monkeypatch):
+    import keras_transformer.data as data
+
+    _, config_path = trained_run
+    seen = []
+    original = data.make_dataset
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("bucket_boundaries"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(data, "make_dataset", recording)
+    overrides = [f"output_dir={tmp_path / 'run'}", "training.max_steps=1", "data.bucket_width=8"]
+    assert cli.main(["train", "--config", str(config_path), *sum((["--set", o] for o in overrides), [])]) == 0
+    assert seen and all(boundaries == [8, 16] for boundaries in seen)
