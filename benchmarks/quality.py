@@ -519,7 +519,7 @@ class _Clock:
         return self.ended - self.started
 
 
-def count_trained_tokens(pairs, tokenizer, steps, tokens_per_batch, seed):
+def count_trained_tokens(pairs, tokenizer, steps, tokens_per_batch, seed, bucket_boundaries=None):
     """Non-pad (source, target) tokens in the first `steps` batches of the training pipeline.
 
     `runs.train` and the KerasHub worker read `make_dataset(..., repeat=True)`
@@ -531,7 +531,7 @@ def count_trained_tokens(pairs, tokenizer, steps, tokens_per_batch, seed):
     from keras_transformer.data import make_dataset
 
     dataset = make_dataset(pairs, tokenizer, tokens_per_batch=tokens_per_batch, max_length=MAX_LENGTH,
-                           training=True, seed=seed, repeat=True)
+                           bucket_boundaries=bucket_boundaries, training=True, seed=seed, repeat=True)
     source = target = 0
     for inputs, labels in dataset.take(steps).as_numpy_iterator():
         source += int(np.count_nonzero(inputs["source"]))
@@ -601,8 +601,9 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
     trained = clock["clock"]
     print(f"trained {trained.steps} steps in {trained.seconds / 60:.2f} min", flush=True)
 
+    boundaries = runs.bucket_boundaries(config)
     _, target_tokens = count_trained_tokens(read_pairs(data / "train.jsonl.gz"), SubwordTokenizer.load(
-        str(run_dir / runs.TOKENIZER_FILE)), trained.steps, settings["tokens_per_batch"], seed)
+        str(run_dir / runs.TOKENIZER_FILE)), trained.steps, settings["tokens_per_batch"], seed, boundaries)
     model = runs.load_model(run_dir)
     tokenizer = SubwordTokenizer.load(str(run_dir / runs.TOKENIZER_FILE))
     sources = [s for s, _ in read_pairs(data / "test.jsonl.gz")]
@@ -616,7 +617,8 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
         "steps": trained.steps, "train_seconds": trained.seconds, "decode_seconds": decode_seconds,
         "target_tokens": target_tokens, "search": "beam 4, alpha 0.6, XLA",
         "settings": {"optimizer": "Adam(0.9, 0.98, 1e-9), NoamSchedule", "loss": "label smoothing 0.1",
-                     "checkpoint_every_steps": SAVE_EVERY_STEPS, "parameters": model.count_params()},
+                     "checkpoint_every_steps": SAVE_EVERY_STEPS, "parameters": model.count_params(),
+                     "bucket_boundaries": boundaries or "make_dataset default (geometric)"},
         "versions": {**versions(), "keras_backend": keras.backend.backend()},
     }
 
