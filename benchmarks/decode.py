@@ -12,7 +12,11 @@ process's user+system seconds, less sensitive to other load on the machine).
 Contenders (TensorFlow backend):
 - ours: `keras_transformer.decoding.greedy_search` / `beam_search`, cached,
   as a plain `tf.function` graph (the export path, no XLA) and with XLA;
-  and uncached (the whole decoder re-run at every step, as tutorials do).
+  and uncached (the whole decoder re-run at every step, as tutorials do);
+  and the same weights under the `mixed_bfloat16` policy (bfloat16 matmuls,
+  float32 scores), which CPUs with AVX512-BF16/AMX run faster: other
+  numerics than the float32 contenders, so its rows are labelled and their
+  outputs are not compared (`--no-bfloat16` leaves them out).
 - KerasHub: `keras_hub.samplers.GreedySampler` / `BeamSampler` under
   `tf.function(jit_compile=True)` driving (a) KerasHub's own
   `TransformerEncoder` / `TransformerDecoder` layers of the same size with
@@ -78,6 +82,7 @@ def parse_args():
         help="sentences for the uncached beam contender (it is ~20x slower)",
     )
     parser.add_argument("--skip-uncached", action="store_true")
+    parser.add_argument("--no-bfloat16", action="store_true", help="leave out the mixed_bfloat16 rows")
     parser.add_argument("--only", default="", help="'|'-separated substrings of contender names")
     parser.add_argument(
         "--opennmt-python", default=os.path.join(ROOT, ".venv-opennmt", "bin", "python"),
@@ -329,6 +334,26 @@ def opennmt_contenders(worker, args):
     ]
 
 
+def bfloat16_copy(model, vocabulary_size):
+    """The same weights under the mixed_bfloat16 policy (float32 variables, bfloat16 compute)."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        copy = kt.Transformer.from_preset("tiny", vocabulary_size=vocabulary_size)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    for m in (model, copy):
+        if not m.built:
+            m(_dummy_inputs())
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def _dummy_inputs():
+    ids = np.full((1, 2), 4, dtype="int32")
+    return {"source": ids, "target": ids}
+
+
 def our_contenders(model, source_ids, args):
     fixed = dict(max_length=args.steps, min_length=args.steps)
     small = source_ids[: args.uncached_batch_size]
@@ -340,6 +365,16 @@ def our_contenders(model, source_ids, args):
         (f"ours beam {args.beam_size}, XLA", "beam",
          lambda: beam_search(model, source_ids, beam_size=args.beam_size, jit_compile=True, **fixed)),
     ]
+    if not args.no_bfloat16:
+        model16 = bfloat16_copy(model, args.vocabulary_size)
+        contenders += [
+            ("ours greedy, bfloat16, graph (no XLA)", "greedy",
+             lambda: greedy_search(model16, source_ids, **fixed)),
+            (f"ours beam {args.beam_size}, bfloat16, graph (no XLA)", "beam",
+             lambda: beam_search(model16, source_ids, beam_size=args.beam_size, **fixed)),
+            (f"ours beam {args.beam_size}, bfloat16, XLA", "beam",
+             lambda: beam_search(model16, source_ids, beam_size=args.beam_size, jit_compile=True, **fixed)),
+        ]
     if not args.skip_uncached:
         contenders += [
             ("ours greedy, uncached, XLA", "greedy",
@@ -448,6 +483,8 @@ def run_contenders(contenders, args, opennmt_note):
             same = "yes" if np.array_equal(outputs[name][:, : args.steps], ref_ids) else "no"
             if "KerasHub layers" in name or name.startswith("OpenNMT-tf"):
                 same = "n/a"  # another model
+            elif "bfloat16" in name:
+                same = "n/a"  # other numerics: near-ties between tokens can go the other way
         print(f"{name:<58} {per_second:8.1f} {per_second * args.steps:8.0f} {cpu / sentences:10.3f} "
               f"{ratio:>11} {cpu_ratio:>9}  {same}")
     print("ours XLA is: how many times faster our XLA search of the same kind is, by wall-clock "
