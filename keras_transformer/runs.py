@@ -144,8 +144,9 @@ def bucket_boundaries(config):
         width = 4
     if width < 1:
         raise RunError(f"data.bucket_width: must be >= 1, got {width}.")
-    last = math.ceil(config["data"]["max_length"] / width) * width
-    return list(range(width, last + 1, width))
+    from keras_transformer.data import default_bucket_boundaries
+
+    return default_bucket_boundaries(config["data"]["max_length"], min_boundary=width, growth=1, multiple=width)
 
 
 def compile_model(model, config):

@@ -30,12 +30,13 @@ def default_bucket_boundaries(max_length, *, min_boundary=8, growth=1.2, multipl
     The last boundary is `max_length` rounded up to `multiple`, so every pair
     allowed by `max_length` fits. For `max_length=256`:
     `[8, 16, 24, 32, 40, 48, 64, 80, 96, 120, 144, 176, 216, 256]`.
+    `growth=1` gives evenly spaced boundaries, one every `multiple` tokens.
     """
     _check_positive_int("max_length", max_length)
     _check_positive_int("min_boundary", min_boundary)
     _check_positive_int("multiple", multiple)
-    if not growth > 1:
-        raise ValueError(f"growth must be > 1, got {growth!r}")
+    if not growth >= 1:
+        raise ValueError(f"growth must be >= 1, got {growth!r}")
 
     def round_up(value):
         return int(math.ceil(value / multiple) * multiple)

@@ -75,6 +75,9 @@ def test_default_bucket_boundaries():
     assert all(1.1 <= r <= 1.35 for r in ratios)
     assert default_bucket_boundaries(100)[-1] == 104
     assert default_bucket_boundaries(5) == [8]
+    assert default_bucket_boundaries(30, min_boundary=4, growth=1, multiple=4) == [4, 8, 12, 16, 20, 24, 28, 32]
+    with pytest.raises(ValueError, match="growth"):
+        default_bucket_boundaries(30, growth=0.9)
 
 
 def test_batches_respect_token_budget_and_bucket_shapes():
