@@ -90,10 +90,10 @@ def run_ours(steps, warmup, jit_compile, policy=None):
     import keras
 
     import keras_transformer as kt
+    from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
 
     if policy:
         keras.config.set_dtype_policy(policy)
-    from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
 
     model = kt.Transformer.from_preset(
         "tiny",
