@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer import runs
 from keras_transformer.data import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer, make_dataset
 from keras_transformer.training import LabelSmoothedCrossEntropy, NoamSchedule
 
@@ -31,23 +32,32 @@ MAX_POSITIONS = 256  # learned position table: sources up to 128, outputs up to 
 
 
 class KerasHubTranslator(keras.Model):
-    def __init__(self, vocabulary_size, d_model, num_heads, d_ff, num_layers, dropout, **kwargs):
+    def __init__(self, vocabulary_size, d_model, num_heads, d_ff, num_layers, dropout, norm_first=False,
+                 **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.num_heads = d_model, num_heads
         self.source_embedding = keras_hub.layers.TokenAndPositionEmbedding(vocabulary_size, MAX_POSITIONS, d_model)
         self.target_embedding = keras_hub.layers.TokenAndPositionEmbedding(vocabulary_size, MAX_POSITIONS, d_model)
-        self.encoders = [keras_hub.layers.TransformerEncoder(d_ff, num_heads, dropout=dropout)
+        self.encoders = [keras_hub.layers.TransformerEncoder(d_ff, num_heads, dropout=dropout,
+                                                            normalize_first=norm_first)
                          for _ in range(num_layers)]
-        self.decoders = [keras_hub.layers.TransformerDecoder(d_ff, num_heads, dropout=dropout)
+        self.decoders = [keras_hub.layers.TransformerDecoder(d_ff, num_heads, dropout=dropout,
+                                                            normalize_first=norm_first)
                          for _ in range(num_layers)]
+        # Pre-LN stacks end in a layer norm (KerasHub's layers leave it to the model).
+        self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-5) if norm_first else None
+        self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-5) if norm_first else None
         self.projection = keras.layers.Dense(vocabulary_size)
+
+    def output_logits(self, y):
+        return self.projection(y if self.decoder_norm is None else self.decoder_norm(y))
 
     def encode(self, source, training=None):
         padding = ops.not_equal(source, PAD_ID)
         x = self.source_embedding(source)
         for layer in self.encoders:
             x = layer(x, padding_mask=padding, training=training)
-        return x, padding
+        return (x if self.encoder_norm is None else self.encoder_norm(x)), padding
 
     def call(self, inputs, training=None):
         memory, source_padding = self.encode(inputs["source"], training)
@@ -56,7 +66,7 @@ class KerasHubTranslator(keras.Model):
         for layer in self.decoders:
             y = layer(y, memory, decoder_padding_mask=ops.not_equal(target, PAD_ID),
                       encoder_padding_mask=source_padding, training=training)
-        return self.projection(y)
+        return self.output_logits(y)
 
 
 def beam_generate(model, sampler, source_ids, output_length):
@@ -90,7 +100,7 @@ def beam_generate(model, sampler, source_ids, output_length):
                 cross_attention_cache=cross[i], cross_attention_cache_update_index=None, training=False,
             )
             updated.append(layer_cache)
-        return ops.cast(model.projection(h)[:, 0], "float32"), None, ops.stack(updated, axis=1)
+        return ops.cast(model.output_logits(h)[:, 0], "float32"), None, ops.stack(updated, axis=1)
 
     batch = ops.shape(source_ids)[0]
     prompt = tf.concat([tf.fill([batch, 1], BOS_ID), tf.zeros([batch, output_length], tf.int32)], axis=1)
@@ -136,10 +146,14 @@ def train_and_decode(work, out, minutes, settings, seed, config):
     data = work / "data"
     tokenizer = SubwordTokenizer.load(str(data / "tokenizer.model"))
     pairs = read_pairs(data / "train.jsonl.gz")
+    # The length buckets ours gets from runs.train's default (model.fit compiles
+    # this model's step as it compiles ours), so both train on the same batches.
+    boundaries = runs.bucket_boundaries({"data": {"bucket_width": None, "max_length": config["max_length"]}})
     dataset = make_dataset(pairs, tokenizer, tokens_per_batch=settings["tokens_per_batch"],
-                           max_length=config["max_length"], training=True, seed=seed, repeat=True)
+                           max_length=config["max_length"], training=True, seed=seed, repeat=True,
+                           bucket_boundaries=boundaries)
     model = KerasHubTranslator(tokenizer.vocabulary_size, config["d_model"], config["num_heads"], config["d_ff"],
-                               config["num_layers"], config["dropout"])
+                               config["num_layers"], config["dropout"], norm_first=settings["norm_first"])
     schedule = NoamSchedule(config["d_model"], warmup_steps=settings["warmup_steps"],
                             scale=settings["learning_rate_scale"])
     model.compile(optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
@@ -151,7 +165,7 @@ def train_and_decode(work, out, minutes, settings, seed, config):
             self.clock = _Clock(minutes)
 
         def on_train_batch_end(self, batch, logs=None):
-            if self.clock.step(logs):
+            if self.clock.step(logs, batch):
                 self.model.stop_training = True
 
     limit = TimeLimit()  # constructed just before fit, as runs.train's
@@ -159,7 +173,8 @@ def train_and_decode(work, out, minutes, settings, seed, config):
     model.fit(dataset, epochs=1, steps_per_epoch=10**8, callbacks=[limit], shuffle=False, verbose=0)
     print(f"trained {limit.clock.steps} steps in {limit.clock.seconds / 60:.2f} min", flush=True)
 
-    _, target_tokens = count_trained_tokens(pairs, tokenizer, limit.clock.steps, settings["tokens_per_batch"], seed)
+    _, target_tokens = count_trained_tokens(pairs, tokenizer, limit.clock.steps, settings["tokens_per_batch"], seed,
+                                            boundaries)
     sources = [s for s, _ in read_pairs(data / "test.jsonl.gz")]
     start = time.time()
     hypotheses = translate(model, tokenizer, sources, config)
@@ -169,6 +184,7 @@ def train_and_decode(work, out, minutes, settings, seed, config):
         "steps": limit.clock.steps, "train_seconds": limit.clock.seconds, "decode_seconds": decode_seconds,
         "target_tokens": target_tokens, "search": "KerasHub BeamSampler(4), cached, XLA, no length penalty",
         "settings": {"optimizer": "Adam(0.9, 0.98, 1e-9), NoamSchedule", "loss": "label smoothing 0.1",
-                     "checkpoint_every_steps": None, "parameters": model.count_params()},
+                     "checkpoint_every_steps": None, "parameters": model.count_params(),
+                     "bucket_boundaries": boundaries or "make_dataset default (geometric)"},
         "versions": {**versions(), "keras_backend": keras.backend.backend()},
     }

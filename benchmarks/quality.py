@@ -32,7 +32,8 @@ Contenders, one after another, each in its own process (`--only` picks some):
 - keras-hub: the keras-io translation example's architecture from KerasHub
   layers (`TokenAndPositionEmbedding` for source and target, learned
   positions, `TransformerEncoder` x3, `TransformerDecoder` x3, an untied
-  `Dense` output; explicit padding masks), `model.fit` on the same batches
+  `Dense` output; explicit padding masks; with `norm_first` the layers'
+  `normalize_first` and a final layer norm after each stack), `model.fit` on the same batches
   (`make_dataset`), Adam(0.9, 0.98, 1e-9) with our `NoamSchedule` (same
   warm-up and scale), our `LabelSmoothedCrossEntropy(0.1)`; then
   `keras_hub.samplers.BeamSampler(num_beams=4)` driving the KerasHub
@@ -42,7 +43,8 @@ Contenders, one after another, each in its own process (`--only` picks some):
 - opennmt-tf: OpenNMT-tf 2.32 (TensorFlow 2.13, `--opennmt-python`, skipped
   with a message if missing) via benchmarks/_quality_opennmt.py: its Runner
   (what `onmt-main --auto_config train` runs), `opennmt.models.Transformer`
-  of the same size (post-norm, all embeddings shared), its data pipeline on
+  of the same size (post-norm, or its default pre-norm with `norm_first`;
+  all embeddings shared), its data pipeline on
   the SentencePiece pieces of the same splits and a vocabulary of the same
   8,000 ids, with the budget settings below overriding its auto-config
   (Adam 0.9/0.98/1e-9 instead of LazyAdam 0.998, NoamDecay with the same
@@ -50,6 +52,12 @@ Contenders, one after another, each in its own process (`--only` picks some):
   its 25,000-token gradient accumulation, no checkpoint averaging); then its
   `Runner.infer`, beam 4, length penalty 0.6, max 178 tokens; pieces are
   detokenized with the sentencepiece package.
+
+Settings (`--set CONTENDER.KEY=VALUE`, per contender, stated in the table):
+warmup_steps and learning_rate_scale of the Noam schedule, tokens_per_batch,
+mixed_precision (none | mixed_bfloat16; Keras contenders only), norm_first
+(false: the paper's post-LN; true: pre-LN, which tolerates higher rates
+early in training). The model size is the same whatever the settings.
 
 Training clock: from just before the training loop starts (so the first
 batch, tracing and the first step are included; reading the corpus,
@@ -93,7 +101,7 @@ CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # the paper's 4,000-step and OpenNMT-tf's 8,000-step warm-ups never end in
 # 20-30 CPU minutes. Peak rate = scale * (d_model * warmup)^-0.5.
 DEFAULT_SETTINGS = {"warmup_steps": 300, "learning_rate_scale": 0.8, "tokens_per_batch": 4096,
-                    "mixed_precision": "none"}
+                    "mixed_precision": "none", "norm_first": False}
 # Keras dtype policies the Keras contenders accept; OpenNMT-tf's mixed precision
 # is float16 with loss scaling for GPUs, so it trains in float32 here.
 MIXED_PRECISION = ("none", "mixed_bfloat16")
@@ -162,6 +170,10 @@ def resolve_settings(assignments):
             if parsed != "none" and name in ("opennmt-tf", "all"):
                 raise ValueError(f"--set {text!r}: OpenNMT-tf has no bfloat16 mode on CPU; "
                                  f"set mixed_precision for ours or keras-hub.")
+        elif kind is bool:
+            parsed = {"true": True, "1": True, "false": False, "0": False}.get(value.strip().lower())
+            if parsed is None:
+                raise ValueError(f"--set {text!r}: {key} must be true or false.")
         else:
             try:
                 parsed = kind(value)
@@ -345,15 +357,16 @@ def print_table(records, split, command):
     print(f"# {command}")
     print(f"# train {split['train_pairs']} pairs, test {split['test_pairs']} pairs "
           f"(split by source hash), SentencePiece {split['vocabulary_size']} pieces")
-    print("| contender | precision | warm-up | peak LR | batch tokens | steps | target tokens/step | train min | search "
-          "| BLEU | chrF | load avg |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
+    print("| contender | layer norm | precision | warm-up | peak LR | batch tokens | steps | target tokens/step "
+          "| train min | search | BLEU | chrF | load avg |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
     for r in records:
         s = r["settings"]
         load = "/".join(f"{x:.1f}" for x in r["machine"]["load_average_after"])
         precision = s.get("mixed_precision", "none")
         precision = "float32" if precision == "none" else precision
-        print(f"| {r['contender']} | {precision} | {s['warmup_steps']} | {s['peak_learning_rate']:.4f} | {s['tokens_per_batch']} | "
+        norm = "pre-LN" if s.get("norm_first") else "post-LN"
+        print(f"| {r['contender']} | {norm} | {precision} | {s['warmup_steps']} | {s['peak_learning_rate']:.4f} | {s['tokens_per_batch']} | "
               f"{r['steps']} | {r['target_tokens_per_step']:.0f} | {r['train_minutes']:.1f} | {r['search']} | "
               f"{r['bleu']:.1f} | {r['chrf']:.1f} | {load} |")
     print("# target tokens/step: mean non-pad target tokens (EOS included) per update actually trained on")
@@ -497,21 +510,40 @@ def write_opennmt_files(data, train, test):
 
 
 class _Clock:
-    """Training clock shared by our workers: started at construction, updated per step."""
+    """Training clock shared by our workers: started at construction, updated per step.
 
-    def __init__(self, minutes):
+    Every `every` steps it prints the mean training loss of those steps
+    (Keras' logs hold the running mean of the epoch so far; the interval mean
+    is recovered from two of them).
+    """
+
+    def __init__(self, minutes, every=100):
         self.started = time.monotonic()
         self.deadline = self.started + 60 * minutes
         self.ended = self.started
         self.steps = 0
+        self.every = every
+        self._sum = 0.0  # loss summed over the steps of the current epoch so far
+        self._batch = -1  # index within the epoch of the last step seen
+        self._mark = 0.0  # self._sum at the last report, minus the sums of finished epochs
 
-    def step(self, logs=None, every=100):
+    def step(self, logs=None, batch=None):
         self.steps += 1
         self.ended = time.monotonic()
-        if self.steps % every == 0:
-            loss = (logs or {}).get("loss")
-            loss = f", loss (epoch mean) {float(loss):.3f}" if loss is not None else ""
-            print(f"step {self.steps}: {(self.ended - self.started) / 60:.1f} min{loss}", flush=True)
+        loss = (logs or {}).get("loss")
+        if loss is not None:
+            batch = self._batch + 1 if batch is None else batch
+            if batch <= self._batch:  # a new epoch: its running mean restarted
+                self._mark -= self._sum
+                self._sum = 0.0
+            self._sum = float(loss) * (batch + 1)
+            self._batch = batch
+        if self.steps % self.every == 0:
+            text = ""
+            if loss is not None:
+                text = f", loss (mean of the last {self.every} steps) {(self._sum - self._mark) / self.every:.3f}"
+                self._mark = self._sum
+            print(f"step {self.steps}: {(self.ended - self.started) / 60:.1f} min{text}", flush=True)
         return self.ended > self.deadline
 
     @property
@@ -567,7 +599,7 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
     shutil.copyfile(data / "tokenizer.model", run_dir / runs.TOKENIZER_FILE)  # runs.train reuses it
     config = config_lib.merge(config_lib.defaults(), {
         "output_dir": str(run_dir),
-        "model": {"preset": "tiny", "dropout": MODEL["dropout"]},
+        "model": {"preset": "tiny", "dropout": MODEL["dropout"], "norm_first": settings["norm_first"]},
         "data": {"train": str(data / "train.jsonl.gz"), "valid": None, "test": str(data / "test.jsonl.gz"),
                  "source_key": SOURCE_KEY, "target_key": TARGET_KEY, "max_chars": MAX_CHARS,
                  "max_length": MAX_LENGTH},
@@ -592,7 +624,7 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
 
         def on_train_batch_end(self, batch, logs=None):
             super().on_train_batch_end(batch, logs)
-            self.clock.step(logs)
+            self.clock.step(logs, batch)
 
     runs._TimeLimit = ClockedTimeLimit  # runs.train looks it up when it builds its callbacks
     runs.train(config, verbose=0)
