@@ -64,7 +64,7 @@ def main():
         return opennmt.models.Transformer(
             num_layers=size["num_layers"], num_units=size["d_model"], num_heads=size["num_heads"],
             ffn_inner_dim=size["d_ff"], dropout=size["dropout"], attention_dropout=0.0, ffn_dropout=0.0,
-            share_embeddings=opennmt.models.EmbeddingsSharingLevel.ALL, pre_norm=settings.get("norm_first", False),
+            share_embeddings=opennmt.models.EmbeddingsSharingLevel.ALL, pre_norm=settings["norm_first"],
         )
 
     max_tokens = size["max_length"] - 1  # ours counts EOS (source, labels) or BOS (decoder input)
