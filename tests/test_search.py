@@ -14,6 +14,7 @@ import pytest
 import keras_transformer as kt
 from conftest import to_numpy
 from keras_transformer.decoding import beam_search, greedy_search, length_penalty
+from keras_transformer.decoding import search as search_module
 
 PAD, BOS, EOS = 0, 2, 3
 EXTRA = 4  # max_extra_length used throughout, so compiled searches are reused
@@ -125,13 +126,19 @@ def test_greedy_matches_step_by_step_full_forward_passes(model, source):
     assert any(ended) and not all(ended)
 
 
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
 @pytest.mark.parametrize("search", ["greedy", "beam"])
-def test_cached_search_equals_search_rerunning_the_full_decoder(search, model, source):
+def test_cached_search_equals_search_rerunning_the_full_decoder(search, jit_compile, model, source):
+    # On TensorFlow, XLA's cache layout (keys stored transposed, written with
+    # slice_update) differs from the plain graph's; other backends have one path.
+    if jit_compile and keras.backend.backend() != "tensorflow":
+        pytest.skip("jit_compile selects a different cache layout on TensorFlow only")
+    options = dict(max_extra_length=EXTRA, jit_compile=jit_compile)
     if search == "greedy":
-        run = lambda use_cache: as_numpy(greedy_search(model, source, max_extra_length=EXTRA, use_cache=use_cache))
+        run = lambda use_cache: as_numpy(greedy_search(model, source, use_cache=use_cache, **options))
     else:
         run = lambda use_cache: as_numpy(
-            beam_search(model, source, max_extra_length=EXTRA, use_cache=use_cache, return_all_beams=True)
+            beam_search(model, source, use_cache=use_cache, return_all_beams=True, **options)
         )
     cached, uncached = run(True), run(False)
     np.testing.assert_array_equal(cached["ids"], uncached["ids"])
@@ -240,6 +247,53 @@ def test_finished_hypotheses_are_not_extended_and_limits_hold(model, source):
     # The fixture mixes hypotheses ended by EOS and cut at the limit.
     ended = beams["ids"] == EOS
     assert ended.any() and not ended.any(axis=2).all()
+
+
+@pytest.mark.parametrize("vocabulary_size", [1031, 8000])  # a prime (padded blocks), and blocks of 80
+@pytest.mark.parametrize("min_length", [0, 3])
+def test_blockwise_top_k_equals_a_full_sort(vocabulary_size, min_length):
+    rng = np.random.default_rng(vocabulary_size + min_length)
+    logits = rng.normal(size=(5, vocabulary_size)).astype("float32")
+    logits[0, [5, 700, 1000]] = 9.0  # a tie across blocks
+    logits[1, [PAD, BOS, EOS]] = 20.0  # the largest logits on banned ids
+    logits[2] = np.round(logits[2])  # ties everywhere
+    logits[3, -3:] = 12.0  # the best tokens in the last (padded) block
+    values, ids, normalizers = search_module._top_k_and_logsumexp(
+        keras.ops.convert_to_tensor(logits), 4, keras.ops.convert_to_tensor(1, "int32"),
+        bos_id=BOS, eos_id=EOS, pad_id=PAD, min_length=min_length,
+    )
+    allowed = logits.astype("float64")
+    allowed[:, [PAD, BOS]] = -np.inf
+    if min_length > 1:  # step 1 < min_length: EOS is banned too
+        allowed[:, EOS] = -np.inf
+    expected_ids = np.argsort(-allowed, axis=1, kind="stable")[:, :4]  # ties: lower id first
+    ids = to_numpy(ids)
+    np.testing.assert_array_equal(to_numpy(values), np.take_along_axis(logits, expected_ids, axis=1))
+    if keras.backend.backend() == "torch":
+        # torch.topk does not order ties by index; the ids must still be
+        # distinct, allowed and hold the expected values.
+        np.testing.assert_array_equal(np.take_along_axis(allowed, ids, axis=1), to_numpy(values))
+        assert all(len(set(row)) == len(row) for row in ids.tolist())
+    else:
+        np.testing.assert_array_equal(ids, expected_ids)
+    shifted = logits.astype("float64") - logits.max(1, keepdims=True)
+    expected_normalizers = logits.max(1) + np.log(np.exp(shifted).sum(1))
+    np.testing.assert_allclose(to_numpy(normalizers), expected_normalizers, rtol=1e-6, atol=1e-5)
+
+
+def test_beam_search_with_blockwise_top_k_equals_plain_top_k(monkeypatch):
+    # Two models with the same weights (compiled searches are kept per model).
+    vocabulary_size = 1031
+    blockwise, plain = (make_model(vocabulary_size=vocabulary_size, eos_scale=1.0) for _ in range(2))
+    source = make_sources(vocabulary_size=vocabulary_size)
+    options = dict(max_extra_length=EXTRA, return_all_beams=True)
+    assert vocabulary_size >= search_module.BLOCKWISE_TOP_K_MIN_VOCABULARY
+    with_blocks = as_numpy(beam_search(blockwise, source, **options))
+    monkeypatch.setattr(search_module, "BLOCKWISE_TOP_K_MIN_VOCABULARY", 10**9)
+    without = as_numpy(beam_search(plain, source, **options))
+    np.testing.assert_array_equal(with_blocks["ids"], without["ids"])
+    np.testing.assert_array_equal(with_blocks["lengths"], without["lengths"])
+    np.testing.assert_allclose(with_blocks["scores"], without["scores"], rtol=1e-5, atol=1e-5)
 
 
 def test_padding_columns_change_nothing(model, source):

@@ -103,6 +103,29 @@ def test_search_in_a_plain_graph_needs_no_xla(search, model):
     np.testing.assert_array_equal(in_graph["ids"].numpy(), keras.ops.convert_to_numpy(compiled["ids"]))
 
 
+def test_blockwise_beam_search_in_a_plain_graph_and_under_xla():
+    """A vocabulary large enough for the blockwise top-k: unknown shapes in a
+    plain graph (the export path), and XLA, give the eager-compiled result."""
+    from keras_transformer.decoding import search as search_module
+
+    keras.utils.set_random_seed(1)
+    model = kt.Transformer(
+        vocabulary_size=1031, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=1,
+    )
+    model.build()
+    assert model.vocabulary_size >= search_module.BLOCKWISE_TOP_K_MIN_VOCABULARY
+    function = tf.function(lambda ids: beam_search(model, ids, max_extra_length=3), autograph=False)
+    concrete = function.get_concrete_function(tf.TensorSpec((None, None), tf.int32))
+    assert not [t for t in graph_op_types(concrete) if t.startswith("Xla")]
+    source = tf.constant([[5, 600, 7, EOS_ID], [1020, EOS_ID, 0, 0]], tf.int32)
+    in_graph = concrete(source)
+    compiled = beam_search(model, source, max_extra_length=3)
+    xla = beam_search(model, source, max_extra_length=3, jit_compile=True)
+    for result in (compiled, xla):
+        np.testing.assert_array_equal(in_graph["ids"].numpy(), keras.ops.convert_to_numpy(result["ids"]))
+        np.testing.assert_allclose(in_graph["scores"].numpy(), result["scores"].numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_xla_search_equals_graph_search(model):
     source = np.array([[5, 6, 7, 9, EOS_ID], [8, EOS_ID, 0, 0, 0], [11, 12, EOS_ID, 0, 0]], "int32")
     for search in (greedy_search, beam_search):
