@@ -238,8 +238,9 @@ class _CachedStepper:
     post-/pre-LN wiring, the projections, `ScaledDotProductAttention`, the
     feed-forward network, the tied output projection); only the cache layout
     is specific to search: one (batch, heads, buffer_length * beams, depth)
-    tensor per layer for keys and one for values, where entry
-    `position * beams + slot` holds what the beam in `slot` wrote at
+    tensor per layer for keys and one for values (under XLA the keys are
+    stored (batch, heads, depth, buffer_length * beams), see `__init__`), where
+    entry `position * beams + slot` holds what the beam in `slot` wrote at
     `position`. Keys and values are then consumed by the attention without
     the transposes and stacking that the model's generic
     (batch, 2, length, heads, depth) cache needs at every step. Beam search
