@@ -143,19 +143,13 @@ def _batch_size(x):
     return ops.shape(x)[0] if size is None else size
 
 
-def _banned(ids, step, bos_id, eos_id, pad_id, min_length):
-    """True for pad and bos always, for eos while fewer than min_length tokens exist."""
+def _mask_special_tokens(log_probs, ids, step, bos_id, eos_id, pad_id, min_length):
+    """-inf where `ids` (broadcast against `log_probs`) is pad or bos, or eos
+    while fewer than min_length tokens exist."""
     banned = ops.logical_or(ops.equal(ids, pad_id), ops.equal(ids, bos_id))
     if min_length > 0:
         too_short = ops.logical_and(ops.equal(ids, eos_id), ops.less(step, min_length))
         banned = ops.logical_or(banned, too_short)
-    return banned
-
-
-def _mask_special_tokens(log_probs, step, vocabulary_size, bos_id, eos_id, pad_id, min_length):
-    """-inf for the banned tokens (see `_banned`)."""
-    ids = ops.arange(vocabulary_size, dtype="int32")
-    banned = _banned(ids, step, bos_id, eos_id, pad_id, min_length)
     return ops.where(banned, ops.cast(_NEG_INF, "float32"), log_probs)
 
 
@@ -189,7 +183,8 @@ def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length):
     """
     vocabulary_size = logits.shape[-1]
     if vocabulary_size < BLOCKWISE_TOP_K_MIN_VOCABULARY:
-        allowed = _mask_special_tokens(logits, step, vocabulary_size, bos_id, eos_id, pad_id, min_length)
+        vocabulary = ops.arange(vocabulary_size, dtype="int32")
+        allowed = _mask_special_tokens(logits, vocabulary, step, bos_id, eos_id, pad_id, min_length)
         values, ids = ops.top_k(allowed, k=k, sorted=True)
         return values, ops.cast(ids, "int32"), ops.logsumexp(logits, axis=-1)
     rows = _batch_size(logits)
@@ -204,7 +199,7 @@ def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length):
     block_maxima = ops.max(blocks, axis=-1)
     row_maxima = ops.max(block_maxima, axis=-1, keepdims=True)
     logsumexp = row_maxima[:, 0] + ops.log(ops.sum(ops.exp(logits - row_maxima), axis=-1))
-    banned_count = 3 if min_length > 0 else 2
+    banned_count = 3 if min_length > 0 else 2  # pad, bos, and eos while too short
     chosen = min(k + banned_count, count)
     _, block_ids = ops.top_k(block_maxima, k=chosen, sorted=False)
     block_ids = ops.sort(ops.cast(block_ids, "int32"), axis=-1)  # id order: ties as top_k breaks them
@@ -213,8 +208,7 @@ def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length):
     candidate_ids = ops.expand_dims(block_ids * block, -1) + ops.arange(block, dtype="int32")
     candidates = ops.reshape(candidates, (rows, chosen * block))
     candidate_ids = ops.reshape(candidate_ids, (rows, chosen * block))
-    banned = _banned(candidate_ids, step, bos_id, eos_id, pad_id, min_length)
-    candidates = ops.where(banned, ops.cast(_NEG_INF, "float32"), candidates)
+    candidates = _mask_special_tokens(candidates, candidate_ids, step, bos_id, eos_id, pad_id, min_length)
     values, positions = ops.top_k(candidates, k=k, sorted=True)
     ids = ops.take_along_axis(candidate_ids, ops.cast(positions, "int32"), axis=1)
     return values, ids, logsumexp
@@ -358,8 +352,12 @@ class _CachedStepper:
         x = ops.transpose(x, (0, 2, 1, 3))
         return ops.reshape(x, (self.batch * self.beams, 1, attention.d_model))
 
-    def _write(self, cache, new, step):
-        """cache[:, :, step * beams + slot] = new[:, :, slot] for every slot."""
+    def _write(self, cache, new, step, transposed=False):
+        """cache[:, :, step * beams + slot] = new[:, :, slot] for every slot, or
+        cache[:, :, :, step * beams + slot] = new[:, :, slot] into a `transposed`
+        (batch, heads, depth, entries) cache."""
+        if transposed:
+            return ops.slice_update(cache, [0, 0, 0, step * self.beams], ops.swapaxes(new, -1, -2))
         if self.xla_ops:
             return ops.slice_update(cache, [0, 0, step * self.beams, 0], new)
         count = ops.shape(self.write_indices)[0]
@@ -397,11 +395,7 @@ class _CachedStepper:
                 attention = layer.self_attention
                 query, key, value = self._project_query_key_value(index, attention, h)
                 query = self._step_heads(attention, query)
-                key = self._step_heads(attention, key)
-                if self.keys_transposed:
-                    keys = ops.slice_update(keys, [0, 0, 0, step * self.beams], ops.swapaxes(key, -1, -2))
-                else:
-                    keys = self._write(keys, key, step)
+                keys = self._write(keys, self._step_heads(attention, key), step, self.keys_transposed)
                 values = self._write(values, self._step_heads(attention, value), step)
                 # Each beam attends over every slot's entries; the mask keeps
                 # those of its own hypothesis (see `reorder`).
@@ -484,6 +478,7 @@ def _greedy(
     stepper = _stepper(model, source_ids, 1, buffer_length, use_cache, bos_id, xla_ops)
     batch = _batch_size(source_ids)
     vocabulary_size = model.vocabulary_size
+    vocabulary = ops.arange(vocabulary_size, dtype="int32")
 
     def cond(step, tokens, last_tokens, finished, scores, lengths, cache):
         return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(finished)))
@@ -492,7 +487,7 @@ def _greedy(
         logits, cache = stepper(step, last_tokens, tokens, cache)
         # log P(token) = logit - logsumexp(logits), over the whole vocabulary.
         normalizer = ops.logsumexp(logits, axis=-1)
-        allowed = _mask_special_tokens(logits, step, vocabulary_size, bos_id, eos_id, pad_id, min_length)
+        allowed = _mask_special_tokens(logits, vocabulary, step, bos_id, eos_id, pad_id, min_length)
         next_tokens = ops.cast(ops.argmax(allowed, axis=-1), "int32")
         token_logits = ops.take_along_axis(logits, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
         alive = ops.logical_not(finished)

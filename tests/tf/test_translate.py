@@ -9,6 +9,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.data import EOS_ID, PAD_ID, SubwordTokenizer
 from keras_transformer.decoding import Translator, beam_search, evaluate, greedy_search, translate
+from keras_transformer.decoding import search as search_module
 
 PAIRS = [
     ("The small cat sees a dog.", "Die kleine Katze sieht einen Hund."),
@@ -106,8 +107,6 @@ def test_search_in_a_plain_graph_needs_no_xla(search, model):
 def test_blockwise_beam_search_in_a_plain_graph_and_under_xla():
     """A vocabulary large enough for the blockwise top-k: unknown shapes in a
     plain graph (the export path), and XLA, give the eager-compiled result."""
-    from keras_transformer.decoding import search as search_module
-
     keras.utils.set_random_seed(1)
     model = kt.Transformer(
         vocabulary_size=1031, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=1,
