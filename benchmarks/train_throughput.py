@@ -12,6 +12,18 @@ tf.matmul) measured in the same run.
 
     .venv/bin/python benchmarks/train_throughput.py            # all contenders
     .venv/bin/python benchmarks/train_throughput.py --only ours-tf keras-hub
+    .venv/bin/python benchmarks/train_throughput.py --workload real  # real text
+
+`--workload real` replaces the fixed-shape batches by token-bucketed batches
+of real English-German text (ddtp_en_de + po_all from `--data-dir`, default
+../shared/data): a SentencePiece model of 8,000 pieces trained on them, then
+`make_dataset` with 4-token length buckets and 2,048 tokens per batch (a
+fixed seed), of which the first 24 batches are every contender's workload,
+cycled (variable shapes and padding, as in real training). The Keras and
+torch contenders train on exactly these batches; OpenNMT-tf, which has its
+own batching, gets the same sentences in the same order with its own token
+batching at the same budget. Warm-up then covers one full cycle, so every
+shape is traced (or compiled) before the clock starts.
 
 OpenNMT-tf runs when `--opennmt-python` (default `.venv-opennmt/bin/python`)
 exists: `python3.11 -m venv .venv-opennmt && .venv-opennmt/bin/pip install
@@ -32,23 +44,76 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = dict(vocab=8000, d_model=256, layers=3, heads=4, d_ff=1024, dropout=0.1)
 BATCH, LENGTH = 64, 32
 NUM_BATCHES = 16  # distinct batches, cycled
+REAL_CORPORA = ("ddtp_en_de.jsonl.gz", "po_all.jsonl.gz")
+REAL_TOKENS_PER_BATCH = 2048
+REAL_NUM_BATCHES = 24
+REAL_MAX_LENGTH = 128
+PAD, BOS, EOS = 0, 2, 3
 
 
 def make_batches(seed=0):
+    """The synthetic workload: a list of (source, target_in, labels) int32 arrays."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     # Ids 4.. are ordinary tokens (0 pad, 1 unk, 2 bos, 3 eos).
     source = rng.integers(4, CONFIG["vocab"], size=(NUM_BATCHES, BATCH, LENGTH), dtype="int32")
     target = rng.integers(4, CONFIG["vocab"], size=(NUM_BATCHES, BATCH, LENGTH + 1), dtype="int32")
-    target[:, :, 0] = 2
-    return source, target[:, :, :-1], target[:, :, 1:]
+    target[:, :, 0] = BOS
+    return [(source[i], target[i, :, :-1], target[i, :, 1:]) for i in range(NUM_BATCHES)]
 
 
-def training_flops_per_batch():
+def make_real_batches(data_dir, work):
+    """The real-text workload (see the module docstring), cached in `work`."""
+    import numpy as np
+
+    cache = work / "batches.npz"
+    if cache.exists():
+        arrays = np.load(cache)
+        return [tuple(arrays[f"{name}{i}"] for name in ("source", "target", "labels"))
+                for i in range(len(arrays.files) // 3)]
+    paths = [Path(data_dir) / name for name in REAL_CORPORA]
+    missing = [str(path) for path in paths if not path.exists()]
+    if missing:
+        raise SystemExit(f"--workload real: {', '.join(missing)} not found (set --data-dir)")
+    from keras_transformer.data import SubwordTokenizer, default_bucket_boundaries, load_corpus, make_dataset
+
+    pairs = []
+    for path in paths:
+        pairs += load_corpus(str(path), source_key="en", target_key="de", max_chars=600)[0]
+    work.mkdir(parents=True, exist_ok=True)
+    tokenizer = SubwordTokenizer.train(pairs, vocabulary_size=CONFIG["vocab"], model_type="unigram", seed=0)
+    if tokenizer.vocabulary_size != CONFIG["vocab"] or (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id) != (
+            PAD, BOS, EOS):
+        raise SystemExit("--workload real: the tokenizer's vocabulary or special ids differ from the benchmark's")
+    dataset = make_dataset(
+        pairs, tokenizer, tokens_per_batch=REAL_TOKENS_PER_BATCH, max_length=REAL_MAX_LENGTH,
+        bucket_boundaries=default_bucket_boundaries(REAL_MAX_LENGTH, min_boundary=4, growth=1, multiple=4),
+        training=True, seed=0, cache=False,
+    )
+    batches = []
+    for inputs, labels in dataset.take(REAL_NUM_BATCHES):
+        batches.append((inputs["source"].numpy(), inputs["target"].numpy(), labels.numpy()))
+    np.savez(cache, **{f"{name}{i}": array for i, batch in enumerate(batches)
+                       for name, array in zip(("source", "target", "labels"), batch)})
+    return batches
+
+
+def load_batches(args):
+    if args.workload == "real":
+        return make_real_batches(args.data_dir, Path(args.work_dir))
+    return make_batches()
+
+
+def target_tokens(batches):
+    """Non-pad target tokens of each batch."""
+    return [int((labels != PAD).sum()) for _, _, labels in batches]
+
+
+def training_flops(batch, source_length, target_length):
     """Matrix-multiply FLOPs of one training step (forward + backward = 3x forward)."""
     d, f, v, n = CONFIG["d_model"], CONFIG["d_ff"], CONFIG["vocab"], CONFIG["layers"]
-    s = t = LENGTH
+    s, t = source_length, target_length
     encoder = n * (2 * s * 4 * d * d + 2 * s * 2 * d * f + 2 * 2 * s * s * d)
     decoder = n * (
         2 * t * 4 * d * d + 2 * 2 * t * t * d  # self-attention
@@ -56,22 +121,29 @@ def training_flops_per_batch():
         + 2 * t * 2 * d * f
     )
     projection = 2 * t * d * v
-    return 3 * BATCH * (encoder + decoder + projection)
+    return 3 * batch * (encoder + decoder + projection)
+
+
+def cycle_flops_and_tokens(batches):
+    """(FLOPs, non-pad target tokens) of one pass over the batches, padding included in the FLOPs."""
+    flops = sum(training_flops(labels.shape[0], source.shape[1], labels.shape[1]) for source, _, labels in batches)
+    return flops, sum(target_tokens(batches))
 
 
 def peak_memory_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def timed_fit(model, steps, warmup):
+def timed_fit(model, batches, steps, warmup):
     """Runs model.fit over the cycled batches; returns seconds for the timed steps."""
+    import functools
+
     import keras
     import tensorflow as tf
 
-    source, target_in, labels = make_batches()
-    dataset = tf.data.Dataset.from_tensor_slices(
-        ({"source": source, "target": target_in}, labels)
-    ).repeat().prefetch(4)
+    # One dataset element per batch; shapes may differ from batch to batch.
+    elements = [tf.data.Dataset.from_tensors(({"source": s, "target": t}, y)) for s, t, y in batches]
+    dataset = functools.reduce(lambda a, b: a.concatenate(b), elements).repeat().prefetch(4)
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -86,7 +158,7 @@ def timed_fit(model, steps, warmup):
     return clock.end - clock.start
 
 
-def run_ours(steps, warmup, jit_compile, policy=None):
+def run_ours(batches, steps, warmup, jit_compile, policy=None):
     import keras
 
     import keras_transformer as kt
@@ -110,10 +182,10 @@ def run_ours(steps, warmup, jit_compile, policy=None):
         loss=LabelSmoothedCrossEntropy(0.1),
         jit_compile=jit_compile,
     )
-    return timed_fit(model, steps, warmup), keras.backend.backend()
+    return timed_fit(model, batches, steps, warmup), keras.backend.backend()
 
 
-def run_keras_hub(steps, warmup, policy=None):
+def run_keras_hub(batches, steps, warmup, policy=None):
     """The keras-io translation example's architecture, built from KerasHub layers."""
     import keras
     import keras_hub
@@ -135,10 +207,10 @@ def run_keras_hub(steps, warmup, policy=None):
         optimizer=keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
     )
-    return timed_fit(model, steps, warmup), "tensorflow"
+    return timed_fit(model, batches, steps, warmup), "tensorflow"
 
 
-def run_torch(steps, warmup):
+def run_torch(batches, steps, warmup):
     import math
 
     import torch
@@ -179,13 +251,13 @@ def run_torch(steps, warmup):
     model = TorchTransformer()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)
-    batches = [torch.from_numpy(a).long() for a in make_batches()]
+    batches = [tuple(torch.from_numpy(a).long() for a in batch) for batch in batches]
     for step in range(warmup + steps):
         if step == warmup:
             start = time.perf_counter()
-        i = step % NUM_BATCHES
-        logits = model(batches[0][i], batches[1][i])
-        loss = loss_fn(logits.reshape(-1, v), batches[2][i].reshape(-1))
+        source, target, labels = batches[step % len(batches)]
+        logits = model(source, target)
+        loss = loss_fn(logits.reshape(-1, v), labels.reshape(-1))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -204,11 +276,15 @@ def model():
 """
 
 
-def run_opennmt(steps, warmup, python):
-    """OpenNMT-tf's own trainer on the same batches, written as whitespace tokens."""
+def run_opennmt(batches, steps, warmup, python, real):
+    """OpenNMT-tf's own trainer on the same sentences, written as whitespace tokens.
+
+    Synthetic workload: one fixed-size batch per batch of ours (no
+    bucketing, no shuffling). Real workload: the same sentences, batched by
+    OpenNMT-tf itself (tokens, at the same budget, its own length buckets).
+    """
     import re
 
-    source, _, labels = make_batches()
     work = Path(tempfile.mkdtemp(prefix="onmt-"))
     vocab = work / "vocab.txt"
     # OpenNMT reserves ids 0-2 for the first three lines of the file and
@@ -216,11 +292,17 @@ def run_opennmt(steps, warmup, python):
     # like ours (pad, unk, bos, eos, 4 ... V-1).
     specials = "<blank>\n<s>\n</s>\n"
     vocab.write_text(specials + "".join(f"w{i}\n" for i in range(4, CONFIG["vocab"])))
+    longest = 0
     with open(work / "src.txt", "w") as src, open(work / "tgt.txt", "w") as tgt:
-        for b in range(NUM_BATCHES):
-            for row in range(BATCH):
-                src.write(" ".join(f"w{i}" for i in source[b, row]) + "\n")
-                tgt.write(" ".join(f"w{i}" for i in labels[b, row][:-1]) + "\n")
+        for source, _, labels in batches:
+            for source_row, label_row in zip(source, labels):
+                source_ids = [i for i in source_row if i not in (PAD, BOS, EOS)]
+                # OpenNMT-tf appends its own </s>: the last label (EOS, or the
+                # 32nd synthetic token) is left out, so both count as many target tokens.
+                label_ids = [i for i in label_row if i != PAD][:-1]
+                longest = max(longest, len(source_ids), len(label_ids))
+                src.write(" ".join(f"w{i}" for i in source_ids) + "\n")
+                tgt.write(" ".join(f"w{i}" for i in label_ids) + "\n")
     (work / "model.py").write_text(OPENNMT_MODEL.format(**CONFIG))
     total = warmup + steps
     (work / "config.yml").write_text(
@@ -236,16 +318,16 @@ params:
   learning_rate: 1.0e-4
   label_smoothing: 0.1
 train:
-  batch_size: {BATCH}
-  batch_type: examples
+  batch_size: {REAL_TOKENS_PER_BATCH if real else BATCH}
+  batch_type: {"tokens" if real else "examples"}
   effective_batch_size: null
   max_step: {total}
   save_checkpoints_steps: {total * 10}
   save_summary_steps: {warmup}
   sample_buffer_size: 0
-  length_bucket_width: 0
-  maximum_features_length: {LENGTH + 2}
-  maximum_labels_length: {LENGTH + 2}
+  length_bucket_width: {1 if real else 0}
+  maximum_features_length: {longest + 2}
+  maximum_labels_length: {longest + 2}
 """
     )
     command = [
@@ -283,24 +365,26 @@ def matmul_peak_flops(size=4096, repeats=5, dtype="float32"):
 
 
 CONTENDERS = {
-    "ours-tf": ("tensorflow", lambda a: run_ours(a.steps, a.warmup, jit_compile=False)),
-    "ours-tf-xla": ("tensorflow", lambda a: run_ours(a.steps, a.warmup, jit_compile=True)),
-    "ours-jax": ("jax", lambda a: run_ours(a.steps, a.warmup, jit_compile=True)),
-    "keras-hub": ("tensorflow", lambda a: run_keras_hub(a.steps, a.warmup)),
+    "ours-tf": ("tensorflow", lambda b, a: run_ours(b, a.steps, a.warmup, jit_compile=False)),
+    "ours-tf-xla": ("tensorflow", lambda b, a: run_ours(b, a.steps, a.warmup, jit_compile=True)),
+    "ours-jax": ("jax", lambda b, a: run_ours(b, a.steps, a.warmup, jit_compile=True)),
+    "keras-hub": ("tensorflow", lambda b, a: run_keras_hub(b, a.steps, a.warmup)),
     # Mixed precision (bfloat16 matmuls, float32 weights and loss): AMX/AVX512-BF16
     # CPUs run bfloat16 matmuls ~2x faster. Same model, other numerics, so these
     # rows are compared with each other and with the bfloat16 matmul peak.
-    "ours-tf-bf16": ("tensorflow", lambda a: run_ours(a.steps, a.warmup, jit_compile=False,
-                                                      policy="mixed_bfloat16")),
-    "keras-hub-bf16": ("tensorflow", lambda a: run_keras_hub(a.steps, a.warmup, policy="mixed_bfloat16")),
-    "torch.nn.Transformer": ("torch", lambda a: run_torch(a.steps, a.warmup)),
+    "ours-tf-bf16": ("tensorflow", lambda b, a: run_ours(b, a.steps, a.warmup, jit_compile=False,
+                                                         policy="mixed_bfloat16")),
+    "keras-hub-bf16": ("tensorflow", lambda b, a: run_keras_hub(b, a.steps, a.warmup, policy="mixed_bfloat16")),
+    "torch.nn.Transformer": ("torch", lambda b, a: run_torch(b, a.steps, a.warmup)),
 }
 
 
 def worker(args):
     """Runs one contender in this process and prints one JSON line."""
-    seconds, backend = CONTENDERS[args.worker][1](args)
-    tokens = args.steps * BATCH * LENGTH
+    batches = load_batches(args)
+    seconds, backend = CONTENDERS[args.worker][1](batches, args)
+    counts = target_tokens(batches)
+    tokens = sum(counts[step % len(batches)] for step in range(args.warmup, args.warmup + args.steps))
     print("RESULT " + json.dumps({
         "name": args.worker, "backend": backend, "tokens_per_s": tokens / seconds,
         "steps_per_s": args.steps / seconds, "peak_mb": peak_memory_mb(),
@@ -309,8 +393,16 @@ def worker(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=30, help="timed training steps per contender")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (tracing, compiling)")
+    parser.add_argument("--workload", choices=("synthetic", "real"), default="synthetic",
+                        help="fixed-shape random batches, or token-bucketed real text (module docstring)")
+    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
+                        help="where the real workload's corpora are (default ../shared/data)")
+    parser.add_argument("--work-dir", default=str(ROOT / "runs" / "throughput"),
+                        help="cache of the real workload's tokenizer and batches")
+    parser.add_argument("--steps", type=int, help="timed training steps per contender "
+                        "(default 30; real workload: two passes over its batches)")
+    parser.add_argument("--warmup", type=int, help="untimed steps first (tracing, compiling; "
+                        "default 5; real workload: one pass over its batches)")
     parser.add_argument("--only", nargs="*", help="contenders to run (default: all)")
     parser.add_argument("--opennmt-python", default=str(ROOT / ".venv-opennmt" / "bin" / "python"))
     parser.add_argument("--json", help="also write the results here")
@@ -319,10 +411,21 @@ def main():
     if args.worker:
         return worker(args)
 
+    real = args.workload == "real"
+    batches = load_batches(args)  # the real workload is built (and cached) once, here
+    if args.steps is None:
+        args.steps = 2 * len(batches) if real else 30
+    if args.warmup is None:
+        args.warmup = len(batches) if real else 5
     names = args.only or list(CONTENDERS) + ["opennmt-tf"]
+    unknown = sorted(set(names) - set(CONTENDERS) - {"opennmt-tf"})
+    if unknown:
+        parser.error(f"--only: unknown contender(s) {', '.join(unknown)}; choose from "
+                     f"{', '.join(list(CONTENDERS) + ['opennmt-tf'])}")
     peak = matmul_peak_flops()
     peak_bf16 = matmul_peak_flops(dtype="bfloat16") if any(n.endswith("-bf16") for n in names) else None
-    flops_per_token = training_flops_per_batch() / (BATCH * LENGTH)
+    cycle_flops, cycle_tokens = cycle_flops_and_tokens(batches)
+    flops_per_token = cycle_flops / cycle_tokens
     results = []
     for name in names:
         print(f"running {name} ...", file=sys.stderr, flush=True)
@@ -330,12 +433,13 @@ def main():
             if not Path(args.opennmt_python).exists():
                 print(f"  skipped: {args.opennmt_python} not found", file=sys.stderr)
                 continue
-            rate, peak_mb = run_opennmt(args.steps, args.warmup, args.opennmt_python)
+            rate, peak_mb = run_opennmt(batches, args.steps, args.warmup, args.opennmt_python, real)
             results.append({"name": name, "backend": "tensorflow 2.13", "tokens_per_s": rate, "peak_mb": peak_mb})
             continue
         backend = CONTENDERS[name][0]
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
-        command = [sys.executable, __file__, "--worker", name,
+        command = [sys.executable, __file__, "--worker", name, "--workload", args.workload,
+                   "--data-dir", args.data_dir, "--work-dir", args.work_dir,
                    "--steps", str(args.steps), "--warmup", str(args.warmup)]
         output = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
         line = [l for l in output.stdout.splitlines() if l.startswith("RESULT ")]
@@ -345,8 +449,11 @@ def main():
         results.append(json.loads(line[-1][len("RESULT "):]))
 
     reference = next((r for r in results if r["name"] == "ours-tf"), results[0])
-    print(f"\nmatmul peak (4096x4096 float32 tf.matmul): {peak / 1e9:.0f} GFLOP/s; "
-          f"{flops_per_token / 1e6:.1f} MFLOP per target token (training, matmuls only)")
+    print(f"\nworkload: {args.workload}, {len(batches)} batches, {cycle_tokens / len(batches):.0f} non-pad "
+          f"target tokens per batch on average; {args.warmup} warm-up and {args.steps} timed steps")
+    print(f"matmul peak (4096x4096 float32 tf.matmul): {peak / 1e9:.0f} GFLOP/s; "
+          f"{flops_per_token / 1e6:.1f} MFLOP per non-pad target token (training, matmuls only"
+          f"{', padding included' if real else ''})")
     if peak_bf16:
         print(f"bfloat16 matmul peak (same matmul in bfloat16): {peak_bf16 / 1e9:.0f} GFLOP/s; "
               f"-bf16 rows' share is of that peak")
@@ -356,8 +463,11 @@ def main():
         print(f"{r['name']:<22}{r['backend']:<16}{r['tokens_per_s']:>10.0f}"
               f"{r['tokens_per_s'] / reference['tokens_per_s']:>12.2f}{r['peak_mb']:>10.0f}{share:>14.0f}%")
     if args.json:
-        Path(args.json).write_text(json.dumps({"matmul_peak_flops": peak, "bfloat16_matmul_peak_flops": peak_bf16,
-                                               "results": results}, indent=2))
+        Path(args.json).write_text(json.dumps({"workload": args.workload, "steps": args.steps, "warmup": args.warmup,
+                                               "matmul_peak_flops": peak, "bfloat16_matmul_peak_flops": peak_bf16,
+                                               "flops_per_target_token": flops_per_token, "results": results,
+                                               "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+                                              indent=2))
 
 
 if __name__ == "__main__":
