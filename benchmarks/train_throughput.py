@@ -398,7 +398,7 @@ def main():
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
                         help="where the real workload's corpora are (default ../shared/data)")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "throughput"),
-                        help="cache of the real workload's tokenizer and batches")
+                        help="where the real workload's batches are cached (batches.npz; delete it to rebuild)")
     parser.add_argument("--steps", type=int, help="timed training steps per contender "
                         "(default 30; real workload: two passes over its batches)")
     parser.add_argument("--warmup", type=int, help="untimed steps first (tracing, compiling; "

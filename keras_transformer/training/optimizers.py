@@ -33,24 +33,8 @@ class TransformerAdam(keras.optimizers.Adam):
         return super().apply(densify_sparse_gradients(list(grads)), trainable_variables)
 
     def update_step(self, gradient, variable, learning_rate):
-        if not self.amsgrad:
-            index = self._get_variable_index(variable)
-            # As keras.optimizers.Adam: bias corrections of step iterations + 1.
-            local_step = keras.ops.cast(self.iterations + 1, "float32")
-            if fused_adam_update(
-                variable,
-                gradient,
-                self._momentums[index],
-                self._velocities[index],
-                learning_rate=keras.ops.cast(learning_rate, "float32"),
-                beta_1_power=keras.ops.power(keras.ops.cast(self.beta_1, "float32"), local_step),
-                beta_2_power=keras.ops.power(keras.ops.cast(self.beta_2, "float32"), local_step),
-                beta_1=self.beta_1,
-                beta_2=self.beta_2,
-                epsilon=self.epsilon,
-            ):
-                return
-        super().update_step(gradient, variable, learning_rate)
+        if not fused_adam_update(self, gradient, variable, learning_rate):
+            super().update_step(gradient, variable, learning_rate)
 
 
 def paper_optimizer(
