@@ -12,6 +12,7 @@ tf.matmul) measured in the same run.
 
     .venv/bin/python benchmarks/train_throughput.py            # all contenders
     .venv/bin/python benchmarks/train_throughput.py --only ours-tf keras-hub
+    .venv/bin/python benchmarks/train_throughput.py --rounds 3 --only ours-tf keras-hub opennmt-tf
     .venv/bin/python benchmarks/train_throughput.py --workload real  # real text
 
 `--workload real` replaces the fixed-shape batches by token-bucketed batches
@@ -34,6 +35,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -405,6 +407,8 @@ def main():
                         "default 5; real workload: one pass over its batches)")
     parser.add_argument("--only", nargs="*", help="contenders to run (default: all)")
     parser.add_argument("--opennmt-python", default=str(ROOT / ".venv-opennmt" / "bin" / "python"))
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the contenders this many times, taking turns; report medians")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -417,6 +421,8 @@ def main():
         args.steps = 2 * len(batches) if real else 30
     if args.warmup is None:
         args.warmup = len(batches) if real else 5
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1 (got {args.rounds})")
     names = args.only or list(CONTENDERS) + ["opennmt-tf"]
     unknown = sorted(set(names) - set(CONTENDERS) - {"opennmt-tf"})
     if unknown:
@@ -426,16 +432,14 @@ def main():
     peak_bf16 = matmul_peak_flops(dtype="bfloat16") if any(n.endswith("-bf16") for n in names) else None
     cycle_flops, cycle_tokens = cycle_flops_and_tokens(batches)
     flops_per_token = cycle_flops / cycle_tokens
-    results = []
-    for name in names:
-        print(f"running {name} ...", file=sys.stderr, flush=True)
+    def run_contender(name):
+        """One timed run of `name` in its own process; None if it is not installed."""
         if name == "opennmt-tf":
             if not Path(args.opennmt_python).exists():
                 print(f"  skipped: {args.opennmt_python} not found", file=sys.stderr)
-                continue
+                return None
             rate, peak_mb = run_opennmt(batches, args.steps, args.warmup, args.opennmt_python, real)
-            results.append({"name": name, "backend": "tensorflow 2.13", "tokens_per_s": rate, "peak_mb": peak_mb})
-            continue
+            return {"name": name, "backend": "tensorflow 2.13", "tokens_per_s": rate, "peak_mb": peak_mb}
         backend = CONTENDERS[name][0]
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
         command = [sys.executable, __file__, "--worker", name, "--workload", args.workload,
@@ -446,24 +450,50 @@ def main():
         if output.returncode or not line:
             print(output.stdout[-2000:] + output.stderr[-4000:], file=sys.stderr)
             raise SystemExit(f"contender {name} failed")
-        results.append(json.loads(line[-1][len("RESULT "):]))
+        return json.loads(line[-1][len("RESULT "):])
 
-    reference = next((r for r in results if r["name"] == "ours-tf"), results[0])
+    # Contenders take turns, round after round: this VM's speed drifts by tens
+    # of percent over minutes, and a ratio taken within one round (minutes
+    # apart) is steadier than one between runs far apart.
+    rounds = []
+    for index in range(args.rounds):
+        current = {}
+        for name in names:
+            print(f"round {index + 1}/{args.rounds}: running {name} ...", file=sys.stderr, flush=True)
+            result = run_contender(name)
+            if result is not None:
+                current[name] = result
+        rounds.append(current)
+    reference = "ours-tf" if "ours-tf" in rounds[0] else next(iter(rounds[0]))
+    results = []
+    for name, first in rounds[0].items():
+        rates = [r[name]["tokens_per_s"] for r in rounds]
+        ratios = [r[name]["tokens_per_s"] / r[reference]["tokens_per_s"] for r in rounds]
+        results.append({"name": name, "backend": first["backend"], "tokens_per_s": statistics.median(rates),
+                        "vs_reference": statistics.median(ratios), "vs_reference_range": [min(ratios), max(ratios)],
+                        "peak_mb": max(r[name]["peak_mb"] for r in rounds), "tokens_per_s_by_round": rates})
+
     print(f"\nworkload: {args.workload}, {len(batches)} batches, {cycle_tokens / len(batches):.0f} non-pad "
-          f"target tokens per batch on average; {args.warmup} warm-up and {args.steps} timed steps")
+          f"target tokens per batch on average; {args.warmup} warm-up and {args.steps} timed steps"
+          f"{f', {args.rounds} rounds (medians; vs {reference}: median and range of same-round ratios)' if args.rounds > 1 else ''}")
     print(f"matmul peak (4096x4096 float32 tf.matmul): {peak / 1e9:.0f} GFLOP/s; "
           f"{flops_per_token / 1e6:.1f} MFLOP per non-pad target token (training, matmuls only"
           f"{', padding included' if real else ''})")
     if peak_bf16:
         print(f"bfloat16 matmul peak (same matmul in bfloat16): {peak_bf16 / 1e9:.0f} GFLOP/s; "
               f"-bf16 rows' share is of that peak")
-    print(f"{'contender':<22}{'backend':<16}{'tokens/s':>10}{'vs ours-tf':>12}{'peak MB':>10}{'% matmul peak':>15}")
+    spread = args.rounds > 1
+    print(f"{'contender':<22}{'backend':<16}{'tokens/s':>10}{'vs ' + reference:>12}"
+          + (f"{'range':>13}" if spread else "") + f"{'peak MB':>10}{'% matmul peak':>15}")
     for r in results:
         share = 100 * r["tokens_per_s"] * flops_per_token / (peak_bf16 if r["name"].endswith("-bf16") else peak)
-        print(f"{r['name']:<22}{r['backend']:<16}{r['tokens_per_s']:>10.0f}"
-              f"{r['tokens_per_s'] / reference['tokens_per_s']:>12.2f}{r['peak_mb']:>10.0f}{share:>14.0f}%")
+        low, high = r["vs_reference_range"]
+        print(f"{r['name']:<22}{r['backend']:<16}{r['tokens_per_s']:>10.0f}{r['vs_reference']:>12.2f}"
+              + (f"{f'{low:.2f}-{high:.2f}':>13}" if spread else "")
+              + f"{r['peak_mb']:>10.0f}{share:>14.0f}%")
     if args.json:
         Path(args.json).write_text(json.dumps({"workload": args.workload, "steps": args.steps, "warmup": args.warmup,
+                                               "rounds": args.rounds, "reference": reference,
                                                "matmul_peak_flops": peak, "bfloat16_matmul_peak_flops": peak_bf16,
                                                "flops_per_target_token": flops_per_token, "results": results,
                                                "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
