@@ -473,16 +473,17 @@ def main():
                         "vs_reference": statistics.median(ratios), "vs_reference_range": [min(ratios), max(ratios)],
                         "peak_mb": max(r[name]["peak_mb"] for r in rounds), "tokens_per_s_by_round": rates})
 
+    spread = args.rounds > 1
+    rounds_note = f", {args.rounds} rounds (medians; vs {reference}: median and range of same-round ratios)"
     print(f"\nworkload: {args.workload}, {len(batches)} batches, {cycle_tokens / len(batches):.0f} non-pad "
           f"target tokens per batch on average; {args.warmup} warm-up and {args.steps} timed steps"
-          f"{f', {args.rounds} rounds (medians; vs {reference}: median and range of same-round ratios)' if args.rounds > 1 else ''}")
+          + (rounds_note if spread else ""))
     print(f"matmul peak (4096x4096 float32 tf.matmul): {peak / 1e9:.0f} GFLOP/s; "
           f"{flops_per_token / 1e6:.1f} MFLOP per non-pad target token (training, matmuls only"
           f"{', padding included' if real else ''})")
     if peak_bf16:
         print(f"bfloat16 matmul peak (same matmul in bfloat16): {peak_bf16 / 1e9:.0f} GFLOP/s; "
               f"-bf16 rows' share is of that peak")
-    spread = args.rounds > 1
     print(f"{'contender':<22}{'backend':<16}{'tokens/s':>10}{'vs ' + reference:>12}"
           + (f"{'range':>13}" if spread else "") + f"{'peak MB':>10}{'% matmul peak':>15}")
     for r in results:

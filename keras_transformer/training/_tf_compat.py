@@ -81,15 +81,17 @@ def fused_adam_update(optimizer, gradient, variable, learning_rate):
         return False
     # As keras.optimizers.Adam: bias corrections of step iterations + 1.
     step = tf.cast(optimizer.iterations + 1, tf.float32)
+    beta_1 = tf.constant(optimizer.beta_1, tf.float32)
+    beta_2 = tf.constant(optimizer.beta_2, tf.float32)
     tf.raw_ops.ResourceApplyAdam(
         var=variable.handle,
         m=m.handle,
         v=v.handle,
-        beta1_power=tf.pow(tf.constant(optimizer.beta_1, tf.float32), step),
-        beta2_power=tf.pow(tf.constant(optimizer.beta_2, tf.float32), step),
+        beta1_power=tf.pow(beta_1, step),
+        beta2_power=tf.pow(beta_2, step),
         lr=tf.cast(learning_rate, tf.float32),
-        beta1=tf.constant(optimizer.beta_1, tf.float32),
-        beta2=tf.constant(optimizer.beta_2, tf.float32),
+        beta1=beta_1,
+        beta2=beta_2,
         epsilon=tf.constant(optimizer.epsilon, tf.float32),
         grad=tf.cast(gradient, tf.float32),
         use_locking=False,
