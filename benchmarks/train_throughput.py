@@ -18,8 +18,9 @@ tf.matmul) measured in the same run.
 `--workload real` replaces the fixed-shape batches by token-bucketed batches
 of real English-German text (ddtp_en_de + po_all from `--data-dir`, default
 ../shared/data): a SentencePiece model of 8,000 pieces trained on them, then
-`make_dataset` with 4-token length buckets and 2,048 tokens per batch (a
-fixed seed), of which the first 24 batches are every contender's workload,
+`make_dataset` with 1-token length buckets (`--bucket-width`; OpenNMT-tf's
+`length_bucket_width` is 1 too) and 2,048 tokens per batch (a fixed seed),
+of which the first 24 batches are every contender's workload,
 cycled (variable shapes and padding, as in real training). The Keras and
 torch contenders train on exactly these batches; OpenNMT-tf, which has its
 own batching, gets the same sentences in the same order with its own token
@@ -65,11 +66,11 @@ def make_batches(seed=0):
     return [(source[i], target[i, :, :-1], target[i, :, 1:]) for i in range(NUM_BATCHES)]
 
 
-def make_real_batches(data_dir, work):
+def make_real_batches(data_dir, work, bucket_width):
     """The real-text workload (see the module docstring), cached in `work`."""
     import numpy as np
 
-    cache = work / "batches.npz"
+    cache = work / f"batches_width{bucket_width}.npz"
     if cache.exists():
         arrays = np.load(cache)
         return [tuple(arrays[f"{name}{i}"] for name in ("source", "target", "labels"))
@@ -90,7 +91,8 @@ def make_real_batches(data_dir, work):
         raise SystemExit("--workload real: the tokenizer's vocabulary or special ids differ from the benchmark's")
     dataset = make_dataset(
         pairs, tokenizer, tokens_per_batch=REAL_TOKENS_PER_BATCH, max_length=REAL_MAX_LENGTH,
-        bucket_boundaries=default_bucket_boundaries(REAL_MAX_LENGTH, min_boundary=4, growth=1, multiple=4),
+        bucket_boundaries=default_bucket_boundaries(
+            REAL_MAX_LENGTH, min_boundary=bucket_width, growth=1, multiple=bucket_width),
         training=True, seed=0, cache=False,
     )
     batches = []
@@ -103,7 +105,7 @@ def make_real_batches(data_dir, work):
 
 def load_batches(args):
     if args.workload == "real":
-        return make_real_batches(args.data_dir, Path(args.work_dir))
+        return make_real_batches(args.data_dir, Path(args.work_dir), args.bucket_width)
     return make_batches()
 
 
@@ -400,7 +402,9 @@ def main():
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
                         help="where the real workload's corpora are (default ../shared/data)")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "throughput"),
-                        help="where the real workload's batches are cached (batches.npz; delete it to rebuild)")
+                        help="where the real workload's batches are cached (batches_width*.npz; delete to rebuild)")
+    parser.add_argument("--bucket-width", type=int, default=1,
+                        help="real workload: batch lengths are padded to multiples of this (default 1)")
     parser.add_argument("--steps", type=int, help="timed training steps per contender "
                         "(default 30; real workload: two passes over its batches)")
     parser.add_argument("--warmup", type=int, help="untimed steps first (tracing, compiling; "
@@ -415,6 +419,8 @@ def main():
     if args.worker:
         return worker(args)
 
+    if args.bucket_width < 1:
+        parser.error(f"--bucket-width must be at least 1 (got {args.bucket_width})")
     real = args.workload == "real"
     batches = load_batches(args)  # the real workload is built (and cached) once, here
     if args.steps is None:
@@ -444,6 +450,7 @@ def main():
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
         command = [sys.executable, __file__, "--worker", name, "--workload", args.workload,
                    "--data-dir", args.data_dir, "--work-dir", args.work_dir,
+                   "--bucket-width", str(args.bucket_width),
                    "--steps", str(args.steps), "--warmup", str(args.warmup)]
         output = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
         line = [l for l in output.stdout.splitlines() if l.startswith("RESULT ")]
@@ -475,7 +482,7 @@ def main():
 
     spread = args.rounds > 1
     rounds_note = f", {args.rounds} rounds (medians; vs {reference}: median and range of same-round ratios)"
-    print(f"\nworkload: {args.workload}, {len(batches)} batches, {cycle_tokens / len(batches):.0f} non-pad "
+    print(f"\nworkload: {args.workload}{f' ({args.bucket_width}-token buckets)' if real else ''}, {len(batches)} batches, {cycle_tokens / len(batches):.0f} non-pad "
           f"target tokens per batch on average; {args.warmup} warm-up and {args.steps} timed steps"
           + (rounds_note if spread else ""))
     print(f"matmul peak (4096x4096 float32 tf.matmul): {peak / 1e9:.0f} GFLOP/s; "

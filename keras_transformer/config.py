@@ -40,7 +40,7 @@ SCHEMA = {
         "vocabulary_size": (8000, int, "joint subword vocabulary size"),
         "tokenizer_model_type": ("unigram", ("unigram", "bpe"), "SentencePiece model type"),
         "max_length": (128, int, "longest tokenized sentence used in training (longer pairs are dropped)"),
-        "bucket_width": (None, int, "batch lengths are padded to multiples of this (default: 4 without "
+        "bucket_width": (None, int, "batch lengths are padded to multiples of this (default: 1 without "
                          "XLA, else the geometric buckets 8, 16, 24, 32, 40, 48, 64, ...)"),
     },
     "training": {

@@ -130,18 +130,20 @@ def bucket_boundaries(config):
     """Padded batch lengths for `data.bucket_width` (None: the pipeline's geometric default).
 
     Narrow buckets waste less compute on padding (on the English-German
-    quality data, 4-token buckets hold ~91% real target tokens per padded
-    token against ~81% for the geometric ones), but every distinct length
-    is a distinct shape. A step that XLA compiles is compiled once per shape,
-    so with XLA the default stays the pipeline's dozen geometric buckets;
-    without it TensorFlow traces one shape-generic graph (Keras'
-    `reduce_retracing`) and the default is 4-token buckets.
+    data of `benchmarks/`, 1-token buckets hold ~97% real target tokens per
+    padded token, 4-token ones ~88-91%, the geometric ones ~81%), but every
+    distinct length is a distinct shape. A step that XLA compiles is
+    compiled once per shape, so with XLA the default stays the pipeline's
+    dozen geometric buckets; without it TensorFlow traces one shape-generic
+    graph (Keras' `reduce_retracing`) and the default is 1-token buckets
+    (OpenNMT-tf's default too), which trained 7.5% more real tokens per
+    second than 4-token ones in `benchmarks/train_throughput.py`.
     """
     width = config["data"]["bucket_width"]
     if width is None:
         if _train_step_uses_xla():
             return None
-        width = 4
+        width = 1
     if width < 1:
         raise RunError(f"data.bucket_width: must be >= 1, got {width}.")
     from keras_transformer.data import default_bucket_boundaries

@@ -144,9 +144,9 @@ def test_bucket_width_default_follows_xla_and_can_be_set(monkeypatch):
 
     config = config_lib.defaults()
     config["data"]["max_length"] = 30
-    # Without XLA (TensorFlow on this CPU-only machine): narrow 4-token buckets.
+    # Without XLA (TensorFlow on this CPU-only machine): one bucket per length.
     assert not runs._train_step_uses_xla()
-    assert runs.bucket_boundaries(config) == [4, 8, 12, 16, 20, 24, 28, 32]
+    assert runs.bucket_boundaries(config) == list(range(1, 31))
     # With XLA every shape is a compilation: the pipeline's geometric default.
     monkeypatch.setattr(runs, "_train_step_uses_xla", lambda: True)
     assert runs.bucket_boundaries(config) is None
