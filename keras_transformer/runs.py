@@ -136,8 +136,9 @@ def bucket_boundaries(config):
     compiled once per shape, so with XLA the default stays the pipeline's
     dozen geometric buckets; without it TensorFlow traces one shape-generic
     graph (Keras' `reduce_retracing`) and the default is 1-token buckets
-    (OpenNMT-tf's default too), which trained 7.5% more real tokens per
-    second than 4-token ones in `benchmarks/train_throughput.py`.
+    (OpenNMT-tf's default too), which trained 1-21% (median 11%) more real
+    tokens per second than 4-token ones in five alternating pairs of
+    `benchmarks/train_throughput.py` runs.
     """
     width = config["data"]["bucket_width"]
     if width is None:
