@@ -8,7 +8,9 @@ is chosen at import; OpenNMT-tf needs its own TensorFlow), warms up, then
 times a fixed number of steps. Reported: non-pad target tokens per second,
 the ratio to ours, the process's peak resident memory, and achieved FLOP/s as
 a share of this machine's float32 matrix-multiply peak (a 4096x4096
-tf.matmul) measured in the same run.
+tf.matmul) measured in the same run, and each float32 rate as a share of the
+"matmul floor": the rate the step's own matrix products reach when timed
+alone, with nothing else in the step (`matmul_floor_seconds`).
 
     .venv/bin/python benchmarks/train_throughput.py            # all contenders
     .venv/bin/python benchmarks/train_throughput.py --only ours-tf keras-hub
@@ -33,9 +35,9 @@ exists: `python3.11 -m venv .venv-opennmt && .venv-opennmt/bin/pip install
 """
 
 import argparse
+import inspect
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -114,18 +116,77 @@ def target_tokens(batches):
     return [int((labels != PAD).sum()) for _, _, labels in batches]
 
 
+def training_products(batch, source_length, target_length):
+    """The matrix products of one training step, as (batch, m, k, n) each.
+
+    Every forward product Y = X W (X: m x k, W: k x n) of the model below
+    brings two backward ones, dX = dY W^T and dW = X^T dY. The attention
+    products are batched over pairs and heads; the others take the tokens of
+    the batch as rows. Embedding lookups, bias additions and the rest of the
+    step are not matrix products and are not counted.
+    """
+    d, f, v, n, h = (CONFIG[k] for k in ("d_model", "d_ff", "vocab", "layers", "heads"))
+    s, t, depth = source_length, target_length, d // h
+    sources, targets, heads = batch * s, batch * t, batch * h
+    forward = []
+    for _ in range(n):  # encoder layer: q, k, v, output; attention; feed-forward
+        forward += [(1, sources, d, d)] * 4
+        forward += [(heads, s, depth, s), (heads, s, s, depth)]
+        forward += [(1, sources, d, f), (1, sources, f, d)]
+    for _ in range(n):  # decoder layer
+        forward += [(1, targets, d, d)] * 4 + [(heads, t, depth, t), (heads, t, t, depth)]  # self-attention
+        forward += [(1, targets, d, d)] * 2 + [(1, sources, d, d)] * 2  # cross q, output; k, v of the encoder
+        forward += [(heads, t, depth, s), (heads, t, s, depth)]
+        forward += [(1, targets, d, f), (1, targets, f, d)]
+    forward.append((1, targets, d, v))  # pre-softmax projection
+    products = []
+    for b, m, k, n_ in forward:
+        products += [(b, m, k, n_), (b, m, n_, k), (b, k, m, n_)]
+    return products
+
+
 def training_flops(batch, source_length, target_length):
     """Matrix-multiply FLOPs of one training step (forward + backward = 3x forward)."""
-    d, f, v, n = CONFIG["d_model"], CONFIG["d_ff"], CONFIG["vocab"], CONFIG["layers"]
-    s, t = source_length, target_length
-    encoder = n * (2 * s * 4 * d * d + 2 * s * 2 * d * f + 2 * 2 * s * s * d)
-    decoder = n * (
-        2 * t * 4 * d * d + 2 * 2 * t * t * d  # self-attention
-        + 2 * t * 2 * d * d + 2 * s * 2 * d * d + 2 * 2 * t * s * d  # cross-attention
-        + 2 * t * 2 * d * f
-    )
-    projection = 2 * t * d * v
-    return 3 * batch * (encoder + decoder + projection)
+    return sum(2 * b * m * k * n for b, m, k, n in training_products(batch, source_length, target_length))
+
+
+def matmul_floor_seconds(batches, repeats=3):
+    """Seconds for the matrix products of one pass over `batches`, and nothing else.
+
+    For each batch shape, every product of its training step (random float32
+    operands) runs in one tf.function with no dependencies between them, so
+    the executor may overlap them as it likes; each shape's time is the best
+    of `repeats` calls after a warm-up. A training step that does anything
+    besides these products, in any order its dependencies allow, takes
+    longer: this is the bound a contender's rate is measured against.
+    """
+    import tensorflow as tf
+
+    seconds_by_shape = {}
+    total = 0.0
+    for source, _, labels in batches:
+        shape = (labels.shape[0], source.shape[1], labels.shape[1])
+        if shape not in seconds_by_shape:
+            operands = []
+            for b, m, k, n in training_products(*shape):
+                lead = () if b == 1 else (b,)
+                operands.append((tf.random.normal(lead + (m, k)), tf.random.normal(lead + (k, n))))
+
+            @tf.function
+            def products():
+                # A sum of each product keeps it from being pruned or sliced.
+                return tf.add_n([tf.reduce_sum(tf.matmul(a, b)) for a, b in operands])
+
+            products().numpy()
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                products().numpy()
+                best = min(best, time.perf_counter() - start)
+            seconds_by_shape[shape] = best
+            del operands, products
+        total += seconds_by_shape[shape]
+    return total
 
 
 def cycle_flops_and_tokens(batches):
@@ -135,6 +196,21 @@ def cycle_flops_and_tokens(batches):
 
 
 def peak_memory_mb():
+    """Peak resident memory of this process in MB.
+
+    Not ru_maxrss: Linux hands a parent's on to the children it starts (fork,
+    then exec), so every contender would report at least this script's own
+    peak. VmHWM belongs to the process's address space, which exec replaces.
+    (Also run inside OpenNMT-tf's process: self-contained.)
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -336,8 +412,8 @@ train:
     )
     command = [
         python, "-c",
-        "import resource, sys; from opennmt.bin.main import main; sys.argv=sys.argv[1:];"
-        "\ntry: main()\nfinally: print('PEAK_MB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)",
+        "import sys; from opennmt.bin.main import main; sys.argv=sys.argv[1:]\n" + inspect.getsource(peak_memory_mb)
+        + "\ntry: main()\nfinally: print('PEAK_MB', peak_memory_mb())",
         "onmt-main", "--model", str(work / "model.py"), "--config", str(work / "config.yml"),
         "--auto_config", "train",
     ]
@@ -471,6 +547,10 @@ def main():
             if result is not None:
                 current[name] = result
         rounds.append(current)
+    # After the contenders: the floor's operands (gigabytes for the real
+    # workload) would otherwise raise this process's peak RSS, which Linux
+    # hands on to every child it starts.
+    floor_rate = cycle_tokens / matmul_floor_seconds(batches)
     reference = "ours-tf" if "ours-tf" in rounds[0] else next(iter(rounds[0]))
     results = []
     for name, first in rounds[0].items():
@@ -491,19 +571,23 @@ def main():
     if peak_bf16:
         print(f"bfloat16 matmul peak (same matmul in bfloat16): {peak_bf16 / 1e9:.0f} GFLOP/s; "
               f"-bf16 rows' share is of that peak")
+    print(f"matmul floor (the step's own float32 matrix products alone, overlapped, nothing else): "
+          f"{floor_rate:.0f} tokens/s; '% floor' is each float32 contender's rate against it")
     print(f"{'contender':<22}{'backend':<16}{'tokens/s':>10}{'vs ' + reference:>12}"
-          + (f"{'range':>13}" if spread else "") + f"{'peak MB':>10}{'% matmul peak':>15}")
+          + (f"{'range':>13}" if spread else "") + f"{'peak MB':>10}{'% matmul peak':>15}{'% floor':>9}")
     for r in results:
         share = 100 * r["tokens_per_s"] * flops_per_token / (peak_bf16 if r["name"].endswith("-bf16") else peak)
         low, high = r["vs_reference_range"]
         print(f"{r['name']:<22}{r['backend']:<16}{r['tokens_per_s']:>10.0f}{r['vs_reference']:>12.2f}"
               + (f"{f'{low:.2f}-{high:.2f}':>13}" if spread else "")
-              + f"{r['peak_mb']:>10.0f}{share:>14.0f}%")
+              + f"{r['peak_mb']:>10.0f}{share:>14.0f}%"
+              + (f"{'-':>9}" if r["name"].endswith("-bf16") else f"{100 * r['tokens_per_s'] / floor_rate:>8.0f}%"))
     if args.json:
         Path(args.json).write_text(json.dumps({"workload": args.workload, "steps": args.steps, "warmup": args.warmup,
                                                "rounds": args.rounds, "reference": reference,
                                                "matmul_peak_flops": peak, "bfloat16_matmul_peak_flops": peak_bf16,
-                                               "flops_per_target_token": flops_per_token, "results": results,
+                                               "flops_per_target_token": flops_per_token,
+                                               "matmul_floor_tokens_per_s": floor_rate, "results": results,
                                                "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
                                               indent=2))
 
