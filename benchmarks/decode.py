@@ -21,10 +21,8 @@ Contenders (TensorFlow backend):
   `tf.function(jit_compile=True)` driving (a) KerasHub's own
   `TransformerEncoder` / `TransformerDecoder` layers of the same size with
   their caches (random weights; what a KerasHub user would build); (b) our
-  model's generic cache API
-  (`model.decode` with `self_attention_cache`, per-layer caches in a tuple,
-  batch first, as KerasHub expects); (c) the per-layer key/value step that
-  our search uses, so that the loops themselves are compared.
+  model's step API (`Transformer.incremental_decoder`), the one our
+  searches drive, so that the loops themselves are compared.
 - OpenNMT-tf 2.32 (TensorFlow 2.13, in its own virtual environment
   `.venv-opennmt`, skipped with a message when it is missing): a worker
   process (benchmarks/_opennmt_decode.py) builds `opennmt.models.Transformer`
@@ -66,7 +64,7 @@ sys.path.insert(0, ROOT)
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
-from keras_transformer.decoding.search import BOS_ID, EOS_ID, PAD_ID, _CachedStepper  # noqa: E402
+from keras_transformer.decoding.search import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 
 
 def parse_args():
@@ -148,48 +146,24 @@ def keras_hub_contenders(model, source_ids, args):
     def forbid(logits):
         return ops.where(banned, ops.cast(float("-inf"), logits.dtype), logits)
 
-    def with_model_cache(sampler, beams):
-        """next() over `model.decode` and its (batch, 2, length, heads, depth) layer caches."""
-
-        def run(source_ids):
-            memory = model.encode(source_ids)
-            source = ops.repeat(source_ids, beams, axis=0) if beams > 1 else source_ids
-            cross = model.decoder.cross_attention_cache(memory)
-            cross = ops.repeat(cross, beams, axis=1) if beams > 1 else cross
-            rows = ops.shape(source_ids)[0]
-            empty = model.decoder.empty_self_attention_cache(rows, length - 1)
-            cache = tuple(empty[i] for i in range(num_layers))
-
-            def next_token_logits(prompt, cache, index):
-                # A static one-column slice: `prompt[:, index - 1 : index]` has a
-                # dynamic width that XLA bounds by the prompt's length.
-                tokens = ops.expand_dims(ops.take(prompt, index - 1, axis=1), 1)
-                logits, stacked = model.decode(
-                    tokens, source_ids=source, self_attention_cache=ops.stack(cache, axis=0),
-                    cache_index=index - 1, cross_attention_cache=cross,
-                )
-                return forbid(logits[:, 0]), None, tuple(stacked[i] for i in range(num_layers))
-
-            return sampler(next_token_logits, prompt_for(rows), cache=cache, index=1)
-
-        return run
-
     def with_search_step(sampler, beams):
-        """next() over the per-layer key/value step of our search."""
+        """next() over the model's step API, the one our searches drive."""
 
         def run(source_ids):
-            # One cache row per beam (repeats=1 on repeated sources), which
+            # One cache row per beam (beam_size=1 on repeated sources), which
             # BeamSampler reorders itself; our beam search shares a cache
             # between a sentence's beams instead.
-            stepper = _CachedStepper(model, ops.repeat(source_ids, beams, axis=0), 1, length - 1, xla_ops=True)
+            decoder = model.incremental_decoder(
+                ops.repeat(source_ids, beams, axis=0), max_length=length - 1, xla_layout=True
+            )
             rows = ops.shape(source_ids)[0]
 
             def next_token_logits(prompt, cache, index):
-                log_probs, cache = stepper(index - 1, prompt[:, index - 1], None, cache)
-                return forbid(log_probs), None, cache
+                logits, cache = decoder.step(cache, prompt[:, index - 1], index - 1)
+                return forbid(logits), None, cache
 
-            # BeamSampler repeats the cache itself; the stepper's inputs already are.
-            cache = stepper.initial_cache
+            # BeamSampler repeats the cache itself; the decoder's inputs already are.
+            cache = decoder.initial_state
             if beams > 1:
                 cache = tuple(c[::beams] for c in cache)
             return sampler(next_token_logits, prompt_for(rows), cache=cache, index=1)
@@ -256,13 +230,10 @@ def keras_hub_contenders(model, source_ids, args):
     greedy = keras_hub.samplers.GreedySampler()
     return [
         ("KerasHub GreedySampler + KerasHub layers, XLA", "greedy", compiled(with_keras_hub_layers(greedy, 1))),
-        ("KerasHub GreedySampler + model.decode cache, XLA", "greedy", compiled(with_model_cache(greedy, 1))),
-        ("KerasHub GreedySampler + search step, XLA", "greedy", compiled(with_search_step(greedy, 1))),
+        ("KerasHub GreedySampler + model step API, XLA", "greedy", compiled(with_search_step(greedy, 1))),
         (f"KerasHub BeamSampler({args.beam_size}) + KerasHub layers, XLA", "beam",
          compiled(with_keras_hub_layers(beam, args.beam_size))),
-        (f"KerasHub BeamSampler({args.beam_size}) + model.decode cache, XLA", "beam",
-         compiled(with_model_cache(beam, args.beam_size))),
-        (f"KerasHub BeamSampler({args.beam_size}) + search step, XLA", "beam",
+        (f"KerasHub BeamSampler({args.beam_size}) + model step API, XLA", "beam",
          compiled(with_search_step(beam, args.beam_size))),
     ]
 

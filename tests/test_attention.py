@@ -101,16 +101,3 @@ def test_attention_dropout_only_in_training(rng):
     c = to_numpy(layer(x, x, training=True))
     np.testing.assert_allclose(a, b)
     assert not np.allclose(a, c)
-
-
-def test_self_attention_cache_matches_full_attention(rng):
-    layer = kt.MultiHeadAttention(d_model=8, num_heads=2)
-    x = rng.normal(size=(2, 5, 8)).astype("float32")
-    full = to_numpy(layer(x, x, attention_mask=causal_mask(5)[None]))
-    cache = ops.zeros((2, 2, 7, 2, 4))
-    steps = []
-    for t in range(5):
-        step_mask = causal_mask(1, 7, offset=t)[None]
-        out, cache = layer(x[:, t : t + 1], x[:, t : t + 1], attention_mask=step_mask, cache=cache, cache_index=t)
-        steps.append(to_numpy(out))
-    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)

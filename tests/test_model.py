@@ -68,24 +68,43 @@ def test_encode_decode_equal_call(rng):
     np.testing.assert_allclose(to_numpy(logits), to_numpy(model(inputs)), atol=1e-6)
 
 
+@pytest.mark.parametrize("xla_layout", [False, True], ids=["graph-layout", "xla-layout"])
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_cached_incremental_decoding_equals_full_decoding(norm_first, rng):
+def test_incremental_decoder_equals_full_decoding(norm_first, xla_layout, rng):
     model = small_model(norm_first=norm_first)
     inputs = batch(rng)
     inputs["target"][2, 3:] = 7  # decoding never sees padding
     source, target = inputs["source"], inputs["target"]
-    encoded = model.encode(source)
-    full = to_numpy(model.decode(target, encoded, source))
-    cache = model.decoder.empty_self_attention_cache(3, max_length=8)
-    cross = model.decoder.cross_attention_cache(encoded)
-    steps = []
+    full = to_numpy(model.decode(target, model.encode(source), source))
+    decoder = model.incremental_decoder(source, max_length=target.shape[1], xla_layout=xla_layout)
+    state, steps = decoder.initial_state, []
     for t in range(target.shape[1]):
-        logits, cache = model.decode(
-            target[:, t : t + 1], source_ids=source, self_attention_cache=cache,
-            cache_index=t, cross_attention_cache=cross,
-        )
+        logits, state = decoder.step(state, target[:, t], t)
         steps.append(to_numpy(logits))
-    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-4)
+    np.testing.assert_allclose(np.stack(steps, axis=1), full, atol=1e-4)
+
+
+def test_incremental_decoder_reorders_beams(rng):
+    """Two beams per sentence that swap hypotheses after the first step: each
+    row's logits must follow its new hypothesis (its parent's keys and values)."""
+    model = small_model()
+    inputs = batch(rng)
+    source, target = inputs["source"], inputs["target"][:, :3]
+    target[2, :] = [2, 5, 6]  # no padding inside the prefixes
+    other = target.copy()
+    other[:, 1] = (target[:, 1] + 1) % 7 + 3  # the second beam's own first token
+    decoder = model.incremental_decoder(source, beam_size=2, max_length=3)
+    rows = np.arange(3)
+    state = decoder.initial_state
+    _, state = decoder.step(state, np.repeat(target[:, 0], 2), 0)
+    # Beam 0 writes target's token, beam 1 other's; then both continue beam 1.
+    step_tokens = np.stack([target[:, 1], other[:, 1]], axis=1).reshape(-1)
+    _, state = decoder.step(state, step_tokens, 1)
+    state = decoder.reorder(state, np.repeat(rows * 2 + 1, 2))
+    logits, _ = decoder.step(state, np.repeat(other[:, 2], 2), 2)
+    full = to_numpy(model.decode(other, model.encode(source), source))[:, 2]
+    np.testing.assert_allclose(to_numpy(logits)[0::2], full, atol=1e-4)
+    np.testing.assert_allclose(to_numpy(logits)[1::2], full, atol=1e-4)
 
 
 def test_cross_attention_weights_are_returned(rng):

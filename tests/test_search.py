@@ -155,15 +155,195 @@ def test_cached_step_follows_pre_layer_norm_models(source):
     np.testing.assert_allclose(cached["scores"], uncached["scores"], rtol=1e-5, atol=1e-5)
 
 
-def test_beam_size_one_equals_greedy(model, source):
+def test_beam_size_one_is_greedy_or_better(model, source):
+    # One live hypothesis drawn from the two best extensions: it follows
+    # greedy's path, but a hypothesis that ends while greedy goes on is
+    # kept, so its score is never below greedy's (alpha 0: same ranking).
     greedy = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
-    beam = as_numpy(beam_search(model, source, beam_size=1, alpha=0.6, max_extra_length=EXTRA))
-    np.testing.assert_array_equal(beam["ids"], greedy["ids"])
-    np.testing.assert_array_equal(beam["lengths"], greedy["lengths"])
-    np.testing.assert_allclose(beam["log_probs"], greedy["scores"], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(
-        beam["scores"], greedy["scores"] / gnmt_penalty(greedy["lengths"], 0.6), rtol=1e-5, atol=1e-5
-    )
+    beam = as_numpy(beam_search(model, source, beam_size=1, alpha=0.0, max_extra_length=EXTRA))
+    assert np.all(beam["log_probs"] >= greedy["scores"] - 1e-5)
+    np.testing.assert_allclose(beam["scores"], beam["log_probs"], rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# The standard beam search, written here independently of search.py: numpy
+# over full forward passes of the model, one Python list per hypothesis.
+
+
+def reference_beam_search(log_probs_of, limits, beam_size, alpha):
+    """GNMT / tensor2tensor beam search for every sentence of a batch.
+
+    `log_probs_of(prefixes)` gives, for each sentence, a list of (decoder
+    input -> next-token log-probabilities) results: it is called with one
+    list of token prefixes per sentence and returns one array per prefix.
+    No early stopping: a sentence runs until no live hypothesis is left, so
+    the search's early stop is checked, not copied. Returns, per sentence,
+    the finished set sorted best first as (score, log P, tokens), and
+    whether pruning changed anything (a finished hypothesis kept while live
+    ones went on, or candidates cut to 2 * beam_size).
+    """
+    live = [[((), 0.0)] for _ in limits]
+    finished = [[] for _ in limits]
+    pruned = [False for _ in limits]
+    for step in range(max(limits)):
+        active = [row for row, hypotheses in enumerate(live) if hypotheses and step < limits[row]]
+        if not active:
+            break
+        rows_log_probs = log_probs_of({row: [tokens for tokens, _ in live[row]] for row in active})
+        for row in active:
+            candidates = []
+            for (tokens, log_p), next_log_probs in zip(live[row], rows_log_probs[row]):
+                for token in range(len(next_log_probs)):
+                    if token in (PAD, BOS) or not np.isfinite(next_log_probs[token]):
+                        continue
+                    candidates.append((log_p + float(next_log_probs[token]), tokens + (token,)))
+            # Best first; ties to the earlier beam, then the lower token id.
+            candidates.sort(key=lambda candidate: -candidate[0])
+            if len(candidates) > 2 * beam_size:
+                pruned[row] = True
+            live[row] = []
+            for log_p, tokens in candidates[: 2 * beam_size]:
+                if tokens[-1] == EOS or len(tokens) == limits[row]:
+                    finished[row].append((log_p / gnmt_penalty(len(tokens), alpha), log_p, tokens))
+                elif len(live[row]) < beam_size:
+                    live[row].append((tokens, log_p))
+            if finished[row] and live[row]:
+                pruned[row] = True
+            finished[row] = sorted(finished[row], key=lambda h: -h[0])[:beam_size]
+    return finished, pruned
+
+
+def full_pass_log_probs(model, source):
+    """`log_probs_of` for `reference_beam_search`: one full forward pass of
+    every prefix of every sentence, batched in one shape (JAX compiles per shape)."""
+    width = source.shape[1] + EXTRA
+
+    def log_probs_of(prefixes):
+        rows, targets = [], []
+        for row, row_prefixes in prefixes.items():
+            for tokens in row_prefixes:
+                rows.append(row)
+                targets.append([BOS, *tokens] + [PAD] * (width - 1 - len(tokens)))
+        count = len(targets)
+        padded = max(count, len(source) * 4)  # few distinct batch shapes
+        targets += [[BOS] + [PAD] * (width - 1)] * (padded - count)
+        sources = source[rows + [0] * (padded - count)]
+        logits = to_numpy(model.predict_on_batch({"source": sources, "target": np.array(targets, "int32")}))
+        log_probs = numpy_log_softmax(logits.astype("float64"))
+        result = {row: [] for row in prefixes}
+        for index, (row, tokens) in enumerate(zip(rows, (t for p in prefixes.values() for t in p))):
+            result[row].append(log_probs[index, len(tokens)])
+        return result
+
+    return log_probs_of
+
+
+def draw_weights(model, seed, eos_scale):
+    """New random weights for `model` in place (same shapes: no recompilation)."""
+    rng = np.random.default_rng(seed)
+    weights = []
+    for variable in model.weights:
+        shape = tuple(variable.shape)
+        if "gamma" in variable.path:
+            value = 1.0 + 0.1 * rng.normal(size=shape)
+        elif len(shape) == 1:
+            value = 0.1 * rng.normal(size=shape)
+        else:
+            fan_in = shape[-1] if "embeddings" in variable.path else shape[0]
+            value = rng.normal(size=shape) / np.sqrt(fan_in)
+        weights.append(value.astype("float32"))
+    model.set_weights(weights)
+    embeddings = to_numpy(model.target_embedding.embeddings).copy()
+    embeddings[EOS] *= eos_scale
+    model.target_embedding.embeddings.assign(embeddings)
+
+
+@pytest.fixture(scope="module")
+def tiny_vocabulary_model():
+    # The defect's setting: 1+1 layers, a 9-token vocabulary.
+    return make_model(vocabulary_size=9, num_encoder_layers=1, num_decoder_layers=1)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+@pytest.mark.parametrize("beam_size", [2, 3, 4])
+def test_beam_search_equals_an_independent_standard_beam_search(beam_size, alpha, tiny_vocabulary_model):
+    model = tiny_vocabulary_model
+    # Mixed source lengths in one batch (EOS included), limits source + EXTRA.
+    source = make_sources(vocabulary_size=9, lengths=(4, 1, 3, 2, 4), seed=beam_size)
+    limits = [int(limit) for limit in limits_of(source)]
+    pruned_cases, compared = 0, 0
+    for seed in range(8):
+        # EOS scales from 1 to 2.75: some models end early, some run long.
+        draw_weights(model, seed=100 * beam_size + seed, eos_scale=1.0 + 0.25 * seed)
+        result = as_numpy(beam_search(model, source, beam_size=beam_size, alpha=alpha,
+                                      max_extra_length=EXTRA, return_all_beams=True))
+        expected, pruned = reference_beam_search(full_pass_log_probs(model, source), limits, beam_size, alpha)
+        for row, hypotheses in enumerate(expected):
+            compared += 1
+            pruned_cases += pruned[row]
+            best_score, best_log_p, best_tokens = hypotheses[0]
+            # A near tie between the best two can go either way in float32.
+            if len(hypotheses) > 1 and hypotheses[0][0] - hypotheses[1][0] < 1e-4:
+                continue
+            length = len(best_tokens)
+            np.testing.assert_array_equal(result["ids"][row, 0, :length], best_tokens)
+            assert np.all(result["ids"][row, 0, length:] == PAD)
+            assert result["lengths"][row, 0] == length
+            np.testing.assert_allclose(result["scores"][row, 0], best_score, rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(result["log_probs"][row, 0], best_log_p, rtol=1e-4, atol=1e-4)
+            # The whole finished set, best first (where the early stop left one).
+            kept = result["scores"][row][np.isfinite(result["scores"][row])]
+            np.testing.assert_allclose(kept, [h[0] for h in hypotheses][: len(kept)], rtol=1e-4, atol=1e-4)
+    # The reference pruned in most cases: a search that kept every hypothesis
+    # could not pass this test by accident.
+    assert pruned_cases >= compared // 2, (pruned_cases, compared)
+
+
+def test_finished_hypothesis_is_not_pushed_out_by_live_ones():
+    """A hand-built step function: EOS alone is the third candidate at the
+    first step and the best hypothesis overall, since every live extension
+    later collapses. Pooling finished and live hypotheses in beam_size slots
+    loses it; the standard search must return it."""
+    from keras import ops
+
+    from keras_transformer.decoding import search as search_module
+
+    vocabulary_size = 6  # pad, unk, bos, eos, a, b
+    first = np.full(vocabulary_size, -np.inf)
+    first[[EOS, 4, 5]] = np.log([0.2, 0.45, 0.35])
+    later = np.full(vocabulary_size, -np.inf)
+    later[[EOS, 4, 5]] = np.log([0.02, 0.49, 0.49])
+
+    class Scripted:
+        """Step API of `keras_transformer.models.incremental` with fixed log-probabilities."""
+
+        def __init__(self, rows):
+            self.initial_state = (ops.zeros((rows,), "float32"),)
+
+        def step(self, state, last_tokens, step):
+            table = ops.where(ops.equal(step, 0), ops.convert_to_tensor(first, "float32"),
+                              ops.convert_to_tensor(later, "float32"))
+            rows = ops.shape(last_tokens)[0]
+            return ops.broadcast_to(ops.expand_dims(table, 0), (rows, vocabulary_size)), state
+
+        def reorder(self, state, rows):
+            return state
+
+    class Model:
+        pass
+
+    model = Model()
+    model.vocabulary_size = vocabulary_size
+    model.incremental_decoder = lambda source_ids, beam_size, max_length, xla_layout, use_cache: Scripted(
+        int(source_ids.shape[0]) * beam_size)
+    source = np.array([[4, 4, EOS]], "int32")
+    result = search_module._beam(model, ops.convert_to_tensor(source), beam_size=2, alpha=0.0,
+                                 max_extra_length=3, max_length=None, min_length=0, bos_id=BOS,
+                                 eos_id=EOS, pad_id=PAD, use_cache=True, return_all_beams=False)
+    result = as_numpy(result)
+    # EOS alone: log 0.2 = -1.61; any longer hypothesis pays log 0.35 + log 0.49 + ...
+    np.testing.assert_array_equal(result["ids"][0, :2], [EOS, PAD])
+    np.testing.assert_allclose(result["scores"][0], np.log(0.2), rtol=1e-6)
 
 
 def exhaustive_hypotheses(model, source_row, limit, alpha, vocabulary_size):

@@ -1,10 +1,13 @@
-"""Greedy and beam search over the Transformer's cached decoder.
+"""Greedy and beam search over the model's incremental decoder.
 
-Everything here is written with `keras.ops` (loops with `keras.ops.while_loop`),
-so it runs under the TensorFlow, JAX and PyTorch backends and inside a
-TensorFlow graph built without autograph or XLA (a SavedModel export): no
-Python `if`/`while` on tensors, and every loop variable keeps a fixed shape
-(pre-allocated buffers written in place of padding).
+Only search lives here: the searches drive any decoder with the step API of
+`keras_transformer.models.incremental` (`initial_state`, `step`, `reorder`;
+built by `Transformer.incremental_decoder`), and `compiled.py` compiles them
+per backend. Everything is `keras.ops` (loops with `keras.ops.while_loop`),
+so it runs under TensorFlow, JAX and PyTorch, and inside a TensorFlow graph
+built without autograph or XLA (a SavedModel export): no Python `if`/`while`
+on tensors, and every loop variable keeps a fixed shape (pre-allocated
+buffers written in place of padding).
 
 Conventions shared by both searches:
 
@@ -23,37 +26,25 @@ Conventions shared by both searches:
 - `pad_id` and `bos_id` are never generated (their log-probabilities are set
   to -inf, without renormalising); EOS is also forbidden while fewer than
   `min_length` tokens precede it.
-- Finished hypotheses are kept and never extended: a finished beam competes
-  with the extensions of live beams under its final score, and the search
-  stops as soon as every beam of every sentence has finished.
 
-Beams are flattened into the batch (row b * beam_size + k). The decoder's
-keys and values are never reordered: each beam writes its step's entries into
-its own slot of a shared per-sentence cache, attends over every slot's entries,
-and a mask keeps the ones on its own hypothesis's path (the slot history, a
-small int tensor, is all that follows a beam to its new parent). The
-encoder and the cross-attention keys/values are computed once per call. The
-caches are laid out for search (one (rows, heads, length, depth) tensor per
-layer for keys and one for values, see `_CachedStepper`) rather than through
-`model.decode(self_attention_cache=...)`, whose generic stacked layout costs
-transposes and copies at every step; `use_cache=False` re-runs
-`model.decode` on the whole prefix instead, the reference the tests compare
-against.
-
-Both searches compile the whole loop where the backend allows: a
-`tf.function` (optionally `jit_compile=True`, XLA) on TensorFlow, `jax.jit` on
-JAX; PyTorch runs eagerly under `torch.no_grad()`. When called while a
-TensorFlow graph or a JAX trace is being built (e.g. inside an export
-function) they emit plain ops into it.
+Beam search is the standard algorithm of GNMT and tensor2tensor: at each
+step the `2 * beam_size` best extensions of the live hypotheses are taken;
+those that finish (EOS, or the length limit) enter a separate finished set
+(the `beam_size` best by final score), the best `beam_size` others stay live.
+A finished hypothesis never competes with live ones for a slot, and the best
+finished one is returned. A sentence stops early only when no live
+hypothesis can beat the worst kept finished one even under the most
+favourable length penalty it could reach (the one at its limit, since log P
+only falls): a bound that never changes the result.
 """
 
 import functools
-import itertools
 import math
-import weakref
 
-import keras
 from keras import ops
+
+from keras_transformer.decoding import compiled
+from keras_transformer.models.incremental import batch_size_of, write_column
 
 BOS_ID = 2
 EOS_ID = 3
@@ -102,14 +93,6 @@ def _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_
     return max_length
 
 
-def _check_source(source_ids):
-    if len(source_ids.shape) != 2:
-        raise ValueError(
-            f"`source_ids` must be a 2-D (batch, source_length) array of ids, "
-            f"got shape {tuple(source_ids.shape)}."
-        )
-
-
 # ---------------------------------------------------------------------------
 # Shared pieces of the searches
 
@@ -136,11 +119,6 @@ def _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length):
     else:
         buffer_length = ops.maximum(buffer_length, 1)
     return limits, buffer_length
-
-
-def _batch_size(x):
-    size = x.shape[0]
-    return ops.shape(x)[0] if size is None else size
 
 
 def _mask_special_tokens(log_probs, ids, step, bos_id, eos_id, pad_id, min_length):
@@ -187,7 +165,7 @@ def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length):
         allowed = _mask_special_tokens(logits, vocabulary, step, bos_id, eos_id, pad_id, min_length)
         values, ids = ops.top_k(allowed, k=k, sorted=True)
         return values, ops.cast(ids, "int32"), ops.logsumexp(logits, axis=-1)
-    rows = _batch_size(logits)
+    rows = batch_size_of(logits)
     block = _block_length(vocabulary_size)
     count = -(-vocabulary_size // block)
     padded = logits
@@ -214,259 +192,14 @@ def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length):
     return values, ids, logsumexp
 
 
-def _write_column(buffer, column, values):
-    """buffer[:, column] = values without slice_update (no XLA-only op on TF)."""
-    width = ops.shape(buffer)[1]
-    at_column = ops.equal(ops.arange(width, dtype="int32"), column)
-    return ops.where(ops.expand_dims(at_column, 0), ops.expand_dims(values, 1), buffer)
-
-
-def _repeat_rows(x, repeats):
-    return ops.repeat(x, repeats, axis=0) if repeats > 1 else x
-
-
-class _CachedStepper:
-    """One decoder position per step, with per-layer key/value caches.
-
-    The model's own layers do the work (`DecoderLayer._residual` for the
-    post-/pre-LN wiring, the projections, `ScaledDotProductAttention`, the
-    feed-forward network, the tied output projection); only the cache layout
-    is specific to search: one (batch, heads, buffer_length * beams, depth)
-    tensor per layer for keys and one for values (under XLA the keys are
-    stored (batch, heads, depth, buffer_length * beams), see `__init__`), where
-    entry `position * beams + slot` holds what the beam in `slot` wrote at
-    `position`. Keys and values are then consumed by the attention without
-    the transposes and stacking that the model's generic
-    (batch, 2, length, heads, depth) cache needs at every step. Beam search
-    never moves them: a beam that continues another inherits its slot history
-    ((rows, buffer_length) ints: which slot wrote each position of the
-    hypothesis), and its self-attention mask admits exactly those entries.
-    Attending over all beams' entries costs beam_size x the (small)
-    attention FLOPs of one step, and saves copying every cache at every step.
-    The cross-attention keys and values are projected once per sentence and
-    shared by its beams. Tests check that this reproduces `model.decode` on
-    the whole prefix.
-
-    `xla_ops`: write the cache with `slice_update` (an in-place
-    dynamic-update-slice under XLA and JAX). TensorFlow lowers it to
-    `XlaDynamicUpdateSlice`, which needs XLA, so the graph path (exports for
-    TF Serving) writes with a scatter instead.
-    """
-
-    def __init__(self, model, source_ids, repeats, buffer_length, xla_ops):
-        self.model = model
-        self.layers = list(model.decoder.stacked_layers)
-        self.xla_ops = xla_ops or keras.backend.backend() != "tensorflow"
-        self.buffer_length = buffer_length
-        self.beams = repeats
-        self.batch = _batch_size(source_ids)
-        # Under XLA, keys are kept as (..., depth, length): XLA's CPU dot
-        # reads them about twice as fast as (..., length, depth) operands
-        # that it must transpose (attention is then handed
-        # `swapaxes(keys)`, and the two transposes cancel). The TF graph
-        # path keeps (..., length, depth), where the scatter writes rows.
-        self.keys_transposed = self.xla_ops
-        memory = model.encode(source_ids, training=False)
-        rows = self.batch * repeats
-        source_length = ops.shape(source_ids)[1]
-        # Cross-attention runs per sentence: its beams are the query rows of
-        # one (heads, beams, depth) block against the sentence's keys, which
-        # are stored once instead of once per beam.
-        self.source_mask = ops.reshape(
-            ops.not_equal(source_ids, model.pad_id), (self.batch, 1, 1, source_length)
-        )
-        self.cross = []
-        for layer in self.layers:
-            attention = layer.cross_attention
-            keys = self._heads(attention, attention.key_projection(memory))
-            values = self._heads(attention, attention.value_projection(memory))
-            if self.keys_transposed:
-                keys = ops.swapaxes(keys, -1, -2)
-            self.cross.append((keys, values))
-        # One matmul for the query, key and value projections of each step.
-        self.fused_projections = [self._fuse(layer.self_attention) for layer in self.layers]
-        first = self.layers[0].self_attention
-        # Keys/values of position p written by the beam in physical slot j sit
-        # at p * beams + j: the entries of one step are contiguous.
-        value_shape = (self.batch, first.num_heads, buffer_length * repeats, first.depth)
-        key_shape = value_shape
-        if self.keys_transposed:
-            key_shape = (self.batch, first.num_heads, first.depth, buffer_length * repeats)
-        dtype = first.compute_dtype
-        self.initial_cache = ()
-        for _ in self.layers:
-            self.initial_cache += (ops.zeros(key_shape, dtype=dtype), ops.zeros(value_shape, dtype=dtype))
-        if repeats > 1:
-            # Which slot holds each position of each beam's hypothesis.
-            self.initial_cache += (ops.zeros((rows, buffer_length), dtype="int32"),)
-            self.own_slot = ops.tile(ops.arange(repeats, dtype="int32"), (self.batch,))
-            self.slots = ops.arange(repeats, dtype="int32")
-        if not self.xla_ops:
-            # (sentence, head, slot) coordinates of every cache entry written per step.
-            grid = ops.meshgrid(
-                ops.arange(self.batch, dtype="int32"),
-                ops.arange(first.num_heads, dtype="int32"),
-                ops.arange(repeats, dtype="int32"),
-                indexing="ij",
-            )
-            self.write_indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 3))
-
-    @staticmethod
-    def _fuse(attention):
-        """(kernel, bias) of the concatenated query/key/value projections, or None."""
-        denses = (attention.query_projection, attention.key_projection, attention.value_projection)
-        for dense in denses:
-            # Quantized or LoRA layers compute their kernels differently: call them.
-            if getattr(dense, "quantization_mode", None) or getattr(dense, "lora_enabled", False):
-                return None
-        dtype = attention.compute_dtype
-        kernel = ops.concatenate([ops.cast(d.kernel, dtype) for d in denses], axis=1)
-        bias = None
-        if attention.use_bias:
-            bias = ops.concatenate([ops.cast(d.bias, dtype) for d in denses], axis=0)
-        return kernel, bias
-
-    def _project_query_key_value(self, index, attention, h):
-        fused = self.fused_projections[index]
-        if fused is None:
-            return (attention.query_projection(h), attention.key_projection(h), attention.value_projection(h))
-        kernel, bias = fused
-        projected = ops.matmul(h, kernel)
-        if bias is not None:
-            projected = projected + bias
-        width = attention.d_model
-        return projected[..., :width], projected[..., width : 2 * width], projected[..., 2 * width :]
-
-    @staticmethod
-    def _heads(attention, x):
-        """(rows, length, d_model) -> (rows, heads, length, depth)."""
-        return ops.transpose(attention.split_heads(x), (0, 2, 1, 3))
-
-    def _step_heads(self, attention, x):
-        """(rows, 1, d_model) -> (batch, heads, beams, depth): one step of every beam."""
-        x = ops.reshape(x, (self.batch, self.beams, attention.num_heads, attention.depth))
-        return ops.transpose(x, (0, 2, 1, 3))
-
-    def _merge_step_heads(self, attention, x):
-        """(batch, heads, beams, depth) -> (rows, 1, d_model)."""
-        x = ops.transpose(x, (0, 2, 1, 3))
-        return ops.reshape(x, (self.batch * self.beams, 1, attention.d_model))
-
-    def _write(self, cache, new, step, transposed=False):
-        """cache[:, :, step * beams + slot] = new[:, :, slot] for every slot, or
-        cache[:, :, :, step * beams + slot] = new[:, :, slot] into a `transposed`
-        (batch, heads, depth, entries) cache."""
-        if transposed:
-            return ops.slice_update(cache, [0, 0, 0, step * self.beams], ops.swapaxes(new, -1, -2))
-        if self.xla_ops:
-            return ops.slice_update(cache, [0, 0, step * self.beams, 0], new)
-        count = ops.shape(self.write_indices)[0]
-        position = self.write_indices[:, 2:] + step * self.beams
-        indices = ops.concatenate([self.write_indices[:, :2], position], axis=1)
-        return ops.scatter_update(cache, indices, ops.reshape(new, (count, ops.shape(new)[-1])))
-
-    def _keys_for_attention(self, keys):
-        """Keys as attention takes them, (..., length, depth)."""
-        return ops.swapaxes(keys, -1, -2) if self.keys_transposed else keys
-
-    def _self_attention_mask(self, step, caches):
-        """Which cache entries each beam sees, (batch, 1, beams, buffer * beams), and
-        the updated slot history."""
-        positions = ops.arange(self.buffer_length, dtype="int32")
-        written = ops.less_equal(positions, step)
-        if self.beams == 1:
-            return ops.reshape(written, (1, 1, 1, -1)), ()
-        history = _write_column(caches[-1], step, self.own_slot)  # (rows, buffer)
-        own = ops.equal(ops.expand_dims(history, -1), self.slots)  # (rows, buffer, beams)
-        visible = ops.logical_and(own, ops.reshape(written, (1, -1, 1)))
-        return ops.reshape(visible, (self.batch, 1, self.beams, -1)), (history,)
-
-    def __call__(self, step, last_tokens, tokens, caches):
-        model = self.model
-        x = model.target_embedding(ops.expand_dims(last_tokens, 1))
-        x = x + model.position_encoding(x, start_index=step)
-        self_mask, history = self._self_attention_mask(step, caches)
-        new_caches = []
-        for index, layer in enumerate(self.layers):
-            keys, values = caches[2 * index], caches[2 * index + 1]
-            cross_keys, cross_values = self.cross[index]
-
-            def self_attend(h, index=index, layer=layer, keys=keys, values=values):
-                attention = layer.self_attention
-                query, key, value = self._project_query_key_value(index, attention, h)
-                query = self._step_heads(attention, query)
-                keys = self._write(keys, self._step_heads(attention, key), step, self.keys_transposed)
-                values = self._write(values, self._step_heads(attention, value), step)
-                # Each beam attends over every slot's entries; the mask keeps
-                # those of its own hypothesis (see `reorder`).
-                attended = attention.attention(
-                    query, self._keys_for_attention(keys), values, attention_mask=self_mask
-                )
-                return attention.output_projection(self._merge_step_heads(attention, attended)), (keys, values)
-
-            def cross_attend(h, layer=layer, keys=cross_keys, values=cross_values):
-                attention = layer.cross_attention
-                query = self._step_heads(attention, attention.query_projection(h))
-                attended = attention.attention(
-                    query, self._keys_for_attention(keys), values, attention_mask=self.source_mask
-                )
-                return attention.output_projection(self._merge_step_heads(attention, attended)), None
-
-            x, written = layer._residual(x, self_attend, layer.self_attention_norm, False)
-            new_caches.extend(written)
-            x, _ = layer._residual(x, cross_attend, layer.cross_attention_norm, False)
-            x, _ = layer._residual(
-                x, lambda h, layer=layer: (layer.feed_forward(h, training=False), None),
-                layer.feed_forward_norm, False,
-            )
-        if model.decoder.final_norm is not None:
-            x = model.decoder.final_norm(x)
-        logits = model.target_embedding.logits(x)[:, 0]
-        return ops.cast(logits, "float32"), tuple(new_caches) + history
-
-    def reorder(self, caches, rows):
-        """A beam that continues another takes over its slot history; the
-        keys and values stay where they were written, so nothing big moves
-        (a gather of every cache per step was a quarter of beam search)."""
-        if self.beams == 1:
-            return tuple(ops.take(cache, rows, axis=0) for cache in caches)
-        return caches[:-1] + (ops.take(caches[-1], rows, axis=0),)
-
-
-class _FullStepper:
-    """Re-runs `model.decode` on BOS + every token so far at each step.
-
-    What tutorials do (no cache): the reference the cached path must
-    reproduce, and a benchmark baseline.
-    """
-
-    def __init__(self, model, source_ids, repeats, buffer_length, bos_id):
-        self.model = model
-        self.bos_id = bos_id
-        self.memory = _repeat_rows(model.encode(source_ids, training=False), repeats)
-        self.source_ids = _repeat_rows(source_ids, repeats)
-        # A loop variable must hold a tensor; nothing is cached.
-        self.initial_cache = (ops.zeros((), dtype="float32"),)
-
-    def __call__(self, step, last_tokens, tokens, caches):
-        bos = ops.full((ops.shape(tokens)[0], 1), self.bos_id, dtype="int32")
-        prefix = ops.concatenate([bos, tokens[:, :-1]], axis=1)
-        logits = self.model.decode(prefix, self.memory, self.source_ids, training=False)
-        logits = ops.take(logits, step, axis=1)
-        return ops.cast(logits, "float32"), caches
-
-    def reorder(self, caches, rows):
-        return caches
-
-
-def _stepper(model, source_ids, repeats, buffer_length, use_cache, bos_id, xla_ops):
-    if use_cache:
-        return _CachedStepper(model, source_ids, repeats, buffer_length, xla_ops)
-    return _FullStepper(model, source_ids, repeats, buffer_length, bos_id)
-
-
 # ---------------------------------------------------------------------------
 # The searches as plain functions of ops
+
+
+def _decoder(model, source_ids, beam_size, buffer_length, use_cache, xla_ops):
+    return model.incremental_decoder(
+        source_ids, beam_size=beam_size, max_length=buffer_length, xla_layout=xla_ops, use_cache=use_cache
+    )
 
 
 def _greedy(
@@ -475,16 +208,15 @@ def _greedy(
 ):
     source_ids = ops.cast(source_ids, "int32")
     limits, buffer_length = _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length)
-    stepper = _stepper(model, source_ids, 1, buffer_length, use_cache, bos_id, xla_ops)
-    batch = _batch_size(source_ids)
-    vocabulary_size = model.vocabulary_size
-    vocabulary = ops.arange(vocabulary_size, dtype="int32")
+    decoder = _decoder(model, source_ids, 1, buffer_length, use_cache, xla_ops)
+    batch = batch_size_of(source_ids)
+    vocabulary = ops.arange(model.vocabulary_size, dtype="int32")
 
-    def cond(step, tokens, last_tokens, finished, scores, lengths, cache):
+    def cond(step, tokens, last_tokens, finished, scores, lengths, state):
         return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(finished)))
 
-    def body(step, tokens, last_tokens, finished, scores, lengths, cache):
-        logits, cache = stepper(step, last_tokens, tokens, cache)
+    def body(step, tokens, last_tokens, finished, scores, lengths, state):
+        logits, state = decoder.step(state, last_tokens, step)
         # log P(token) = logit - logsumexp(logits), over the whole vocabulary.
         normalizer = ops.logsumexp(logits, axis=-1)
         allowed = _mask_special_tokens(logits, vocabulary, step, bos_id, eos_id, pad_id, min_length)
@@ -494,24 +226,32 @@ def _greedy(
         next_tokens = ops.where(alive, next_tokens, pad_id)
         scores = scores + ops.where(alive, token_logits - normalizer, 0.0)
         lengths = lengths + ops.cast(alive, "int32")
-        tokens = _write_column(tokens, step, next_tokens)
+        tokens = write_column(tokens, step, next_tokens)
         finished = ops.logical_or(
             finished,
             ops.logical_or(ops.equal(next_tokens, eos_id), ops.greater_equal(step + 1, limits)),
         )
-        return step + 1, tokens, next_tokens, finished, scores, lengths, cache
+        return step + 1, tokens, next_tokens, finished, scores, lengths, state
 
-    state = (
+    loop_state = (
         ops.convert_to_tensor(0, dtype="int32"),
         ops.zeros((batch, buffer_length), dtype="int32"),
         ops.full((batch,), bos_id, dtype="int32"),
         ops.zeros((batch,), dtype="bool"),
         ops.zeros((batch,), dtype="float32"),
         ops.zeros((batch,), dtype="int32"),
-        stepper.initial_cache,
+        decoder.initial_state,
     )
-    _, tokens, _, _, scores, lengths, _ = ops.while_loop(cond, body, state)
+    _, tokens, _, _, scores, lengths, _ = ops.while_loop(cond, body, loop_state)
     return {"ids": tokens, "scores": scores, "log_probs": scores, "lengths": lengths}
+
+
+def _take_rows(x, indices):
+    """x[b, indices[b, j]] for (batch, n, ...) `x` and (batch, m) `indices`."""
+    indices = ops.cast(indices, "int32")
+    for _ in range(len(x.shape) - 2):
+        indices = ops.expand_dims(indices, -1)
+    return ops.take_along_axis(x, indices, axis=1)
 
 
 def _beam(
@@ -520,89 +260,104 @@ def _beam(
 ):
     source_ids = ops.cast(source_ids, "int32")
     limits, buffer_length = _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length)
-    stepper = _stepper(model, source_ids, beam_size, buffer_length, use_cache, bos_id, xla_ops)
-    batch = _batch_size(source_ids)
+    decoder = _decoder(model, source_ids, beam_size, buffer_length, use_cache, xla_ops)
+    batch = batch_size_of(source_ids)
     rows = batch * beam_size
     vocabulary_size = model.vocabulary_size
-    limits = ops.expand_dims(limits, 1)  # (batch, 1) against (batch, beam)
     neg_inf = ops.cast(_NEG_INF, "float32")
-    # Row offsets of each sentence's beams in the flattened (batch * beam) axis.
+    # 2 * beam_size extensions per sentence: at most beam_size of them end
+    # with EOS (one per live beam), so at least beam_size stay live. The best
+    # of a sentence are among the best `per_row` tokens of each of its beams
+    # (the beam's log P is constant along its row): a top-k per row, then
+    # one over the beam * per_row candidates.
+    per_row = min(2 * beam_size, vocabulary_size)
+    width = min(2 * beam_size, beam_size * per_row)
+    # The most favourable penalty a live hypothesis can still get: the one at its limit.
+    best_penalty = length_penalty(limits, alpha)
+    limits = ops.expand_dims(limits, 1)  # (batch, 1) against (batch, candidates)
     row_offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * beam_size, 1)
-    own_index = ops.broadcast_to(ops.arange(beam_size, dtype="int32")[None], (batch, beam_size))
-    per_row = min(beam_size, vocabulary_size)
     # Flat index of (beam, token) in a sentence's beam * vocabulary extensions.
     beam_offsets = ops.reshape(
         ops.tile(ops.arange(beam_size, dtype="int32") * vocabulary_size, (batch,)), (rows, 1)
     )
 
-    def cond(step, tokens, last_tokens, finished, log_probs, scores, lengths, cache):
-        return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(finished)))
+    def cond(step, live_tokens, last_tokens, live_log_probs, finished_tokens, finished_scores,
+             finished_log_probs, finished_lengths, done, state):
+        return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(done)))
 
-    def one_step(step, tokens, last_tokens, finished, log_probs, scores, lengths, cache):
-        logits, cache = stepper(step, last_tokens, tokens, cache)
-        # Extensions of live beams: beam log P + logit - logsumexp(logits).
-        # All have length step + 1, hence the same penalty: the best of them
-        # by log P are the best by score, and only beam_size can be kept.
-        # The offset is constant along a row, so the best extensions of a
-        # sentence are among the best `per_row` tokens of each of its beams:
-        # a top-k per row, then over the beam * per_row candidates (ties go to
-        # the lower flat index either way). Cheaper than one top-k over
-        # beam * vocabulary values per sentence.
+    def body(step, live_tokens, last_tokens, live_log_probs, finished_tokens, finished_scores,
+             finished_log_probs, finished_lengths, done, state):
+        logits, state = decoder.step(state, last_tokens, step)
         row_values, row_indices, normalizers = _top_k_and_logsumexp(
             logits, per_row, step, bos_id, eos_id, pad_id, min_length
         )
-        offsets = ops.reshape(log_probs, (rows,)) - normalizers
-        offsets = ops.where(ops.reshape(finished, (rows,)), neg_inf, offsets)
+        # A sentence that is done extends nothing (its dead beams are -inf already).
+        live = ops.where(ops.expand_dims(done, 1), neg_inf, live_log_probs)
+        offsets = ops.reshape(live, (rows,)) - normalizers
         candidates = ops.reshape(row_values + ops.expand_dims(offsets, 1), (batch, beam_size * per_row))
         candidate_ids = ops.reshape(row_indices + beam_offsets, (batch, beam_size * per_row))
-        extension_log_probs, positions = ops.top_k(candidates, k=beam_size, sorted=True)
-        indices = ops.take_along_axis(candidate_ids, ops.cast(positions, "int32"), axis=1)
-        extension_scores = extension_log_probs / length_penalty(step + 1, alpha)
-        # Finished beams compete unchanged, under their final score.
-        finished_scores = ops.where(finished, scores, neg_inf)
-        pooled_scores = ops.concatenate([extension_scores, finished_scores], axis=1)
-        new_scores, picks = ops.top_k(pooled_scores, k=beam_size, sorted=True)
-        picks = ops.cast(picks, "int32")
+        log_probs, positions = ops.top_k(candidates, k=width, sorted=True)
+        flat_ids = ops.take_along_axis(candidate_ids, ops.cast(positions, "int32"), axis=1)
+        parents = flat_ids // vocabulary_size
+        tokens = flat_ids % vocabulary_size
+        ends = ops.logical_or(ops.equal(tokens, eos_id), ops.greater_equal(step + 1, limits))
+        # Every candidate's whole hypothesis: its parent's tokens and this one.
+        parent_rows = row_offsets + parents  # (batch, width)
+        hypotheses = ops.take(live_tokens, ops.reshape(parent_rows, (-1,)), axis=0)
+        hypotheses = write_column(hypotheses, step, ops.reshape(tokens, (-1,)))
+        hypotheses = ops.reshape(hypotheses, (batch, width, -1))
 
-        def pick(extension_values, finished_values):
-            pooled = ops.concatenate([extension_values, finished_values], axis=1)
-            return ops.take_along_axis(pooled, picks, axis=1)
-
-        new_log_probs = pick(extension_log_probs, log_probs)
-        parents = pick(indices // vocabulary_size, own_index)
-        # A finished pick, or a dead one (fewer live candidates than beams,
-        # with a tiny vocabulary), is frozen: no token, no length.
-        frozen = ops.logical_or(ops.greater_equal(picks, beam_size), ops.equal(new_scores, neg_inf))
-        new_tokens = ops.where(frozen, pad_id, pick(indices % vocabulary_size, own_index))
-        new_lengths = ops.take_along_axis(lengths, parents, axis=1) + ops.cast(ops.logical_not(frozen), "int32")
-        new_finished = ops.logical_or(
-            frozen,
-            ops.logical_or(ops.equal(new_tokens, eos_id), ops.greater_equal(step + 1, limits)),
+        # Finished: the best beam_size of the kept ones and those ending now
+        # (ties keep the earlier ones, which come first).
+        ending_scores = ops.where(ends, log_probs / length_penalty(step + 1, alpha), neg_inf)
+        pooled_scores = ops.concatenate([finished_scores, ending_scores], axis=1)
+        finished_scores, picks = ops.top_k(pooled_scores, k=beam_size, sorted=True)
+        finished_tokens = _take_rows(ops.concatenate([finished_tokens, hypotheses], axis=1), picks)
+        finished_log_probs = _take_rows(
+            ops.concatenate([finished_log_probs, ops.where(ends, log_probs, neg_inf)], axis=1), picks
         )
-        parent_rows = ops.reshape(row_offsets + parents, (rows,))
-        flat_tokens = ops.reshape(new_tokens, (rows,))
-        tokens = _write_column(ops.take(tokens, parent_rows, axis=0), step, flat_tokens)
-        cache = stepper.reorder(cache, parent_rows)
-        return step + 1, tokens, flat_tokens, new_finished, new_log_probs, new_scores, new_lengths, cache
+        ending_lengths = ops.broadcast_to(ops.reshape(step + 1, (1, 1)), ops.shape(tokens))
+        finished_lengths = _take_rows(ops.concatenate([finished_lengths, ending_lengths], axis=1), picks)
 
-    # Only the first beam is live at the start, so the first step's top-k
-    # holds distinct tokens.
+        # Live: the best beam_size of those that do not end.
+        live_log_probs, picks = ops.top_k(ops.where(ends, neg_inf, log_probs), k=beam_size, sorted=True)
+        live_rows = ops.reshape(_take_rows(parent_rows, picks), (rows,))
+        last_tokens = ops.reshape(_take_rows(tokens, picks), (rows,))
+        live_tokens = ops.reshape(_take_rows(hypotheses, picks), (rows, -1))
+        state = decoder.reorder(state, live_rows)
+
+        # Done when no live hypothesis can beat the worst kept finished one
+        # (-inf while fewer than beam_size have finished), or at the limit.
+        bound = live_log_probs[:, 0] / best_penalty
+        done = ops.logical_or(done, ops.greater_equal(finished_scores[:, -1], bound))
+        done = ops.logical_or(done, ops.greater_equal(step + 1, limits[:, 0]))
+        return (step + 1, live_tokens, last_tokens, live_log_probs, finished_tokens, finished_scores,
+                finished_log_probs, finished_lengths, done, state)
+
+    # Only the first beam is live at the start, so the first step's
+    # candidates hold distinct tokens.
     first_beam = ops.equal(ops.arange(beam_size, dtype="int32"), 0)
-    initial = ops.where(first_beam, 0.0, neg_inf)
-    initial = ops.broadcast_to(ops.expand_dims(initial, 0), (batch, beam_size))
-    state = (
+    initial = ops.broadcast_to(ops.expand_dims(ops.where(first_beam, 0.0, neg_inf), 0), (batch, beam_size))
+    empty = ops.full((batch, beam_size), neg_inf, dtype="float32")
+    loop_state = (
         ops.convert_to_tensor(0, dtype="int32"),
         ops.zeros((rows, buffer_length), dtype="int32"),
         ops.full((rows,), bos_id, dtype="int32"),
-        ops.zeros((batch, beam_size), dtype="bool"),
         initial,
-        initial,
+        ops.zeros((batch, beam_size, buffer_length), dtype="int32"),
+        empty,
+        empty,
         ops.zeros((batch, beam_size), dtype="int32"),
-        stepper.initial_cache,
+        ops.zeros((batch,), dtype="bool"),
+        decoder.initial_state,
     )
-    _, tokens, _, _, log_probs, scores, lengths, _ = ops.while_loop(cond, one_step, state)
-    # top_k keeps the beams sorted by score, best first.
-    tokens = ops.reshape(tokens, (batch, beam_size, ops.shape(tokens)[1]))
+    results = ops.while_loop(cond, body, loop_state)
+    tokens, scores, log_probs, lengths = results[4:8]
+    # Slots no hypothesis ever filled (a vocabulary smaller than the beam)
+    # score -inf and hold no tokens.
+    filled = ops.greater(scores, neg_inf)
+    tokens = ops.where(ops.expand_dims(filled, -1), tokens, pad_id)
+    lengths = ops.where(filled, lengths, 0)
     if return_all_beams:
         return {"ids": tokens, "scores": scores, "log_probs": log_probs, "lengths": lengths}
     return {
@@ -611,97 +366,6 @@ def _beam(
         "log_probs": log_probs[:, 0],
         "lengths": lengths[:, 0],
     }
-
-
-# ---------------------------------------------------------------------------
-# Compilation per backend
-
-# model -> {options: compiled function}; weak so that models can be freed.
-_COMPILED = weakref.WeakKeyDictionary()
-
-
-def _in_trace(source_ids):
-    """True while a TF graph or a JAX trace is being built."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.inside_function()
-    if backend == "jax":
-        import jax
-
-        return isinstance(source_ids, jax.core.Tracer)
-    return False
-
-
-def _compile(model, key, search, jit_compile):
-    """`search(model, source_ids) -> dict`, compiled once per model and options.
-
-    The compiled function holds the model through a weak reference, so the
-    per-model table does not keep the model alive.
-    """
-    per_model = _COMPILED.setdefault(model, {})
-    if key in per_model:
-        return per_model[key]
-    model_ref = weakref.ref(model)
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        function = tf.function(
-            lambda source_ids: search(model_ref(), source_ids),
-            autograph=False,
-            jit_compile=jit_compile,
-            # One graph for every batch shape; XLA still specialises per shape.
-            input_signature=[tf.TensorSpec((None, None), tf.int32)],
-        )
-    elif backend == "jax":
-        import jax
-
-        def stateless(trainable, non_trainable, source_ids):
-            model = model_ref()
-            mapping = itertools.chain(
-                zip(model.trainable_variables, trainable),
-                zip(model.non_trainable_variables, non_trainable),
-            )
-            with keras.StatelessScope(state_mapping=mapping):
-                return search(model, source_ids)
-
-        jitted = jax.jit(stateless)
-
-        def function(source_ids):
-            model = model_ref()
-            return jitted(
-                [v.value for v in model.trainable_variables],
-                [v.value for v in model.non_trainable_variables],
-                source_ids,
-            )
-
-    elif backend == "torch":
-        import torch
-
-        def function(source_ids):
-            with torch.no_grad():
-                return search(model_ref(), source_ids)
-
-    else:
-        def function(source_ids):
-            return search(model_ref(), source_ids)
-
-    per_model[key] = function
-    return function
-
-
-def _run(model, source_ids, key, search, compile, jit_compile):
-    if isinstance(source_ids, (list, tuple)):
-        source_ids = ops.convert_to_tensor(source_ids, dtype="int32")
-    _check_source(source_ids)
-    if not model.built:
-        model.build()
-    if not compile or _in_trace(source_ids):
-        return search(model, source_ids)
-    source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
-    return _compile(model, key, search, jit_compile)(source_ids)
 
 
 # ---------------------------------------------------------------------------
@@ -757,7 +421,7 @@ def greedy_search(
     )
 
     key = ("greedy", max_extra_length, max_length, min_length, bos_id, eos_id, pad_id, use_cache, jit_compile)
-    return _run(model, source_ids, key, search, compile, jit_compile)
+    return compiled.run(model, source_ids, key, search, compile, jit_compile)
 
 
 def beam_search(
@@ -780,21 +444,23 @@ def beam_search(
     """Beam search with the GNMT length penalty (the paper's setting: 4 beams, alpha 0.6).
 
     Hypotheses are ranked by log P / ((5 + length) / 6) ** alpha, the length
-    counting EOS. Finished hypotheses stay in the beam unchanged and compete
-    with the extensions of live ones; the search ends when every beam has
-    finished or the length limit is reached.
+    counting EOS. The standard algorithm (GNMT, tensor2tensor): `beam_size`
+    live hypotheses drawn from the `2 * beam_size` best extensions at each
+    step, finished ones kept in a separate set of the `beam_size` best, the
+    best finished one returned (see the module docstring for early stopping).
 
     Arguments as for `greedy_search`, plus:
         beam_size: number of beams.
         alpha: length penalty exponent (0: plain log-probability).
-        return_all_beams: return every beam, best first, instead of the best.
+        return_all_beams: return the kept finished hypotheses, best first,
+            instead of the best one.
 
     Returns:
         A dict of tensors: "ids" (batch, buffer_length) int32 (with
         `return_all_beams`, (batch, beam_size, buffer_length)); "scores" the
         length-penalised scores; "log_probs" the sums of log-probabilities;
-        "lengths" tokens generated, EOS included. Beams that could never be
-        filled (a vocabulary smaller than the beam) score -inf.
+        "lengths" tokens generated, EOS included. Slots of the finished set
+        that no hypothesis filled score -inf, with no tokens and length 0.
     """
     max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id)
     _check_int("beam_size", beam_size, 1)
@@ -813,4 +479,4 @@ def beam_search(
         "beam", beam_size, alpha, max_extra_length, max_length, min_length, return_all_beams,
         bos_id, eos_id, pad_id, use_cache, jit_compile,
     )
-    return _run(model, source_ids, key, search, compile, jit_compile)
+    return compiled.run(model, source_ids, key, search, compile, jit_compile)

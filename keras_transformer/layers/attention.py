@@ -61,18 +61,9 @@ class ScaledDotProductAttention(keras.layers.Layer):
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention with Q/K/V/O projections, d_k = d_v = d_model / h.
 
-    `call(query, value, key=None, attention_mask=None, cache=None, cache_index=None)`.
-
-    Incremental decoding uses `cache`, a tensor of shape
-    (batch, 2, max_length, heads, depth) holding projected keys ([:, 0]) and
-    values ([:, 1]):
-    - with `cache_index` (self-attention): the keys/values of `value` are
-      projected, written into the cache at `cache_index` and the query attends
-      over the whole fixed-size cache (the caller masks the unwritten slots);
-      this keeps every tensor shape fixed so a decode step compiles once.
-    - without `cache_index` (cross-attention): the cache already holds the
-      projected encoder keys/values and `value` is ignored.
-    With a cache the layer returns `(outputs, cache)` (plus weights if asked).
+    `call(query, value, key=None, attention_mask=None)`. Incremental decoding
+    (keys and values cached across steps) uses the projections and the
+    `attention` sub-layer directly: see `keras_transformer.models.incremental`.
     """
 
     def __init__(self, d_model, num_heads, dropout=0.0, use_bias=True, **kwargs):
@@ -118,67 +109,35 @@ class MultiHeadAttention(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (batch, length, self.num_heads, self.depth))
 
-    def project_key_value(self, key, value):
-        """Projected keys and values stacked as a cache: (batch, 2, length, heads, depth).
-
-        Used once per sentence for cross-attention during decoding.
-        """
-        k = self.split_heads(self.key_projection(key))
-        v = self.split_heads(self.value_projection(value))
-        return ops.stack([k, v], axis=1)
-
     def call(
         self,
         query,
         value,
         key=None,
         attention_mask=None,
-        cache=None,
-        cache_index=None,
         training=None,
         return_attention_weights=False,
     ):
         if key is None:
             key = value
-        q = self.split_heads(self.query_projection(query))
-        if cache is None:
-            k = self.split_heads(self.key_projection(key))
-            v = self.split_heads(self.value_projection(value))
-        elif cache_index is None:
-            k, v = cache[:, 0], cache[:, 1]
-        else:
-            new_k = self.split_heads(self.key_projection(key))
-            new_v = self.split_heads(self.value_projection(value))
-            update = ops.stack([new_k, new_v], axis=1)
-            start = [0, 0, cache_index, 0, 0]
-            cache = ops.slice_update(cache, start, ops.cast(update, cache.dtype))
-            k, v = cache[:, 0], cache[:, 1]
-
         # (batch, length, heads, depth) -> (batch, heads, length, depth)
-        q = ops.transpose(q, (0, 2, 1, 3))
-        k = ops.transpose(k, (0, 2, 1, 3))
-        v = ops.transpose(v, (0, 2, 1, 3))
+        q = ops.transpose(self.split_heads(self.query_projection(query)), (0, 2, 1, 3))
+        k = ops.transpose(self.split_heads(self.key_projection(key)), (0, 2, 1, 3))
+        v = ops.transpose(self.split_heads(self.value_projection(value)), (0, 2, 1, 3))
         if attention_mask is not None and len(attention_mask.shape) == 3:
             attention_mask = ops.expand_dims(attention_mask, axis=1)  # broadcast over heads
         attended = self.attention(
-            q,
-            k,
-            v,
-            attention_mask=attention_mask, training=training, return_attention_weights=return_attention_weights
+            q, k, v, attention_mask=attention_mask, training=training,
+            return_attention_weights=return_attention_weights,
         )
         if return_attention_weights:
             attended, weights = attended
         attended = ops.transpose(attended, (0, 2, 1, 3))
         batch, length = ops.shape(attended)[0], ops.shape(attended)[1]
-        attended = ops.reshape(attended, (batch, length, self.d_model))
-        outputs = self.output_projection(attended)
-
-        results = (outputs,)
-        if cache is not None:
-            results += (cache,)
+        outputs = self.output_projection(ops.reshape(attended, (batch, length, self.d_model)))
         if return_attention_weights:
-            results += (weights,)
-        return results[0] if len(results) == 1 else results
+            return outputs, weights
+        return outputs
 
     def get_config(self):
         config = super().get_config()

@@ -14,12 +14,9 @@ class DecoderLayer(_SublayerConfig, keras.layers.Layer):
     default, pre-LN with `norm_first=True`). Arguments as for `EncoderLayer`.
 
     `call(inputs, encoder_output, self_attention_mask, cross_attention_mask,
-    self_attention_cache=None, cache_index=None, cross_attention_cache=None,
     return_attention_weights=False)` returns the layer output, followed by the
-    updated self-attention cache when one is given, followed by the
     cross-attention weights (batch, heads, target, source) when asked for.
-    Caches have shape (batch, 2, length, heads, d_model / heads); see
-    `MultiHeadAttention`.
+    Incremental decoding runs the same wiring through `residual_blocks`.
     """
 
     def __init__(
@@ -58,61 +55,51 @@ class DecoderLayer(_SublayerConfig, keras.layers.Layer):
         self.feed_forward_norm.build(inputs_shape)
         self.built = True
 
-    def call(
-        self,
-        inputs,
-        encoder_output=None,
-        self_attention_mask=None,
-        cross_attention_mask=None,
-        self_attention_cache=None,
-        cache_index=None,
-        cross_attention_cache=None,
-        training=None,
-        return_attention_weights=False,
-    ):
-        def self_attend(h):
-            if self_attention_cache is None:
-                out = self.self_attention(
-                    h, h, attention_mask=self_attention_mask, training=training
-                )
-                return out, None
-            return self.self_attention(
-                h,
-                h,
-                attention_mask=self_attention_mask,
-                cache=self_attention_cache,
-                cache_index=cache_index,
-                training=training,
-            )
+    def residual_blocks(self, inputs, self_attend, cross_attend, training=None):
+        """The layer's wiring around attention functions it is given.
 
-        def cross_attend(h):
-            results = self.cross_attention(
-                h,
-                encoder_output,
-                attention_mask=cross_attention_mask,
-                cache=cross_attention_cache,
-                training=training,
-                return_attention_weights=return_attention_weights,
-            )
-            if not isinstance(results, tuple):
-                return results, None
-            # (out, [cache,] [weights]); the cross-attention cache never changes.
-            return results[0], (results[-1] if return_attention_weights else None)
-
-        x, new_cache = self._residual(inputs, self_attend, self.self_attention_norm, training)
-        x, weights = self._residual(x, cross_attend, self.cross_attention_norm, training)
+        `self_attend(h)` and `cross_attend(h)` map the (possibly normalised)
+        sub-layer input to `(output, extras)`; the residual connections, the
+        norms, dropout and the feed-forward network are the layer's own.
+        `call` passes full attention; incremental decoding
+        (`keras_transformer.models.incremental`) passes attention over its
+        caches, so both run the same post-LN or pre-LN layer. Returns
+        `(outputs, self_attention_extras, cross_attention_extras)`.
+        """
+        x, self_extras = self._residual(inputs, self_attend, self.self_attention_norm, training)
+        x, cross_extras = self._residual(x, cross_attend, self.cross_attention_norm, training)
         x, _ = self._residual(
             x,
             lambda h: (self.feed_forward(h, training=training), None),
             self.feed_forward_norm,
             training,
         )
-        results = (x,)
-        if self_attention_cache is not None:
-            results += (new_cache,)
-        if return_attention_weights:
-            results += (weights,)
-        return results[0] if len(results) == 1 else results
+        return x, self_extras, cross_extras
+
+    def call(
+        self,
+        inputs,
+        encoder_output=None,
+        self_attention_mask=None,
+        cross_attention_mask=None,
+        training=None,
+        return_attention_weights=False,
+    ):
+        def self_attend(h):
+            return self.self_attention(h, h, attention_mask=self_attention_mask, training=training), None
+
+        def cross_attend(h):
+            results = self.cross_attention(
+                h,
+                encoder_output,
+                attention_mask=cross_attention_mask,
+                training=training,
+                return_attention_weights=return_attention_weights,
+            )
+            return results if return_attention_weights else (results, None)
+
+        x, _, weights = self.residual_blocks(inputs, self_attend, cross_attend, training)
+        return (x, weights) if return_attention_weights else x
 
     def get_config(self):
         config = super().get_config()
@@ -124,9 +111,8 @@ class DecoderLayer(_SublayerConfig, keras.layers.Layer):
 class Decoder(_SublayerConfig, keras.layers.Layer):
     """A stack of `num_layers` decoder layers; with pre-LN, a final LayerNorm.
 
-    For incremental decoding the caches of all layers are stacked into one
-    tensor each, (num_layers, batch, 2, length, heads, depth), so a decoding
-    loop carries two tensors of fixed shape.
+    Incremental decoding (one position at a time, with key/value caches) is
+    the model's: see `Transformer.incremental_decoder`.
     """
 
     def __init__(
@@ -162,64 +148,35 @@ class Decoder(_SublayerConfig, keras.layers.Layer):
             self.final_norm.build(inputs_shape)
         self.built = True
 
-    def empty_self_attention_cache(self, batch_size, max_length, dtype=None):
-        """Zeros of shape (num_layers, batch, 2, max_length, heads, depth)."""
-        depth = self.d_model // self.num_heads
-        return ops.zeros(
-            (self.num_layers, batch_size, 2, max_length, self.num_heads, depth),
-            dtype=dtype or self.compute_dtype,
-        )
-
-    def cross_attention_cache(self, encoder_output):
-        """Encoder keys/values projected once per sentence for every layer."""
-        return ops.stack(
-            [layer.cross_attention.project_key_value(encoder_output, encoder_output) for layer in self.stacked_layers],
-            axis=0,
-        )
-
     def call(
         self,
         inputs,
         encoder_output=None,
         self_attention_mask=None,
         cross_attention_mask=None,
-        self_attention_cache=None,
-        cache_index=None,
-        cross_attention_cache=None,
         training=None,
         return_attention_weights=False,
     ):
         x = inputs
-        new_caches, all_weights = [], []
-        for i, layer in enumerate(self.stacked_layers):
-            results = layer(
+        all_weights = []
+        for layer in self.stacked_layers:
+            x = layer(
                 x,
                 encoder_output,
                 self_attention_mask=self_attention_mask,
                 cross_attention_mask=cross_attention_mask,
-                self_attention_cache=None if self_attention_cache is None else self_attention_cache[i],
-                cache_index=cache_index,
-                cross_attention_cache=None if cross_attention_cache is None else cross_attention_cache[i],
                 training=training,
                 return_attention_weights=return_attention_weights,
             )
-            if isinstance(results, tuple):
-                x = results[0]
-                if self_attention_cache is not None:
-                    new_caches.append(results[1])
-                if return_attention_weights:
-                    all_weights.append(results[-1])
-            else:
-                x = results
+            if return_attention_weights:
+                x, weights = x
+                all_weights.append(weights)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        outputs = (x,)
-        if self_attention_cache is not None:
-            outputs += (ops.stack(new_caches, axis=0),)
         if return_attention_weights:
             # (num_layers, batch, heads, target, source)
-            outputs += (ops.stack(all_weights, axis=0),)
-        return outputs[0] if len(outputs) == 1 else outputs
+            return x, ops.stack(all_weights, axis=0)
+        return x
 
     def get_config(self):
         config = super().get_config()

@@ -10,7 +10,7 @@ from keras_transformer.layers.embeddings import (
     SinusoidalPositionalEncoding,
 )
 from keras_transformer.layers.encoder import Encoder
-from keras_transformer.layers.masks import causal_mask, decoder_self_attention_mask, padding_mask
+from keras_transformer.layers.masks import decoder_self_attention_mask, padding_mask
 from keras_transformer.models.presets import PRESETS
 
 
@@ -155,48 +155,47 @@ class Transformer(keras.Model):
         target_ids,
         encoder_output=None,
         source_ids=None,
-        self_attention_cache=None,
-        cache_index=None,
-        cross_attention_cache=None,
         training=False,
         return_attention_weights=False,
     ):
         """Target ids and the encoder output -> float32 logits (batch, target_length, vocabulary).
 
-        For incremental decoding pass `self_attention_cache` (from
-        `decoder.empty_self_attention_cache`) and `cache_index`, the position
-        of the first of `target_ids`; the result is then `(logits, cache)`.
-        `cross_attention_cache` (from `decoder.cross_attention_cache`) avoids
-        re-projecting the encoder output at every step. `source_ids` supplies
-        the source padding mask. With `return_attention_weights` the
-        cross-attention weights (num_layers, batch, heads, target, source)
-        come last.
+        `source_ids` supplies the source padding mask. With
+        `return_attention_weights` the cross-attention weights (num_layers,
+        batch, heads, target, source) come last. For decoding one position
+        at a time, see `incremental_decoder`.
         """
-        start = 0 if cache_index is None else cache_index
-        y = self._embed(target_ids, self.target_embedding, self.target_dropout, start, training)
-        if self_attention_cache is None:
-            self_mask = decoder_self_attention_mask(target_ids, self.pad_id)
-        else:
-            max_length = ops.shape(self_attention_cache)[3]
-            query_length = ops.shape(target_ids)[1]
-            self_mask = ops.expand_dims(causal_mask(query_length, max_length, offset=start), 0)
+        y = self._embed(target_ids, self.target_embedding, self.target_dropout, 0, training)
+        self_mask = decoder_self_attention_mask(target_ids, self.pad_id)
         cross_mask = None if source_ids is None else padding_mask(source_ids, self.pad_id)
         results = self.decoder(
             y,
             encoder_output,
             self_attention_mask=self_mask,
             cross_attention_mask=cross_mask,
-            self_attention_cache=self_attention_cache,
-            cache_index=cache_index,
-            cross_attention_cache=cross_attention_cache,
             training=training,
             return_attention_weights=return_attention_weights,
         )
-        hidden = results[0] if isinstance(results, tuple) else results
+        hidden = results[0] if return_attention_weights else results
         logits = ops.cast(self.target_embedding.logits(hidden), "float32")
-        if isinstance(results, tuple):
-            return (logits,) + tuple(results[1:])
-        return logits
+        return (logits, results[1]) if return_attention_weights else logits
+
+    def incremental_decoder(self, source_ids, beam_size=1, max_length=None, xla_layout=False, use_cache=True):
+        """The one step API of decoding: an object with `initial_state`,
+        `step(state, last_tokens, step) -> (logits, state)` and
+        `reorder(state, rows)`, over `source_ids` (batch, source_length)
+        with `beam_size` rows per sentence and room for `max_length` target
+        positions. Greedy and beam search, the exports and the CTranslate2
+        comparison all decode through it; see
+        `keras_transformer.models.incremental`.
+        """
+        from keras_transformer.models import incremental
+
+        if max_length is None:
+            raise ValueError("`max_length` (the number of target positions to make room for) is required.")
+        if not use_cache:
+            return incremental.RecomputingDecoder(self, source_ids, beam_size, max_length)
+        return incremental.IncrementalDecoder(self, source_ids, beam_size, max_length, xla_layout)
 
     def call(self, inputs, training=None):
         if isinstance(inputs, dict):

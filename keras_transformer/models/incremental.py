@@ -1,0 +1,256 @@
+"""Incremental decoding: the model's one step API.
+
+A search (greedy, beam, or any other) drives the decoder one target position
+at a time through three things, in the manner of flax's
+`beam_search(tokens_to_logits)` and OpenNMT-tf's `dynamic_decode`:
+
+- `initial_state`: a tuple of tensors of fixed shapes (a loop variable);
+- `step(state, last_tokens, step) -> (logits, state)`: the float32 logits
+  (rows, vocabulary) of position `step` for every row, given the token each
+  row chose at the previous position (BOS at step 0);
+- `reorder(state, rows)`: row i continues the hypothesis of row `rows[i]`.
+
+Rows are sentences times `beam_size`, sentence-major (row b * beam_size + k).
+`Transformer.incremental_decoder` builds one. `IncrementalDecoder` caches
+keys and values; `RecomputingDecoder` re-runs `model.decode` on the whole
+prefix at every step (what tutorials do), the reference the cached one must
+reproduce.
+
+Everything is `keras.ops`, with fixed shapes: it runs under TensorFlow (a
+plain graph or XLA), JAX and PyTorch.
+"""
+
+from keras import ops
+
+
+def batch_size_of(x):
+    """The leading dimension, static when known."""
+    size = x.shape[0]
+    return ops.shape(x)[0] if size is None else size
+
+
+def write_column(buffer, column, values):
+    """buffer[:, column] = values without slice_update (no XLA-only op on TF)."""
+    width = ops.shape(buffer)[1]
+    at_column = ops.equal(ops.arange(width, dtype="int32"), column)
+    return ops.where(ops.expand_dims(at_column, 0), ops.expand_dims(values, 1), buffer)
+
+
+class IncrementalDecoder:
+    """One decoder position per step, with per-layer key/value caches.
+
+    The model's own layers do the work (`DecoderLayer.residual_blocks` for
+    the post-/pre-LN wiring, the projections, `ScaledDotProductAttention`,
+    the feed-forward network, the tied output projection); only the cache
+    layout is specific to decoding: one (batch, heads, max_length * beams,
+    depth) tensor per layer for keys and one for values, where entry
+    `position * beams + slot` holds what the row in `slot` wrote at
+    `position` (with `xla_layout`, keys are stored (batch, heads, depth,
+    max_length * beams): XLA's CPU dot reads them about twice as fast as
+    operands it must transpose).
+
+    Keys and values never move. A row that continues another (`reorder`)
+    inherits its slot history ((rows, max_length) ints: which slot wrote
+    each position of the hypothesis), and its self-attention mask admits
+    exactly those entries. Attending over all beams' entries costs
+    beam_size x the (small) attention FLOPs of one step, and saves copying
+    every cache at every step. Cross-attention keys and values are projected
+    once per sentence and shared by its beams.
+
+    `xla_layout`: write the caches with `slice_update` (an in-place
+    dynamic-update-slice under XLA and JAX). TensorFlow lowers it to
+    `XlaDynamicUpdateSlice`, which needs XLA, so the plain graph (SavedModels
+    for TF Serving) writes with a scatter instead.
+    """
+
+    def __init__(self, model, source_ids, beam_size, max_length, xla_layout=False):
+        import keras
+
+        self.model = model
+        self.layers = list(model.decoder.stacked_layers)
+        self.xla_ops = bool(xla_layout) or keras.backend.backend() != "tensorflow"
+        self.keys_transposed = self.xla_ops
+        self.max_length = max_length
+        self.beams = beam_size
+        self.batch = batch_size_of(source_ids)
+        memory = model.encode(source_ids, training=False)
+        source_length = ops.shape(source_ids)[1]
+        self.source_mask = ops.reshape(
+            ops.not_equal(source_ids, model.pad_id), (self.batch, 1, 1, source_length)
+        )
+        # Cross-attention runs per sentence: its beams are the query rows of
+        # one (heads, beams, depth) block against the sentence's keys.
+        self.cross = []
+        for layer in self.layers:
+            attention = layer.cross_attention
+            keys = self._heads(attention, attention.key_projection(memory))
+            values = self._heads(attention, attention.value_projection(memory))
+            if self.keys_transposed:
+                keys = ops.swapaxes(keys, -1, -2)
+            self.cross.append((keys, values))
+        # One matmul for the query, key and value projections of each step.
+        self.fused_projections = [self._fuse(layer.self_attention) for layer in self.layers]
+        first = self.layers[0].self_attention
+        value_shape = (self.batch, first.num_heads, max_length * beam_size, first.depth)
+        key_shape = value_shape
+        if self.keys_transposed:
+            key_shape = (self.batch, first.num_heads, first.depth, max_length * beam_size)
+        dtype = first.compute_dtype
+        state = ()
+        for _ in self.layers:
+            state += (ops.zeros(key_shape, dtype=dtype), ops.zeros(value_shape, dtype=dtype))
+        if beam_size > 1:
+            state += (ops.zeros((self.batch * beam_size, max_length), dtype="int32"),)
+            self.own_slot = ops.tile(ops.arange(beam_size, dtype="int32"), (self.batch,))
+            self.slots = ops.arange(beam_size, dtype="int32")
+        self.initial_state = state
+        if not self.xla_ops:
+            # (sentence, head, slot) coordinates of every cache entry written per step.
+            grid = ops.meshgrid(
+                ops.arange(self.batch, dtype="int32"),
+                ops.arange(first.num_heads, dtype="int32"),
+                ops.arange(beam_size, dtype="int32"),
+                indexing="ij",
+            )
+            self.write_indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 3))
+
+    @staticmethod
+    def _fuse(attention):
+        """(kernel, bias) of the concatenated query/key/value projections, or None."""
+        denses = (attention.query_projection, attention.key_projection, attention.value_projection)
+        for dense in denses:
+            # Quantized or LoRA layers compute their kernels differently: call them.
+            if getattr(dense, "quantization_mode", None) or getattr(dense, "lora_enabled", False):
+                return None
+        dtype = attention.compute_dtype
+        kernel = ops.concatenate([ops.cast(d.kernel, dtype) for d in denses], axis=1)
+        bias = None
+        if attention.use_bias:
+            bias = ops.concatenate([ops.cast(d.bias, dtype) for d in denses], axis=0)
+        return kernel, bias
+
+    def _project_query_key_value(self, index, attention, h):
+        fused = self.fused_projections[index]
+        if fused is None:
+            return (attention.query_projection(h), attention.key_projection(h), attention.value_projection(h))
+        kernel, bias = fused
+        projected = ops.matmul(h, kernel)
+        if bias is not None:
+            projected = projected + bias
+        width = attention.d_model
+        return projected[..., :width], projected[..., width : 2 * width], projected[..., 2 * width :]
+
+    @staticmethod
+    def _heads(attention, x):
+        """(rows, length, d_model) -> (rows, heads, length, depth)."""
+        return ops.transpose(attention.split_heads(x), (0, 2, 1, 3))
+
+    def _step_heads(self, attention, x):
+        """(rows, 1, d_model) -> (batch, heads, beams, depth): one step of every beam."""
+        x = ops.reshape(x, (self.batch, self.beams, attention.num_heads, attention.depth))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def _merge_step_heads(self, attention, x):
+        """(batch, heads, beams, depth) -> (rows, 1, d_model)."""
+        x = ops.transpose(x, (0, 2, 1, 3))
+        return ops.reshape(x, (self.batch * self.beams, 1, attention.d_model))
+
+    def _write(self, cache, new, step, transposed=False):
+        """cache[:, :, step * beams + slot] = new[:, :, slot] for every slot (into a
+        `transposed` (batch, heads, depth, entries) cache: along the last axis)."""
+        if transposed:
+            return ops.slice_update(cache, [0, 0, 0, step * self.beams], ops.swapaxes(new, -1, -2))
+        if self.xla_ops:
+            return ops.slice_update(cache, [0, 0, step * self.beams, 0], new)
+        count = ops.shape(self.write_indices)[0]
+        position = self.write_indices[:, 2:] + step * self.beams
+        indices = ops.concatenate([self.write_indices[:, :2], position], axis=1)
+        return ops.scatter_update(cache, indices, ops.reshape(new, (count, ops.shape(new)[-1])))
+
+    def _keys_for_attention(self, keys):
+        """Keys as attention takes them, (..., length, depth)."""
+        return ops.swapaxes(keys, -1, -2) if self.keys_transposed else keys
+
+    def _self_attention_mask(self, step, state):
+        """Which cache entries each row sees, (batch, 1, beams, max_length * beams),
+        and the updated slot history."""
+        positions = ops.arange(self.max_length, dtype="int32")
+        written = ops.less_equal(positions, step)
+        if self.beams == 1:
+            return ops.reshape(written, (1, 1, 1, -1)), ()
+        history = write_column(state[-1], step, self.own_slot)  # (rows, max_length)
+        own = ops.equal(ops.expand_dims(history, -1), self.slots)  # (rows, max_length, beams)
+        visible = ops.logical_and(own, ops.reshape(written, (1, -1, 1)))
+        return ops.reshape(visible, (self.batch, 1, self.beams, -1)), (history,)
+
+    def step(self, state, last_tokens, step):
+        model = self.model
+        x = model.target_embedding(ops.expand_dims(last_tokens, 1))
+        x = x + model.position_encoding(x, start_index=step)
+        self_mask, history = self._self_attention_mask(step, state)
+        new_state = ()
+        for index, layer in enumerate(self.layers):
+            keys, values = state[2 * index], state[2 * index + 1]
+            cross_keys, cross_values = self.cross[index]
+
+            def self_attend(h, index=index, layer=layer, keys=keys, values=values):
+                attention = layer.self_attention
+                query, key, value = self._project_query_key_value(index, attention, h)
+                query = self._step_heads(attention, query)
+                keys = self._write(keys, self._step_heads(attention, key), step, self.keys_transposed)
+                values = self._write(values, self._step_heads(attention, value), step)
+                # Each row attends over every slot's entries; the mask keeps
+                # those of its own hypothesis.
+                attended = attention.attention(
+                    query, self._keys_for_attention(keys), values, attention_mask=self_mask
+                )
+                return attention.output_projection(self._merge_step_heads(attention, attended)), (keys, values)
+
+            def cross_attend(h, layer=layer, keys=cross_keys, values=cross_values):
+                attention = layer.cross_attention
+                query = self._step_heads(attention, attention.query_projection(h))
+                attended = attention.attention(
+                    query, self._keys_for_attention(keys), values, attention_mask=self.source_mask
+                )
+                return attention.output_projection(self._merge_step_heads(attention, attended)), None
+
+            x, written, _ = layer.residual_blocks(x, self_attend, cross_attend, training=False)
+            new_state += written
+        if model.decoder.final_norm is not None:
+            x = model.decoder.final_norm(x)
+        logits = model.target_embedding.logits(x)[:, 0]
+        return ops.cast(logits, "float32"), new_state + history
+
+    def reorder(self, state, rows):
+        """Row i takes over the slot history of row `rows[i]`; keys and values
+        stay where they were written (a gather of every cache per step was a
+        quarter of beam search)."""
+        if self.beams == 1:
+            return tuple(ops.take(tensor, rows, axis=0) for tensor in state)
+        return state[:-1] + (ops.take(state[-1], rows, axis=0),)
+
+
+class RecomputingDecoder:
+    """Re-runs `model.decode` on BOS + every token so far at each step.
+
+    No cache: the state is the decoder's input so far, (rows, max_length).
+    The reference `IncrementalDecoder` must reproduce, and a benchmark
+    baseline.
+    """
+
+    def __init__(self, model, source_ids, beam_size, max_length):
+        self.model = model
+        memory = model.encode(source_ids, training=False)
+        self.memory = ops.repeat(memory, beam_size, axis=0) if beam_size > 1 else memory
+        self.source_ids = ops.repeat(source_ids, beam_size, axis=0) if beam_size > 1 else source_ids
+        rows = batch_size_of(source_ids) * beam_size
+        self.initial_state = (ops.full((rows, max_length), model.pad_id, dtype="int32"),)
+
+    def step(self, state, last_tokens, step):
+        (inputs,) = state
+        inputs = write_column(inputs, step, ops.cast(last_tokens, "int32"))
+        logits = self.model.decode(inputs, self.memory, self.source_ids, training=False)
+        return ops.cast(ops.take(logits, step, axis=1), "float32"), (inputs,)
+
+    def reorder(self, state, rows):
+        return tuple(ops.take(tensor, rows, axis=0) for tensor in state)
