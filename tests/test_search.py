@@ -526,3 +526,125 @@ def test_bad_arguments_are_named(model, source):
         greedy_search(model, source, max_extra_length=-1)
     with pytest.raises(ValueError, match="eos_id"):
         greedy_search(model, source, eos_id=99)
+
+
+# ---------------------------------------------------------------------------
+# Constraints: repeated n-grams and forced prefixes
+
+
+def repeated_ngrams(tokens, n):
+    """Every n-gram that occurs more than once in `tokens` (brute force)."""
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return {gram for gram in grams if grams.count(gram) > 1}
+
+
+def output_tokens(ids, length):
+    return [int(t) for t in ids[:length]]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_no_repeat_ngram_size_blocks_every_repeat(n):
+    # A 1+1-layer 9-token model repeats itself readily over 12 tokens.
+    model = make_model(vocabulary_size=9, num_encoder_layers=1, num_decoder_layers=1, eos_scale=0.2, seed=5)
+    source = make_sources(vocabulary_size=9, lengths=(3, 5, 2, 4), seed=1)
+    options = dict(max_extra_length=8, min_length=6)
+    free = as_numpy(greedy_search(model, source, **options))
+    free_repeats = sum(bool(repeated_ngrams(output_tokens(r, l), n)) for r, l in zip(free["ids"], free["lengths"]))
+    assert free_repeats > 0  # the unconstrained outputs do repeat n-grams
+    greedy = as_numpy(greedy_search(model, source, no_repeat_ngram_size=n, **options))
+    beams = as_numpy(beam_search(model, source, beam_size=3, no_repeat_ngram_size=n, return_all_beams=True,
+                                 **options))
+    for ids, length in zip(greedy["ids"], greedy["lengths"]):
+        assert not repeated_ngrams(output_tokens(ids, length), n)
+    for row in range(len(source)):
+        for k in range(3):
+            if np.isfinite(beams["scores"][row, k]):
+                assert not repeated_ngrams(output_tokens(beams["ids"][row, k], beams["lengths"][row, k]), n)
+
+
+def reference_greedy(model, source, limits, prefixes=None, n=0, min_length=0):
+    """Greedy over full forward passes with an optional forced prefix and
+    repeat blocking, sentence by sentence (no code shared with search.py)."""
+    outputs = []
+    width = source.shape[1] + EXTRA
+    for row in range(len(source)):
+        tokens, total = [], 0.0
+        prefix = [] if prefixes is None else [int(t) for t in prefixes[row] if t != PAD]
+        while len(tokens) < limits[row] and (not tokens or tokens[-1] != EOS):
+            log_probs = full_log_probs(model, source[row], [[BOS, *tokens] + [PAD] * (width - 1 - len(tokens))])
+            log_probs = log_probs[0, len(tokens)].copy()
+            allowed = log_probs.copy()
+            allowed[[PAD, BOS]] = -np.inf
+            if len(tokens) < min_length:
+                allowed[EOS] = -np.inf
+            if len(tokens) < len(prefix):
+                keep = allowed[prefix[len(tokens)]]
+                allowed[:] = -np.inf
+                allowed[prefix[len(tokens)]] = keep
+            if n:
+                for token in range(len(allowed)):
+                    if token != EOS and repeated_ngrams(tokens + [token], n):
+                        allowed[token] = -np.inf
+            token = int(np.argmax(allowed))
+            tokens.append(token)
+            total += log_probs[token]
+        outputs.append((tokens, total))
+    return outputs
+
+
+@pytest.mark.parametrize("n", [0, 2])
+def test_greedy_with_prefix_and_blocking_equals_a_reference(n):
+    model = make_model(vocabulary_size=9, num_encoder_layers=1, num_decoder_layers=1, eos_scale=0.5, seed=6)
+    source = make_sources(vocabulary_size=9, lengths=(3, 5, 2, 4), seed=2)
+    prefixes = np.array([[5, 6, 0], [0, 0, 0], [7, 0, 0], [4, 4, 8]], "int32")
+    limits = limits_of(source)
+    result = as_numpy(greedy_search(model, source, max_extra_length=EXTRA, prefix_ids=prefixes,
+                                    no_repeat_ngram_size=n, min_length=2))
+    expected = reference_greedy(model, source, limits, prefixes, n, min_length=2)
+    for row, (tokens, total) in enumerate(expected):
+        assert output_tokens(result["ids"][row], result["lengths"][row]) == tokens
+        np.testing.assert_allclose(result["scores"][row], total, rtol=1e-4, atol=1e-4)
+        prefix = [int(t) for t in prefixes[row] if t != PAD]
+        assert tokens[: len(prefix)] == prefix
+
+
+def test_beam_with_prefix_equals_the_reference_on_a_conditioned_model(tiny_vocabulary_model):
+    model = tiny_vocabulary_model
+    draw_weights(model, seed=11, eos_scale=1.5)
+    source = make_sources(vocabulary_size=9, lengths=(4, 1, 3, 2, 4), seed=5)
+    prefixes = np.array([[5, 6], [0, 0], [7, 0], [4, 4], [8, 0]], "int32")
+    limits = [int(limit) for limit in limits_of(source)]
+    result = as_numpy(beam_search(model, source, beam_size=3, alpha=0.6, max_extra_length=EXTRA,
+                                  prefix_ids=prefixes))
+    log_probs_of = full_pass_log_probs(model, source)
+
+    def conditioned(prefixes_by_row):
+        # The model conditioned by hand: only the prefix token at its positions.
+        results = log_probs_of(prefixes_by_row)
+        for row, row_prefixes in prefixes_by_row.items():
+            forced = [int(t) for t in prefixes[row] if t != PAD]
+            for tokens, log_probs in zip(row_prefixes, results[row]):
+                if len(tokens) < len(forced):
+                    keep = log_probs[forced[len(tokens)]]
+                    log_probs[:] = -np.inf
+                    log_probs[forced[len(tokens)]] = keep
+        return results
+
+    expected, _ = reference_beam_search(conditioned, limits, 3, 0.6)
+    for row, hypotheses in enumerate(expected):
+        best_score, best_log_p, best_tokens = hypotheses[0]
+        assert output_tokens(result["ids"][row], result["lengths"][row]) == list(best_tokens)
+        np.testing.assert_allclose(result["scores"][row], best_score, rtol=1e-4, atol=1e-4)
+        forced = [int(t) for t in prefixes[row] if t != PAD]
+        assert list(best_tokens[: len(forced)]) == forced
+
+
+def test_bad_constraints_are_named(model, source):
+    with pytest.raises(ValueError, match="no_repeat_ngram_size"):
+        greedy_search(model, source, no_repeat_ngram_size=-1)
+    with pytest.raises(ValueError, match="prefix_ids.*row 1.*id 3"):
+        beam_search(model, source, prefix_ids=np.array([[5, 0], [EOS, 0], [0, 0], [0, 0]]))
+    with pytest.raises(ValueError, match="prefix_ids.*row 0.*id 0"):
+        greedy_search(model, source, prefix_ids=np.array([[0, 5], [0, 0], [0, 0], [0, 0]]))
+    with pytest.raises(ValueError, match="prefix_ids.*3 rows"):
+        greedy_search(model, source, prefix_ids=np.zeros((3, 2), "int32"))

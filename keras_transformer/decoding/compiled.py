@@ -31,8 +31,9 @@ def in_trace(source_ids):
     return False
 
 
-def compiled(model, key, search, jit_compile):
-    """`search(model, source_ids) -> dict`, compiled once per model and `key`.
+def compiled(model, key, search, jit_compile, dtypes=("int32",)):
+    """`search(model, *inputs) -> dict`, compiled once per model and `key`;
+    the inputs are 2-D tensors of `dtypes` (source ids first).
 
     The compiled function holds the model through a weak reference, so the
     per-model table does not keep the model alive.
@@ -46,62 +47,69 @@ def compiled(model, key, search, jit_compile):
         import tensorflow as tf
 
         function = tf.function(
-            lambda source_ids: search(model_ref(), source_ids),
+            lambda *inputs: search(model_ref(), *inputs),
             autograph=False,
             jit_compile=jit_compile,
             # One graph for every batch shape; XLA still specialises per shape.
-            input_signature=[tf.TensorSpec((None, None), tf.int32)],
+            input_signature=[tf.TensorSpec((None, None), dtype) for dtype in dtypes],
         )
     elif backend == "jax":
         import jax
 
-        def stateless(trainable, non_trainable, source_ids):
+        def stateless(trainable, non_trainable, *inputs):
             model = model_ref()
             mapping = itertools.chain(
                 zip(model.trainable_variables, trainable),
                 zip(model.non_trainable_variables, non_trainable),
             )
             with keras.StatelessScope(state_mapping=mapping):
-                return search(model, source_ids)
+                return search(model, *inputs)
 
         jitted = jax.jit(stateless)
 
-        def function(source_ids):
+        def function(*inputs):
             model = model_ref()
             return jitted(
                 [v.value for v in model.trainable_variables],
                 [v.value for v in model.non_trainable_variables],
-                source_ids,
+                *inputs,
             )
 
     elif backend == "torch":
         import torch
 
-        def function(source_ids):
+        def function(*inputs):
             with torch.no_grad():
-                return search(model_ref(), source_ids)
+                return search(model_ref(), *inputs)
 
     else:
-        def function(source_ids):
-            return search(model_ref(), source_ids)
+        def function(*inputs):
+            return search(model_ref(), *inputs)
 
     per_model[key] = function
     return function
 
 
-def run(model, source_ids, key, search, compile, jit_compile):
-    """Runs `search(model, source_ids)`: compiled (see `compiled`) unless
-    `compile` is False or a graph or trace is being built."""
-    if isinstance(source_ids, (list, tuple)):
-        source_ids = ops.convert_to_tensor(source_ids, dtype="int32")
-    if len(source_ids.shape) != 2:
-        raise ValueError(
-            f"`source_ids` must be a 2-D (batch, source_length) array of ids, "
-            f"got shape {tuple(source_ids.shape)}."
-        )
+def as_ids(name, ids):
+    """A 2-D int array (list, numpy or tensor) as a tensor, or an error naming it."""
+    if isinstance(ids, (list, tuple)):
+        ids = ops.convert_to_tensor(ids, dtype="int32")
+    if len(ids.shape) != 2:
+        raise ValueError(f"`{name}` must be a 2-D (batch, length) array of ids, got shape {tuple(ids.shape)}.")
+    return ids
+
+
+def run(model, source_ids, key, search, compile, jit_compile, extra_inputs=()):
+    """Runs `search(model, source_ids, *extra_inputs)`: compiled (see
+    `compiled`) unless `compile` is False or a graph or trace is being built."""
+    source_ids = as_ids("source_ids", source_ids)
     if not model.built:
         model.build()
+    inputs = (source_ids,) + tuple(extra_inputs)
     if not compile or in_trace(source_ids):
-        return search(model, source_ids)
-    source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
-    return compiled(model, key, search, jit_compile)(source_ids)
+        return search(model, *inputs)
+    dtypes = ("int32",) + tuple(
+        "float32" if "float" in str(getattr(x, "dtype", "int32")) else "int32" for x in extra_inputs
+    )
+    inputs = tuple(ops.cast(ops.convert_to_tensor(x), dtype) for x, dtype in zip(inputs, dtypes))
+    return compiled(model, key, search, jit_compile, dtypes)(*inputs)

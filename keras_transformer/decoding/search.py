@@ -38,9 +38,9 @@ favourable length penalty it could reach (the one at its limit, since log P
 only falls): a bound that never changes the result.
 """
 
-import functools
 import math
 
+import numpy as np
 from keras import ops
 
 from keras_transformer.decoding import compiled
@@ -91,6 +91,33 @@ def _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_
         # Learned positions exist only up to the model's max_length.
         max_length = model.max_length if max_length is None else min(max_length, model.max_length)
     return max_length
+
+
+def _check_prefix(prefix_ids, source_ids, bos_id, eos_id, pad_id, vocabulary_size):
+    """() without a prefix, else (prefix_ids,) after checking what can be
+    checked without running a graph: shape, batch, and (for concrete
+    arrays) the ids themselves."""
+    if prefix_ids is None:
+        return ()
+    prefix_ids = compiled.as_ids("prefix_ids", prefix_ids)
+    source_ids = compiled.as_ids("source_ids", source_ids)
+    rows, source_rows = prefix_ids.shape[0], source_ids.shape[0]
+    if rows is not None and source_rows is not None and rows != source_rows:
+        raise ValueError(f"`prefix_ids` has {rows} rows but `source_ids` has {source_rows}.")
+    try:
+        values = ops.convert_to_numpy(prefix_ids)
+    except Exception:  # a symbolic tensor: nothing more to check here
+        return (prefix_ids,)
+    for row, ids in enumerate(values.tolist()):
+        content = ids[: len(ids) - next((i for i, t in enumerate(reversed(ids)) if t != pad_id), len(ids))]
+        for token in content:
+            if token in (pad_id, bos_id, eos_id) or not 0 <= token < vocabulary_size:
+                raise ValueError(
+                    f"`prefix_ids` row {row} holds id {token}: a prefix holds token ids in "
+                    f"[0, {vocabulary_size}) other than pad {pad_id}, bos {bos_id} and eos {eos_id}, "
+                    "padded at the end with pad."
+                )
+    return (prefix_ids,)
 
 
 # ---------------------------------------------------------------------------
@@ -144,10 +171,12 @@ def _block_length(vocabulary_size):
     return root
 
 
-def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length):
+def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length, banned=None):
     """Per row of (rows, V) float32 logits: the k largest logits of allowed
     tokens (best first, ties to the lower id, as `top_k`), their ids, and
-    logsumexp over all V logits.
+    logsumexp over all V logits. `banned` ((rows, V) booleans, from
+    `_Constraints`) excludes more tokens; it takes the plain path, since
+    the blockwise bound below counts on few banned ids.
 
     Large vocabularies go blockwise: the row is cut into ~sqrt(V) blocks, and
     the k best allowed tokens lie in the k + (number of banned ids) blocks
@@ -160,9 +189,10 @@ def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length):
     top-k over ~6% of it.
     """
     vocabulary_size = logits.shape[-1]
-    if vocabulary_size < BLOCKWISE_TOP_K_MIN_VOCABULARY:
+    if vocabulary_size < BLOCKWISE_TOP_K_MIN_VOCABULARY or banned is not None:
         vocabulary = ops.arange(vocabulary_size, dtype="int32")
-        allowed = _mask_special_tokens(logits, vocabulary, step, bos_id, eos_id, pad_id, min_length)
+        allowed = logits if banned is None else ops.where(banned, _NEG_INF, logits)
+        allowed = _mask_special_tokens(allowed, vocabulary, step, bos_id, eos_id, pad_id, min_length)
         values, ids = ops.top_k(allowed, k=k, sorted=True)
         return values, ops.cast(ids, "int32"), ops.logsumexp(logits, axis=-1)
     rows = batch_size_of(logits)
@@ -192,6 +222,83 @@ def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length):
     return values, ids, logsumexp
 
 
+class _Constraints:
+    """Tokens a hypothesis may not take next: a forced target prefix, and
+    repeated n-grams.
+
+    `prefix_ids` (batch, width) holds each sentence's forced first tokens,
+    padded with `pad_id`: while a hypothesis is shorter than its prefix,
+    only the prefix's next token is allowed (its log-probability counts as
+    any other's). `no_repeat_ngram_size` n > 0 bans any token that would
+    complete an n-gram already in the hypothesis (fairseq's option); EOS is
+    never banned by it (it occurs once, at the end, so no n-gram holding it
+    can repeat).
+    """
+
+    def __init__(self, prefix_ids, no_repeat_ngram_size, beam_size, vocabulary_size, pad_id, eos_id):
+        self.no_repeat_ngram_size = no_repeat_ngram_size
+        self.vocabulary = ops.arange(vocabulary_size, dtype="int32")
+        self.vocabulary_size = vocabulary_size
+        self.eos_id = eos_id
+        self.prefix = None
+        if prefix_ids is not None:
+            prefix = ops.cast(prefix_ids, "int32")
+            if beam_size > 1:
+                prefix = ops.repeat(prefix, beam_size, axis=0)
+            self.prefix = prefix
+            self.prefix_lengths = ops.sum(ops.cast(ops.not_equal(prefix, pad_id), "int32"), axis=1)
+
+    @property
+    def active(self):
+        return self.prefix is not None or self.no_repeat_ngram_size > 0
+
+    def banned(self, step, history):
+        """(rows, V) booleans for the token at `step`, given each row's
+        tokens so far `history` (rows, buffer); None when nothing is banned."""
+        if not self.active:
+            return None
+        banned = ops.zeros((batch_size_of(history), self.vocabulary_size), dtype="bool")
+        if self.no_repeat_ngram_size > 0:
+            banned = ops.logical_or(banned, self._repeated(step, history))
+        if self.prefix is not None:
+            width = ops.shape(self.prefix)[1]
+            forced = ops.take(self.prefix, ops.minimum(step, width - 1), axis=1)
+            forcing = ops.less(step, self.prefix_lengths)
+            other = ops.not_equal(ops.expand_dims(self.vocabulary, 0), ops.expand_dims(forced, 1))
+            banned = ops.logical_or(banned, ops.logical_and(ops.expand_dims(forcing, 1), other))
+        return banned
+
+    def _repeated(self, step, history):
+        """Tokens that would repeat an n-gram: for each earlier position j
+        whose n - 1 tokens up to j equal the last n - 1 tokens, the token
+        at j + 1."""
+        n = self.no_repeat_ngram_size
+        rows = batch_size_of(history)
+        width = ops.shape(history)[1]
+        positions = ops.arange(width, dtype="int32")
+        if n == 1:  # every token already generated
+            matches = ops.less(positions, step)
+            following = history
+        else:
+            # j ranges over n-2 .. step-2: the n-gram ending at j + 1 lies before the step.
+            matches = ops.logical_and(
+                ops.greater_equal(positions, n - 2), ops.less_equal(positions, step - 2)
+            )
+            following = ops.pad(history[:, 1:], [[0, 0], [0, 1]], constant_values=0)
+        matches = ops.broadcast_to(ops.expand_dims(matches, 0), (rows, width))
+        for offset in range(n - 1):
+            # history[:, j - offset] against history[:, step - 1 - offset].
+            shifted = ops.pad(history, [[0, 0], [offset, 0]], constant_values=-1)[:, :width]
+            last = ops.take(history, ops.maximum(step - 1 - offset, 0), axis=1)
+            matches = ops.logical_and(matches, ops.equal(shifted, ops.expand_dims(last, 1)))
+        row_ids = ops.broadcast_to(ops.expand_dims(ops.arange(rows, dtype="int32"), 1), (rows, width))
+        indices = ops.reshape(ops.stack([row_ids, following], axis=-1), (-1, 2))
+        counts = ops.scatter(indices, ops.reshape(ops.cast(matches, "float32"), (-1,)),
+                             (rows, self.vocabulary_size))
+        repeated = ops.greater(counts, 0.0)
+        return ops.logical_and(repeated, ops.not_equal(ops.expand_dims(self.vocabulary, 0), self.eos_id))
+
+
 # ---------------------------------------------------------------------------
 # The searches as plain functions of ops
 
@@ -202,13 +309,41 @@ def _decoder(model, source_ids, beam_size, buffer_length, use_cache, xla_ops):
     )
 
 
+def _sampled_tokens(allowed, uniforms, temperature, top_k, top_p):
+    """One token per row of (rows, V) `allowed` logits (-inf: not allowed),
+    drawn from softmax(logits / temperature) restricted to the `top_k` best
+    and then to the smallest set of best tokens whose probability reaches
+    `top_p`, by inverting the distribution's CDF at `uniforms` (rows,) in (0, 1)."""
+    scaled = allowed / temperature
+    neg_inf = ops.cast(_NEG_INF, "float32")
+    if top_k > 0:
+        kth = ops.top_k(scaled, k=min(top_k, scaled.shape[-1]), sorted=True)[0][:, -1:]
+        scaled = ops.where(ops.less(scaled, kth), neg_inf, scaled)
+    if top_p < 1.0:
+        ordered = -ops.sort(-scaled, axis=-1)  # best first
+        probabilities = ops.softmax(ordered, axis=-1)
+        before = ops.cumsum(probabilities, axis=-1) - probabilities  # mass of the better tokens
+        # The best token always stays; a token stays while the mass before it is below top_p.
+        kept = ops.logical_or(ops.less(before, top_p), ops.equal(ops.arange(scaled.shape[-1]), 0))
+        threshold = ops.min(ops.where(kept, ordered, float("inf")), axis=-1, keepdims=True)
+        scaled = ops.where(ops.less(scaled, threshold), neg_inf, scaled)
+    cdf = ops.cumsum(ops.softmax(scaled, axis=-1), axis=-1)
+    target = ops.expand_dims(uniforms, 1) * cdf[:, -1:]
+    # The first token whose CDF reaches the target (a zero-probability token
+    # never does first: the CDF does not rise there, and targets exceed 0).
+    return ops.cast(ops.argmax(ops.cast(ops.greater_equal(cdf, target), "int32"), axis=-1), "int32")
+
+
 def _greedy(
     model, source_ids, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id, use_cache,
-    xla_ops=False,
+    xla_ops=False, prefix_ids=None, no_repeat_ngram_size=0, uniforms=None, temperature=1.0, top_k=0,
+    top_p=1.0,
 ):
+    """Greedy search, or random sampling when `uniforms` (batch, buffer) is given."""
     source_ids = ops.cast(source_ids, "int32")
     limits, buffer_length = _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length)
     decoder = _decoder(model, source_ids, 1, buffer_length, use_cache, xla_ops)
+    constraints = _Constraints(prefix_ids, no_repeat_ngram_size, 1, model.vocabulary_size, pad_id, eos_id)
     batch = batch_size_of(source_ids)
     vocabulary = ops.arange(model.vocabulary_size, dtype="int32")
 
@@ -219,8 +354,14 @@ def _greedy(
         logits, state = decoder.step(state, last_tokens, step)
         # log P(token) = logit - logsumexp(logits), over the whole vocabulary.
         normalizer = ops.logsumexp(logits, axis=-1)
-        allowed = _mask_special_tokens(logits, vocabulary, step, bos_id, eos_id, pad_id, min_length)
-        next_tokens = ops.cast(ops.argmax(allowed, axis=-1), "int32")
+        banned = constraints.banned(step, tokens)
+        allowed = logits if banned is None else ops.where(banned, _NEG_INF, logits)
+        allowed = _mask_special_tokens(allowed, vocabulary, step, bos_id, eos_id, pad_id, min_length)
+        if uniforms is None:
+            next_tokens = ops.cast(ops.argmax(allowed, axis=-1), "int32")
+        else:
+            column = ops.take(uniforms, ops.minimum(step, ops.shape(uniforms)[1] - 1), axis=1)
+            next_tokens = _sampled_tokens(allowed, column, temperature, top_k, top_p)
         token_logits = ops.take_along_axis(logits, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
         alive = ops.logical_not(finished)
         next_tokens = ops.where(alive, next_tokens, pad_id)
@@ -256,11 +397,15 @@ def _take_rows(x, indices):
 
 def _beam(
     model, source_ids, beam_size, alpha, max_extra_length, max_length, min_length,
-    bos_id, eos_id, pad_id, use_cache, return_all_beams, xla_ops=False,
+    bos_id, eos_id, pad_id, use_cache, return_all_beams, xla_ops=False, prefix_ids=None,
+    no_repeat_ngram_size=0,
 ):
     source_ids = ops.cast(source_ids, "int32")
     limits, buffer_length = _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length)
     decoder = _decoder(model, source_ids, beam_size, buffer_length, use_cache, xla_ops)
+    constraints = _Constraints(
+        prefix_ids, no_repeat_ngram_size, beam_size, model.vocabulary_size, pad_id, eos_id
+    )
     batch = batch_size_of(source_ids)
     rows = batch * beam_size
     vocabulary_size = model.vocabulary_size
@@ -289,7 +434,8 @@ def _beam(
              finished_log_probs, finished_lengths, done, state):
         logits, state = decoder.step(state, last_tokens, step)
         row_values, row_indices, normalizers = _top_k_and_logsumexp(
-            logits, per_row, step, bos_id, eos_id, pad_id, min_length
+            logits, per_row, step, bos_id, eos_id, pad_id, min_length,
+            banned=constraints.banned(step, live_tokens),
         )
         # A sentence that is done extends nothing (its dead beams are -inf already).
         live = ops.where(ops.expand_dims(done, 1), neg_inf, live_log_probs)
@@ -385,6 +531,8 @@ def greedy_search(
     use_cache=True,
     compile=True,
     jit_compile=False,
+    prefix_ids=None,
+    no_repeat_ngram_size=0,
 ):
     """Greedy decoding: the most probable token at every step.
 
@@ -405,6 +553,11 @@ def greedy_search(
             SavedModels served by TF Serving, which runs without XLA). Inside
             a caller's graph, True emits XLA-only ops (the caller must
             compile with XLA).
+        prefix_ids: optional (batch, width) ids each output must start with,
+            padded with `pad_id` (a row of pads: no prefix). The prefix
+            counts in the output, its length and its log-probability.
+        no_repeat_ngram_size: n > 0 forbids any n-gram from appearing twice
+            in an output (fairseq's option; EOS is exempt).
 
     Returns:
         A dict of tensors: "ids" (batch, buffer_length) int32, the tokens
@@ -413,15 +566,93 @@ def greedy_search(
         EOS included.
     """
     max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id)
-
-    search = functools.partial(
-        _greedy, max_extra_length=max_extra_length, max_length=max_length, min_length=min_length,
-        bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, use_cache=use_cache,
-        xla_ops=bool(jit_compile),
+    return _run_one_hypothesis(
+        model, source_ids, prefix_ids, None, dict(
+            max_extra_length=max_extra_length, max_length=max_length, min_length=min_length, bos_id=bos_id,
+            eos_id=eos_id, pad_id=pad_id, use_cache=use_cache, xla_ops=bool(jit_compile),
+            no_repeat_ngram_size=no_repeat_ngram_size,
+        ), compile, jit_compile,
     )
 
-    key = ("greedy", max_extra_length, max_length, min_length, bos_id, eos_id, pad_id, use_cache, jit_compile)
-    return compiled.run(model, source_ids, key, search, compile, jit_compile)
+
+def _run_one_hypothesis(model, source_ids, prefix_ids, uniforms, options, compile, jit_compile, sampling=None):
+    """Greedy search, or sampling with `uniforms` and `sampling` options, compiled per option set."""
+    _check_int("no_repeat_ngram_size", options["no_repeat_ngram_size"], 0)
+    extra_inputs = () if uniforms is None else (uniforms,)
+    extra_inputs += _check_prefix(
+        prefix_ids, source_ids, options["bos_id"], options["eos_id"], options["pad_id"], model.vocabulary_size
+    )
+    sampling = sampling or {}
+
+    def search(model, source_ids, *inputs):
+        uniforms = inputs[0] if sampling else None
+        prefix = inputs[-1] if len(inputs) > bool(sampling) else None
+        return _greedy(model, source_ids, prefix_ids=prefix, uniforms=uniforms, **options, **sampling)
+
+    key = ("one hypothesis", tuple(sorted(options.items())), tuple(sorted(sampling.items())), jit_compile,
+           len(extra_inputs))
+    return compiled.run(model, source_ids, key, search, compile, jit_compile, extra_inputs)
+
+
+def sampling_search(
+    model,
+    source_ids,
+    *,
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    seed=None,
+    max_extra_length=50,
+    max_length=None,
+    min_length=0,
+    bos_id=BOS_ID,
+    eos_id=EOS_ID,
+    pad_id=PAD_ID,
+    use_cache=True,
+    compile=True,
+    jit_compile=False,
+    prefix_ids=None,
+    no_repeat_ngram_size=0,
+):
+    """Random sampling: each token drawn from the model's distribution
+    (for back-translation, diverse outputs).
+
+    The distribution is softmax(logits / temperature), cut to the `top_k`
+    best tokens (0: all) and then to the nucleus: the smallest set of best
+    tokens whose probability reaches `top_p` (1: all). Pad, BOS and banned
+    tokens are never drawn, as in the other searches. The random numbers
+    come from numpy's generator seeded with `seed` (None: fresh entropy) and
+    enter the compiled search as an input, so the same seed gives the same
+    outputs, and a new seed needs no recompilation.
+
+    Arguments as for `greedy_search`, plus those above. Returns what
+    `greedy_search` returns; "scores" and "log_probs" are the sums of the
+    model's log-probabilities of the drawn tokens (before temperature and
+    cuts).
+    """
+    max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id)
+    _check_int("top_k", top_k, 0)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0 \
+            or not math.isfinite(temperature):
+        raise ValueError(f"`temperature` must be a finite number > 0, got {temperature!r}.")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"`top_p` must be a number in (0, 1], got {top_p!r}.")
+    if seed is not None:
+        _check_int("seed", seed, 0)
+    rows, width = compiled.as_ids("source_ids", source_ids).shape
+    if rows is None or width is None:
+        raise ValueError("sampling_search needs `source_ids` of a known shape (it draws its random numbers first).")
+    columns = width + max_extra_length if max_length is None else min(width + max_extra_length, max_length)
+    # Uniforms in (0, 1): a zero would select a token of zero probability.
+    uniforms = np.random.default_rng(seed).random((rows, max(columns, 1)))
+    uniforms = np.clip(uniforms, np.finfo("float32").tiny, 1.0).astype("float32")
+    return _run_one_hypothesis(
+        model, source_ids, prefix_ids, uniforms, dict(
+            max_extra_length=max_extra_length, max_length=max_length, min_length=min_length, bos_id=bos_id,
+            eos_id=eos_id, pad_id=pad_id, use_cache=use_cache, xla_ops=bool(jit_compile),
+            no_repeat_ngram_size=no_repeat_ngram_size,
+        ), compile, jit_compile, sampling=dict(temperature=float(temperature), top_k=top_k, top_p=float(top_p)),
+    )
 
 
 def beam_search(
@@ -440,6 +671,8 @@ def beam_search(
     use_cache=True,
     compile=True,
     jit_compile=False,
+    prefix_ids=None,
+    no_repeat_ngram_size=0,
 ):
     """Beam search with the GNMT length penalty (the paper's setting: 4 beams, alpha 0.6).
 
@@ -449,7 +682,8 @@ def beam_search(
     step, finished ones kept in a separate set of the `beam_size` best, the
     best finished one returned (see the module docstring for early stopping).
 
-    Arguments as for `greedy_search`, plus:
+    Arguments as for `greedy_search` (`prefix_ids` and
+    `no_repeat_ngram_size` included), plus:
         beam_size: number of beams.
         alpha: length penalty exponent (0: plain log-probability).
         return_all_beams: return the kept finished hypotheses, best first,
@@ -467,16 +701,19 @@ def beam_search(
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha < 0:
         raise ValueError(f"`alpha` must be a finite number >= 0, got {alpha!r}.")
     alpha = float(alpha)
+    _check_int("no_repeat_ngram_size", no_repeat_ngram_size, 0)
+    extra_inputs = _check_prefix(prefix_ids, source_ids, bos_id, eos_id, pad_id, model.vocabulary_size)
 
-    search = functools.partial(
-        _beam, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
-        max_length=max_length, min_length=min_length, return_all_beams=return_all_beams,
-        bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, use_cache=use_cache,
-        xla_ops=bool(jit_compile),
-    )
+    def search(model, source_ids, prefix_ids=None):
+        return _beam(
+            model, source_ids, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
+            max_length=max_length, min_length=min_length, return_all_beams=return_all_beams,
+            bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, use_cache=use_cache,
+            xla_ops=bool(jit_compile), prefix_ids=prefix_ids, no_repeat_ngram_size=no_repeat_ngram_size,
+        )
 
     key = (
         "beam", beam_size, alpha, max_extra_length, max_length, min_length, return_all_beams,
-        bos_id, eos_id, pad_id, use_cache, jit_compile,
+        bos_id, eos_id, pad_id, use_cache, jit_compile, bool(extra_inputs), no_repeat_ngram_size,
     )
-    return compiled.run(model, source_ids, key, search, compile, jit_compile)
+    return compiled.run(model, source_ids, key, search, compile, jit_compile, extra_inputs)
