@@ -6,6 +6,7 @@
     keras-transformer export RUN_DIR [--base-dir DIR] [--name NAME]
     keras-transformer average-checkpoints CHECKPOINT_DIR --last 5 --output model.keras --run RUN_DIR
     keras-transformer attention RUN_DIR --text "..." --output attention.png
+    keras-transformer plot RUN_DIR [--output curves.png]
 
 Runs on the TensorFlow backend unless KERAS_BACKEND says otherwise (tf.data
 and the tokenizer need TensorFlow; export needs the TensorFlow backend).
@@ -161,6 +162,14 @@ def cmd_attention(args):
     return 0
 
 
+def cmd_plot(args):
+    from keras_transformer.plots import plot_training_curves
+
+    output = args.output or os.path.join(args.run_dir, "training_curves.png")
+    print(f"training curves: {plot_training_curves(args.run_dir, output)}")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-transformer",
@@ -216,6 +225,11 @@ def build_parser():
     attention.add_argument("--output", default="attention.png", help="PNG file to write")
     _decoding_arguments(attention)
     attention.set_defaults(func=cmd_attention)
+
+    plot = commands.add_parser("plot", help="plot loss, validation BLEU/chrF and learning rate against step (PNG)")
+    plot.add_argument("run_dir", help="the run's output_dir")
+    plot.add_argument("--output", help="PNG file to write (default RUN_DIR/training_curves.png)")
+    plot.set_defaults(func=cmd_plot)
     return parser
 
 

@@ -58,6 +58,16 @@ SCHEMA = {
         "mixed_precision": (None, ("mixed_bfloat16", "mixed_float16"), "mixed-precision policy"),
         "distribute": (False, bool, "MirroredStrategy over all visible GPUs"),
         "seed": (0, int, "random seed"),
+        "progress_every_steps": (100, int, "a progress line (step, loss, tokens/s, lr, time left) every N steps"),
+        "progress_every_seconds": (60.0, float, "... or every this many seconds, whichever comes first"),
+        "validate_every_steps": (None, int, "translate the validation subset and log BLEU/chrF every N steps"),
+        "validation_sentences": (200, int, "size of the fixed validation subset translated for BLEU/chrF"),
+        "validation_beam_size": (1, int, "beam size of those translations (1: greedy, the fastest)"),
+        "early_stopping_metric": ("bleu", ("bleu", "chrf"), "validation metric for the best model and early stopping"),
+        "early_stopping_patience": (None, int, "stop after N validations without a gain (default: never)"),
+        "early_stopping_min_delta": (0.0, float, "the least gain that counts as one"),
+        "final_model": ("auto", ("auto", "best", "average"), "model.keras: the best validated weights "
+                        "(auto: when validate_every_steps is set) or the average of the last checkpoints"),
     },
     "decoding": {
         "beam_size": (4, int, "beam size (paper: 4; 1 is greedy)"),

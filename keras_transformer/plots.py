@@ -60,3 +60,54 @@ def plot_cross_attention(model, tokenizer, source_text, target_text, path, layer
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
+
+
+def plot_training_curves(run_dir, path):
+    """Loss, validation loss, validation BLEU/chrF and learning rate against
+    step, from the run's own records (`progress.jsonl`), as one PNG.
+
+    Raises FileNotFoundError naming the file when the run has no records.
+    """
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from keras_transformer.training.progress import PROGRESS_FILE, read_records
+
+    records_path = os.path.join(os.fspath(run_dir), PROGRESS_FILE)
+    records = read_records(records_path)
+    if not records:
+        raise FileNotFoundError(f"{records_path}: no training records (train with this version first).")
+
+    def series(key):
+        points = sorted((r["step"], r[key]) for r in records if r.get(key) is not None)
+        return [s for s, _ in points], [v for _, v in points]
+
+    panels = [
+        ("loss", [("loss", "training"), ("val_loss", "validation")]),
+        ("validation translation", [("valid_bleu", "BLEU"), ("valid_chrf", "chrF")]),
+        ("learning rate", [("learning_rate", None)]),
+        ("target tokens / s", [("tokens_per_second", None)]),
+    ]
+    figure, axes = plt.subplots(2, 2, figsize=(10, 7))
+    for axis, (title, lines) in zip(axes.flat, panels):
+        drawn = False
+        for key, label in lines:
+            steps, values = series(key)
+            if steps:
+                axis.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=label)
+                drawn = True
+        axis.set_title(title)
+        axis.set_xlabel("step")
+        if not drawn:
+            axis.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=axis.transAxes)
+        elif any(label for _, label in lines):
+            axis.legend()
+    figure.suptitle(os.path.basename(os.path.normpath(os.fspath(run_dir))))
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path

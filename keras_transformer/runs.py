@@ -23,6 +23,7 @@ from pathlib import Path
 import keras
 
 from keras_transformer import config as config_lib
+from keras_transformer.training.progress import read_best
 
 log = logging.getLogger("keras_transformer")
 
@@ -154,6 +155,7 @@ def bucket_boundaries(config):
 
 def compile_model(model, config):
     from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, paper_optimizer
+    from keras_transformer.training.metrics import TargetTokenCount
 
     training = config["training"]
     model.compile(
@@ -164,13 +166,19 @@ def compile_model(model, config):
             gradient_accumulation_steps=training["gradient_accumulation_steps"],
         ),
         loss=LabelSmoothedCrossEntropy(training["label_smoothing"]),
-        metrics=[MaskedAccuracy()],
+        metrics=[MaskedAccuracy(), TargetTokenCount()],
     )
     return model
 
 
 def train(config, verbose="auto"):
-    """Trains (or resumes) the run described by `config`; returns the output directory."""
+    """Trains (or resumes) the run described by `config`; returns the output directory.
+
+    Progress goes through `training.progress.TrainingProgress` (a live line on
+    a terminal, a line every `training.progress_every_steps` steps or
+    `progress_every_seconds` seconds otherwise, records in progress.jsonl);
+    `verbose` other than "auto" also turns on Keras' own progress output.
+    """
     from keras_transformer.data import SubwordTokenizer, make_dataset
     from keras_transformer.training import TerminateOnNonFiniteLoss, fit_resumable, list_checkpoints, save_averaged_model
 
@@ -224,9 +232,10 @@ def train(config, verbose="auto"):
     def dataset_from(step):
         return repeated.skip(step)
 
-    validation = None
+    validation = validation_pairs = None
     if config["data"]["valid"]:
-        validation = make_dataset(_read_pairs(config, "valid"), tokenizer, **dataset_options(False))
+        validation_pairs = _read_pairs(config, "valid")
+        validation = make_dataset(validation_pairs, tokenizer, **dataset_options(False))
 
     strategy = None
     if training["distribute"]:
@@ -240,10 +249,15 @@ def train(config, verbose="auto"):
 
     epochs = training["epochs"]
     nan_guard = TerminateOnNonFiniteLoss()
-    callbacks = [nan_guard, keras.callbacks.TensorBoard(str(output_dir / "tensorboard"))]
     time_limit = None
     if training["max_minutes"]:
         time_limit = _TimeLimit(training["max_minutes"])
+    # Progress and validation write into the logs before TensorBoard reads them.
+    callbacks = [nan_guard, *_progress_callbacks(config, model, tokenizer, validation_pairs, steps_per_epoch,
+                                                 time_limit)]
+    callbacks.append(keras.callbacks.TensorBoard(str(output_dir / "tensorboard"),
+                                                 update_freq=training["progress_every_steps"]))
+    if time_limit is not None:
         callbacks.append(time_limit)
     if training["max_steps"]:
         callbacks.append(_StepLimit(training["max_steps"]))
@@ -261,7 +275,7 @@ def train(config, verbose="auto"):
         callbacks=callbacks,
         validation_data=validation,
         shuffle=False,  # the pipeline shuffles (Keras would only warn that it ignores this)
-        verbose=verbose,
+        verbose=0 if verbose == "auto" else verbose,  # TrainingProgress reports by default
     )
     if nan_guard.step is not None:
         raise RunError(f"training stopped: the loss became {nan_guard.loss} at step {nan_guard.step}; "
@@ -270,6 +284,18 @@ def train(config, verbose="auto"):
     checkpoints = list_checkpoints(str(output_dir / CHECKPOINT_DIR))
     last_n = min(training["average_last"], len(checkpoints))
     model_path = output_dir / MODEL_FILE
+    best = read_best(output_dir)
+    final = training["final_model"]
+    if final == "auto":
+        final = "best" if training["validate_every_steps"] else "average"
+    if final == "best" and best is None:
+        print("model: no validated best model (set training.validate_every_steps); using the average", flush=True)
+    elif final == "best":
+        model.load_weights(best["weights"])
+        model.save(str(model_path))
+        print(f"model: the best validated weights (step {best['step']}, {best['metric']} {best['value']:.2f}) "
+              f"-> {model_path}", flush=True)
+        return output_dir
     if last_n > 1:
         save_averaged_model(model, str(output_dir / CHECKPOINT_DIR), str(model_path), last_n=last_n)
         print(f"model: average of the last {last_n} checkpoints -> {model_path}", flush=True)
@@ -277,6 +303,31 @@ def train(config, verbose="auto"):
         model.save(str(model_path))
         print(f"model: -> {model_path}", flush=True)
     return output_dir
+
+
+def _progress_callbacks(config, model, tokenizer, validation_pairs, steps_per_epoch, time_limit):
+    """TrainingProgress, and ValidationTranslation when training.validate_every_steps is set."""
+    from keras_transformer.training.progress import TrainingProgress, ValidationTranslation
+
+    training = config["training"]
+    output_dir = Path(config["output_dir"])
+    callbacks = [TrainingProgress(
+        output_dir, every_steps=training["progress_every_steps"], every_seconds=training["progress_every_seconds"],
+        deadline=None if time_limit is None else time_limit.deadline, steps_per_epoch=steps_per_epoch,
+    )]
+    if training["validate_every_steps"]:
+        if not validation_pairs:
+            raise RunError("training.validate_every_steps needs a validation corpus (set data.valid).")
+        subset = validation_pairs[: training["validation_sentences"]]
+        decoding = dict(config["decoding"], beam_size=training["validation_beam_size"])
+        callbacks.append(ValidationTranslation(
+            lambda texts: translate_texts(model, tokenizer, texts, decoding,
+                                          max_source_length=config["data"]["max_length"]),
+            [s for s, _ in subset], [t for _, t in subset], training["validate_every_steps"], output_dir,
+            metric=training["early_stopping_metric"], patience=training["early_stopping_patience"],
+            min_delta=training["early_stopping_min_delta"],
+        ))
+    return callbacks
 
 
 class _NullScope:

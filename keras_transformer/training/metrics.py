@@ -55,3 +55,32 @@ class MaskedAccuracy(keras.metrics.Metric):
 
     def get_config(self):
         return {"pad_id": self.pad_id, "name": self.name, "dtype": self.dtype}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TargetTokenCount(keras.metrics.Metric):
+    """Non-pad target tokens seen since the last reset (all replicas).
+
+    What the progress reports divide by time for tokens/s: a per-step count
+    needs no pass over the data outside the training step.
+    """
+
+    def __init__(self, pad_id=0, name="target_tokens", dtype=None):
+        super().__init__(name=name, dtype=dtype or "float32")
+        self.pad_id = int(pad_id)
+        self.counted = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype, name="counted")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        labels = _as_token_labels(ops.convert_to_tensor(y_true), ops.convert_to_tensor(y_pred), "TargetTokenCount")
+        weights = _token_weights(labels, self.pad_id, sample_weight)
+        self.counted.assign_add(ops.cast(ops.sum(weights), self.dtype))
+
+    def result(self):
+        counted, _ = sum_over_replicas(ops.convert_to_tensor(self.counted))
+        return counted
+
+    def reset_state(self):
+        self.counted.assign(ops.zeros((), dtype=self.dtype))
+
+    def get_config(self):
+        return {"pad_id": self.pad_id, "name": self.name, "dtype": self.dtype}

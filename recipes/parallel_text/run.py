@@ -262,7 +262,7 @@ def main(argv=None):
         config, {"data": {**paths, "train_target": None, "valid_target": None, "test_target": None}}, origin="recipe"
     )
     try:
-        output_dir = runs.train(config, verbose=2)
+        output_dir = runs.train(config)
         print(f"training done after {time.time() - started:.0f}s", flush=True)
         result, samples = runs.evaluate(output_dir, progress=False)
     except runs.RunError as error:

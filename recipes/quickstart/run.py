@@ -56,8 +56,11 @@ def main():
         write_jsonl(test_path, test)
         print(f"corpus: {len(train)} training and {len(test)} held-out pairs -> {train_path.parent}")
 
-    output_dir = runs.train(config, verbose=2)
+    output_dir = runs.train(config)
     print(f"training done after {time.time() - started:.0f}s")
+    from keras_transformer.plots import plot_training_curves
+
+    print(f"training curves: {plot_training_curves(output_dir, Path(output_dir) / 'training_curves.png')}")
 
     result, samples = runs.evaluate(output_dir, progress=False)
     for source, hypothesis, reference in samples:

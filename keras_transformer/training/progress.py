@@ -1,0 +1,302 @@
+"""What a user sees while a run trains: progress inside an epoch, and
+validation BLEU with early stopping and the best model kept.
+
+`TrainingProgress` reports step, epoch, loss, target tokens/s (non-pad),
+learning rate and the time left in the budget: a live line on a terminal,
+a line every `every_steps` steps or `every_seconds` seconds in logs, and
+the same figures as JSON lines in `progress.jsonl` (what `plot` draws) and
+in Keras' logs (what the TensorBoard callback writes, when it comes after).
+
+`ValidationTranslation` translates a fixed validation subset every
+`every_steps` steps, scores it with sacreBLEU and chrF, keeps the best
+weights (`best-<step>.weights.h5`, then `best.json` naming it, each written
+under a temporary name and renamed, so a kill at any point leaves a record
+that names complete weights), and stops training after `patience`
+validations without an improvement of at least `min_delta`.
+"""
+
+import json
+import os
+import sys
+import time
+
+import keras
+
+PROGRESS_FILE = "progress.jsonl"
+BEST_RECORD_FILE = "best.json"
+
+
+def append_record(path, record):
+    """Appends one JSON line and flushes it to disk."""
+    with open(path, "a", encoding="utf-8") as stream:
+        stream.write(json.dumps(record) + "\n")
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def read_records(path):
+    """The JSON lines of `path` (a torn last line, from a kill, is skipped)."""
+    records = []
+    if not os.path.isfile(path):
+        return records
+    with open(path, encoding="utf-8") as stream:
+        for line in stream:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def _step(model):
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+
+
+def _learning_rate(model):
+    try:
+        return float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+    except (TypeError, ValueError):
+        return None
+
+
+class TrainingProgress(keras.callbacks.Callback):
+    """Progress lines and records inside an epoch (see the module docstring).
+
+    Args:
+        output_dir: where `progress.jsonl` goes (None: no records).
+        every_steps, every_seconds: a log line (and record) after this many
+            steps or seconds, whichever comes first.
+        deadline: `time.monotonic()` value at which the budget ends (None).
+        live: rewrite one line in place (default: when the stream is a terminal).
+        stream: where lines go (default: stdout).
+        steps_per_epoch: for the epoch column.
+    """
+
+    def __init__(self, output_dir=None, every_steps=100, every_seconds=60.0, deadline=None, live=None,
+                 stream=None, steps_per_epoch=None):
+        super().__init__()
+        self.path = None if output_dir is None else os.path.join(os.fspath(output_dir), PROGRESS_FILE)
+        self.every_steps = every_steps
+        self.every_seconds = every_seconds
+        self.deadline = deadline
+        self.stream = stream or sys.stdout
+        self.live = self.stream.isatty() if live is None else live
+        self.steps_per_epoch = steps_per_epoch
+
+    def on_train_begin(self, logs=None):
+        self.last_time = self.last_line = time.monotonic()
+        self.last_step = None
+        self.last_logs = None
+        self.tokens_at_last = 0.0
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+        self.tokens_at_last = 0.0  # the token metric restarts each epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._maybe_report(logs if logs is not None else {})
+
+    def on_train_end(self, logs=None):
+        # The last step is always reported, however short the run.
+        if self.last_step is not None and self.last_logs is not None and _step(self.model) > self.last_step:
+            self._maybe_report(self.last_logs, force=True)
+        if self.live:
+            self.stream.write("\n")
+
+    def _maybe_report(self, logs, force=False):
+        self.last_logs = logs
+        step = _step(self.model)
+        if self.last_step is None:
+            self.last_step = step - 1
+        now = time.monotonic()
+        due = force or step - self.last_step >= self.every_steps or now - self.last_time >= self.every_seconds
+        if not (due or (self.live and now - self.last_line >= 0.5)):
+            return
+        tokens = float(logs.get("target_tokens", 0.0))
+        seconds = max(now - self.last_time, 1e-9)
+        figures = {
+            "step": step,
+            "epoch": self.epoch + 1,
+            "loss": float(logs["loss"]) if "loss" in logs else None,
+            "tokens_per_second": (tokens - self.tokens_at_last) / seconds if tokens else None,
+            "learning_rate": _learning_rate(self.model),
+            "minutes_left": None if self.deadline is None else max(self.deadline - now, 0.0) / 60,
+        }
+        self.last_line = now
+        if self.live:
+            self.stream.write("\r" + self._format(figures) + " " * 4)
+            self.stream.flush()
+        if not due:
+            return
+        # Rates over the interval since the last report.
+        self.last_time, self.last_step, self.tokens_at_last = now, step, tokens
+        for key in ("tokens_per_second", "learning_rate"):
+            if figures[key] is not None:
+                logs[key] = figures[key]
+        if not self.live:
+            print(self._format(figures), file=self.stream, flush=True)
+        if self.path:
+            append_record(self.path, {"time": time.time(), **figures})
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        record = {"time": time.time(), "step": _step(self.model), "epoch": epoch + 1}
+        record.update({key: float(value) for key, value in logs.items() if key.startswith("val_")})
+        if len(record) > 3:
+            if self.live:
+                self.stream.write("\n")  # below the live line
+            print("  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
+                            if k != "time"), file=self.stream, flush=True)
+            if self.path:
+                append_record(self.path, record)
+
+    def _format(self, figures):
+        epoch = f"epoch {figures['epoch']}"
+        if self.steps_per_epoch:
+            epoch += f" ({(figures['step'] - 1) % self.steps_per_epoch + 1}/{self.steps_per_epoch})"
+        parts = [f"step {figures['step']}", epoch]
+        if figures["loss"] is not None:
+            parts.append(f"loss {figures['loss']:.4f}")
+        if figures["tokens_per_second"] is not None:
+            parts.append(f"{figures['tokens_per_second']:,.0f} tokens/s")
+        if figures["learning_rate"] is not None:
+            parts.append(f"lr {figures['learning_rate']:.3g}")
+        if figures["minutes_left"] is not None:
+            parts.append(f"{figures['minutes_left']:.1f} min left")
+        return "  ".join(parts)
+
+
+def _atomic_replace(write, path, suffix=""):
+    """`write(temporary_path)`, then rename it over `path` (atomic on POSIX).
+    The temporary name keeps `suffix` last (Keras wants ".weights.h5")."""
+    temporary = f"{path[: len(path) - len(suffix)]}.tmp-{os.getpid()}{suffix}"
+    write(temporary)
+    os.replace(temporary, path)
+
+
+def read_best(output_dir):
+    """The best-model record `{"step", "metric", "value", "weights", ...}` of
+    a run with its weights file's full path, or None."""
+    path = os.path.join(os.fspath(output_dir), BEST_RECORD_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as stream:
+        record = json.load(stream)
+    weights = os.path.join(os.fspath(output_dir), record.get("weights", ""))
+    return {**record, "weights": weights} if os.path.isfile(weights) else None
+
+
+class ValidationTranslation(keras.callbacks.Callback):
+    """Validation BLEU/chrF every `every_steps`, early stopping, best weights kept.
+
+    Args:
+        translate: `texts -> translations` with the model being trained
+            (e.g. a `Translator` over it).
+        sources, references: the validation subset (fixed across validations).
+        every_steps: validate after every this many optimizer steps.
+        output_dir: where the best weights, `best.json` and the records go.
+        metric: "bleu" or "chrf" (higher is better).
+        patience: stop after this many validations without improvement
+            (None: never stop early).
+        min_delta: the least gain that counts as an improvement.
+    """
+
+    def __init__(self, translate, sources, references, every_steps, output_dir, metric="bleu", patience=None,
+                 min_delta=0.0, stream=None):
+        super().__init__()
+        if metric not in ("bleu", "chrf"):
+            raise ValueError(f"`metric` must be 'bleu' or 'chrf', got {metric!r}.")
+        if len(sources) != len(references) or not sources:
+            raise ValueError(
+                f"validation needs as many references as sources (and at least one): "
+                f"{len(sources)} sources, {len(references)} references."
+            )
+        self.translate = translate
+        self.sources, self.references = list(sources), list(references)
+        self.every_steps = every_steps
+        self.output_dir = os.fspath(output_dir)
+        self.metric = metric
+        self.patience = patience
+        self.min_delta = min_delta
+        self.stream = stream or sys.stdout
+        best = read_best(self.output_dir)
+        # A resumed run keeps its best-so-far record.
+        self.best = None if best is None else best["value"]
+        self.best_step = None if best is None else best["step"]
+        self.waited = 0 if best is None else best.get("validations_since_best", 0)
+        self.stopped_early = False
+        if best is not None:
+            self._restore_lost_record(best)
+
+    def _restore_lost_record(self, best):
+        """A kill after a best model was saved and before its validation was
+        logged loses that log line; the best record holds its scores."""
+        path = os.path.join(self.output_dir, PROGRESS_FILE)
+        logged = {r["step"] for r in read_records(path) if "valid_bleu" in r}
+        if best["step"] not in logged and "bleu" in best:
+            append_record(path, {"time": time.time(), "step": best["step"], "valid_bleu": best["bleu"],
+                                 "valid_chrf": best["chrf"], "validation_seconds": None,
+                                 "best_step": best["step"], "restored": True})
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = _step(self.model)
+        if step % self.every_steps or step == self.best_step:
+            return
+        from keras_transformer.evaluation import corpus_scores
+
+        start = time.monotonic()
+        hypotheses = self.translate(self.sources)
+        scores = corpus_scores(hypotheses, self.references)
+        value = float(scores[self.metric])
+        improved = self.best is None or value - self.min_delta > self.best
+        if improved:
+            self.best, self.best_step, self.waited = value, step, 0
+        else:
+            self.waited += 1
+        record = {"time": time.time(), "step": step, "valid_bleu": float(scores["bleu"]),
+                  "valid_chrf": float(scores["chrf"]), "validation_seconds": time.monotonic() - start,
+                  "best_step": self.best_step}
+        if improved:
+            self._save_best(step, value, scores)
+        else:
+            self._write_record(validations_since_best=self.waited)
+        append_record(os.path.join(self.output_dir, PROGRESS_FILE), record)
+        if logs is not None:
+            logs["valid_bleu"], logs["valid_chrf"] = record["valid_bleu"], record["valid_chrf"]
+        note = "new best" if improved else f"best {self.best:.2f} at step {self.best_step}"
+        print(f"validation at step {step}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
+              f"({note}; {record['validation_seconds']:.0f}s)", file=self.stream, flush=True)
+        if self.patience is not None and self.waited >= self.patience:
+            print(f"early stop: no {self.metric} gain of {self.min_delta} in {self.waited} validations",
+                  file=self.stream, flush=True)
+            self.stopped_early = True
+            self.model.stop_training = True
+
+    def _save_best(self, step, value, scores):
+        # New weights under their own name, then the record that names them,
+        # then the old weights go: the record always names complete weights.
+        previous = read_best(self.output_dir)
+        name = f"best-{step}.weights.h5"
+        _atomic_replace(lambda path: self.model.save_weights(path), os.path.join(self.output_dir, name),
+                        suffix=".weights.h5")
+        self._write_record(step=step, value=value, validations_since_best=0, weights=name,
+                           bleu=float(scores["bleu"]), chrf=float(scores["chrf"]))
+        if previous is not None and os.path.basename(previous["weights"]) != name:
+            os.remove(previous["weights"])
+
+    def _write_record(self, **record):
+        path = os.path.join(self.output_dir, BEST_RECORD_FILE)
+        payload = {"metric": self.metric, **record}
+        if "weights" not in payload:  # an update of the count keeps the rest of the record
+            previous = read_best(self.output_dir)
+            payload = {**previous, "weights": os.path.basename(previous["weights"]), **record}
+
+        def write(temporary):
+            with open(temporary, "w", encoding="utf-8") as stream:
+                json.dump(payload, stream, indent=2)
+                stream.flush()
+                os.fsync(stream.fileno())
+
+        _atomic_replace(write, path)
+

@@ -1,0 +1,125 @@
+"""Training workflow: progress inside an epoch, validation BLEU with early
+stopping and the best model kept across a kill, training curves as a PNG."""
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from keras_transformer import config as config_lib
+from keras_transformer import runs
+from keras_transformer.training.progress import PROGRESS_FILE, read_best, read_records
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
+
+    directory = tmp_path_factory.mktemp("corpus")
+    train, valid = make_splits(600, 40, seed=0)
+    write_jsonl(directory / "train.jsonl", train)
+    write_jsonl(directory / "valid.jsonl", valid)
+    return directory
+
+
+def small_config(corpus, output_dir, **training):
+    settings = dict(max_steps=12, progress_every_steps=3, progress_every_seconds=1000.0, save_every_steps=4,
+                    warmup_steps=10, validate_every_steps=4, validation_sentences=8, average_last=1)
+    settings.update(training)
+    assignments = [f"output_dir={output_dir}", f"data.train={corpus / 'train.jsonl'}",
+                   f"data.valid={corpus / 'valid.jsonl'}", "data.vocabulary_size=300",
+                   "model.d_model=32", "model.d_ff=64", "model.num_heads=2", "model.num_encoder_layers=1",
+                   "model.num_decoder_layers=1", "training.tokens_per_batch=400", "decoding.max_extra_length=5"]
+    assignments += [f"training.{key}={value}" for key, value in settings.items()]
+    return config_lib.resolve([], None, assignments)
+
+
+def test_progress_lines_records_validation_and_best_model(corpus, tmp_path, capsys):
+    output_dir = runs.train(small_config(corpus, tmp_path / "run"))
+    printed = capsys.readouterr().out
+    lines = [line for line in printed.splitlines() if line.startswith("step ")]
+    # A line every 3 steps inside the epoch, with every figure.
+    assert [int(line.split()[1]) for line in lines][:4] == [3, 6, 9, 12]
+    for field in ("epoch 1 (", "loss ", "tokens/s", "lr "):
+        assert field in lines[0]
+    records = read_records(os.path.join(output_dir, PROGRESS_FILE))
+    progress = [r for r in records if "tokens_per_second" in r]
+    assert all(r["tokens_per_second"] > 0 and r["learning_rate"] > 0 for r in progress)
+    validations = [r for r in records if "valid_bleu" in r]
+    assert [r["step"] for r in validations] == [4, 8, 12]
+    best = read_best(output_dir)
+    values = [r["valid_bleu"] for r in validations]
+    assert best["step"] == validations[int(np.argmax(values))]["step"]  # the first of the best
+    assert best["value"] == max(values)
+    assert os.path.isfile(best["weights"])
+    assert f"best validated weights (step {best['step']}" in printed
+    from keras_transformer.plots import plot_training_curves
+
+    png = plot_training_curves(output_dir, tmp_path / "curves.png")
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_early_stopping_stops_after_patience(corpus, tmp_path, capsys):
+    # min_delta 1000 BLEU: no validation after the first counts as a gain.
+    runs.train(small_config(corpus, tmp_path / "run", max_steps=40, early_stopping_patience=2,
+                            early_stopping_min_delta=1000.0))
+    printed = capsys.readouterr().out
+    assert "early stop: no bleu gain" in printed
+    records = read_records(os.path.join(tmp_path / "run", PROGRESS_FILE))
+    assert [r["step"] for r in records if "valid_bleu" in r] == [4, 8, 12]
+    assert read_best(tmp_path / "run")["step"] == 4
+
+
+# A scripted metric (the crash-safety mechanics are under test, not the
+# model): every validation scores one more than the last, so each is a new best.
+SCRIPTED_SCORES = """
+import itertools
+from keras_transformer import evaluation
+counter = itertools.count(START)
+evaluation.corpus_scores = lambda hypotheses, references: dict.fromkeys(("bleu", "chrf"), float(next(counter)))
+"""
+
+
+def test_a_kill_keeps_the_best_record_and_resuming_continues_it(corpus, tmp_path, monkeypatch):
+    """SIGKILL the training process right after it replaced its best model,
+    then resume: the record names complete weights, and resuming continues it."""
+    output_dir = tmp_path / "run"
+    config = small_config(corpus, output_dir, max_steps=24, early_stopping_patience=50)
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps(config))
+    script = SCRIPTED_SCORES.replace("START", "1") + textwrap.dedent(f"""
+        import json, os, signal
+        from keras_transformer import runs
+        from keras_transformer.training import progress
+        original = progress.ValidationTranslation._save_best
+        saves = []
+        def save_then_die(self, step, value, scores):
+            original(self, step, value, scores)
+            saves.append(step)
+            if len(saves) == 2:  # a best model replaced another
+                os.kill(os.getpid(), signal.SIGKILL)
+        progress.ValidationTranslation._save_best = save_then_die
+        runs.train(json.load(open({str(config_path)!r})))
+    """)
+    killed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+    before = read_best(output_dir)
+    assert before["step"] > 4 and os.path.isfile(before["weights"])
+    weights = [name for name in os.listdir(output_dir) if name.endswith(".weights.h5")]
+    assert weights == [os.path.basename(before["weights"])]  # the replaced best is gone, no temporary left
+    assert (before["step"], before["value"]) == (8, 2.0)
+    counter = itertools.count(3)
+    monkeypatch.setattr("keras_transformer.evaluation.corpus_scores",
+                        lambda hypotheses, references: dict.fromkeys(("bleu", "chrf"), float(next(counter))))
+    runs.train(config)
+    after = read_best(output_dir)
+    assert (after["step"], after["value"]) == (24, 6.0)  # validations at 12, 16, 20, 24 scored 3..6
+    validations = [r["step"] for r in read_records(os.path.join(output_dir, PROGRESS_FILE)) if "valid_bleu" in r]
+    assert validations == [4, 8, 12, 16, 20, 24]
