@@ -15,10 +15,12 @@ from keras_transformer.decoding.search import greedy_search
 from keras_transformer.decoding.search import length_penalty
 from keras_transformer.decoding.search import sampling_search
 from keras_transformer.decoding.scoring import score_translations
+from keras_transformer.decoding.translate import Hypothesis
 from keras_transformer.decoding.translate import Translator
 from keras_transformer.decoding.translate import translate
 
 __all__ = [
+    "Hypothesis",
     "Translator",
     "attention_alignments",
     "beam_search",

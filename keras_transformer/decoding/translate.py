@@ -6,11 +6,23 @@ BOS/EOS) and `detokenize(list_of_id_lists)` (strings or bytes). The model may
 run on any Keras backend; the tokenizer runs eagerly outside the search.
 """
 
+import warnings
+from typing import NamedTuple, Optional
+
 import numpy as np
 from keras import ops
 
 from keras_transformer.data.corpus import unpaired_surrogate
-from keras_transformer.decoding.search import BOS_ID, EOS_ID, PAD_ID, beam_search, greedy_search
+from keras_transformer.decoding.alignment import attention_alignments, words_alignment
+from keras_transformer.decoding.scoring import score_translations
+from keras_transformer.decoding.search import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    beam_search,
+    greedy_search,
+    sampling_search,
+)
 
 
 def _to_id_lists(tokens):
@@ -29,6 +41,18 @@ def _to_strings(texts):
     return [t.decode("utf-8", errors="replace") if isinstance(t, bytes) else str(t) for t in texts]
 
 
+class Hypothesis(NamedTuple):
+    """One translation of one text: its string, length-penalised score (beam;
+    greedy and sampling: the log-probability), log-probability, and word
+    alignment in Pharaoh format ("0-0 1-2 ...", source-target word indices)
+    when asked for."""
+
+    translation: str
+    score: float
+    log_prob: float
+    alignment: Optional[str] = None
+
+
 class Translator:
     """A model and its tokenizer bundled for translating strings.
 
@@ -39,15 +63,24 @@ class Translator:
         alpha: GNMT length penalty exponent (the paper: 0.6).
         max_extra_length: outputs stop after source length + this many tokens.
         max_length: optional cap on output lengths.
-        max_source_length: sources are cut to this many ids, EOS included
-            (default: no cut, except that a model with learned positions
-            always cuts at its `max_length`, which has no positions beyond).
+        max_source_length: sources longer than this many ids (EOS
+            included) are truncated, with a warning naming how many and
+            which (`last_truncated` keeps their indices). Default: no cut,
+            except that a model with learned positions always cuts at its
+            `max_length`, which has no positions beyond.
         batch_size: sentences per search call. Sentences are sorted by
             length before batching (less padding); outputs keep input order.
         jit_compile: compile the search with XLA (TensorFlow; faster on CPU).
         width_multiple: pad source widths up to a multiple of this (fewer
             distinct shapes to compile under JAX or XLA; padding changes no
             output).
+        search: "beam", "greedy" or "sampling" (default: greedy when
+            `beam_size` is 1, else beam).
+        no_repeat_ngram_size: forbid any n-gram from appearing twice in an
+            output (0: off).
+        temperature, top_k, top_p, seed: the sampling search's options
+            (`keras_transformer.decoding.sampling_search`); each batch draws
+            with `seed` + its index, so a seed reproduces a whole call.
     """
 
     def __init__(
@@ -63,14 +96,25 @@ class Translator:
         batch_size=32,
         jit_compile=False,
         width_multiple=8,
+        search=None,
+        no_repeat_ngram_size=0,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        seed=None,
     ):
         for name, value in (("beam_size", beam_size), ("batch_size", batch_size), ("width_multiple", width_multiple)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
         if max_source_length is not None and (
-            isinstance(max_source_length, bool) or not isinstance(max_source_length, int) or max_source_length < 1
+            isinstance(max_source_length, bool) or not isinstance(max_source_length, int) or max_source_length < 2
         ):
-            raise ValueError(f"`max_source_length` must be an int >= 1 or None, got {max_source_length!r}.")
+            raise ValueError(f"`max_source_length` must be an int >= 2 (a token and EOS) or None, "
+                             f"got {max_source_length!r}.")
+        if search is None:
+            search = "greedy" if beam_size == 1 else "beam"
+        if search not in ("beam", "greedy", "sampling"):
+            raise ValueError(f"`search` must be 'beam', 'greedy' or 'sampling', got {search!r}.")
         self.model = model
         self.tokenizer = tokenizer
         self.beam_size = beam_size
@@ -85,11 +129,18 @@ class Translator:
         self.batch_size = batch_size
         self.jit_compile = jit_compile
         self.width_multiple = width_multiple
+        self.search = search
+        self.no_repeat_ngram_size = no_repeat_ngram_size
+        self.sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+        self.seed = seed
         self.bos_id = getattr(tokenizer, "bos_id", BOS_ID)
         self.eos_id = getattr(tokenizer, "eos_id", EOS_ID)
         self.pad_id = getattr(tokenizer, "pad_id", PAD_ID)
+        self.last_truncated = []
 
-    def _search(self, source_ids):
+    # -- ids ----------------------------------------------------------------
+
+    def _search(self, source_ids, prefix_ids=None, all_beams=False, batch_index=0):
         options = dict(
             max_extra_length=self.max_extra_length,
             max_length=self.max_length,
@@ -97,83 +148,249 @@ class Translator:
             eos_id=self.eos_id,
             pad_id=self.pad_id,
             jit_compile=self.jit_compile,
+            prefix_ids=prefix_ids,
+            no_repeat_ngram_size=self.no_repeat_ngram_size,
         )
-        if self.beam_size == 1:
+        if self.search == "greedy":
             return greedy_search(self.model, source_ids, **options)
-        return beam_search(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha, **options)
+        if self.search == "sampling":
+            seed = None if self.seed is None else self.seed + batch_index
+            return sampling_search(self.model, source_ids, seed=seed, **self.sampling, **options)
+        return beam_search(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
+                           return_all_beams=all_beams, **options)
+
+    def token_ids(self, texts):
+        """Token ids of each text (no BOS/EOS), as lists."""
+        return _to_id_lists(self.tokenizer.tokenize(list(texts)))
 
     def source_ids(self, texts):
-        """Token ids of each text followed by EOS (the training format), as lists."""
-        sources = []
-        for tokens in _to_id_lists(self.tokenizer.tokenize(list(texts))):
-            if self.max_source_length is not None:
+        """Token ids of each text followed by EOS (the training format), as
+        lists, cut to `max_source_length` (see `last_truncated`)."""
+        return self._with_eos(self.token_ids(texts))
+
+    def _with_eos(self, token_lists, indices=None, count=None):
+        """Sources with EOS; `indices` are the texts' own indices (for the
+        warning and `last_truncated`), `count` the number of texts given."""
+        indices = range(len(token_lists)) if indices is None else indices
+        sources, self.last_truncated = [], []
+        for index, tokens in zip(indices, token_lists):
+            if self.max_source_length is not None and len(tokens) >= self.max_source_length:
+                self.last_truncated.append(index)
                 tokens = tokens[: self.max_source_length - 1]
             sources.append(tokens + [self.eos_id])
+        if self.last_truncated:
+            shown = ", ".join(str(i) for i in self.last_truncated[:10])
+            more = ", ..." if len(self.last_truncated) > 10 else ""
+            warnings.warn(
+                f"{len(self.last_truncated)} of {count or len(token_lists)} sources are longer than "
+                f"max_source_length={self.max_source_length} tokens (EOS included) and were truncated: "
+                f"texts[{shown}{more}].",
+                stacklevel=3,
+            )
         return sources
+
+    def _padded(self, rows, lists, width_multiple):
+        longest = max(max(len(lists[i]) for i in rows), 1)
+        width = -(-longest // width_multiple) * width_multiple
+        if self.max_source_length is not None:
+            # Padding counts as positions too (learned ones end there).
+            width = max(longest, min(width, self.max_source_length))
+        batch = np.full((len(rows), width), self.pad_id, dtype="int32")
+        for position, index in enumerate(rows):
+            batch[position, : len(lists[index])] = lists[index]
+        return batch
+
+    def decode_ids(self, sources, prefixes=None, n_best=1):
+        """Lists of source ids (with EOS) -> for each source, its `n_best`
+        best hypotheses as (ids without EOS, score, log-probability), best first."""
+        if n_best > 1 and (self.search != "beam" or n_best > self.beam_size):
+            raise ValueError(
+                f"`n_best`={n_best} needs beam search with beam_size >= {n_best} "
+                f"(search is {self.search!r}, beam_size {self.beam_size})."
+            )
+        results = [None] * len(sources)
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        for batch_index, start in enumerate(range(0, len(order), self.batch_size)):
+            rows = order[start : start + self.batch_size]
+            prefix_batch = None if prefixes is None else self._padded(rows, prefixes, 1)
+            result = self._search(self._padded(rows, sources, self.width_multiple), prefix_batch,
+                                  all_beams=n_best > 1, batch_index=batch_index)
+            ids, lengths, scores, log_probs = (
+                ops.convert_to_numpy(result[key]) for key in ("ids", "lengths", "scores", "log_probs")
+            )
+            if n_best == 1 or ids.ndim == 2:
+                ids, lengths, scores, log_probs = ids[:, None], lengths[:, None], scores[:, None], log_probs[:, None]
+            for position, index in enumerate(rows):
+                hypotheses = []
+                for k in range(n_best):
+                    if not np.isfinite(scores[position, k]):
+                        break  # fewer finished hypotheses than asked for
+                    tokens = ids[position, k, : lengths[position, k]].tolist()
+                    if tokens and tokens[-1] == self.eos_id:
+                        tokens = tokens[:-1]
+                    hypotheses.append((tokens, float(scores[position, k]), float(log_probs[position, k])))
+                results[index] = hypotheses
+        return results
 
     def translate_ids(self, sources):
         """Lists of source ids (with EOS) -> (output id lists without EOS, scores)."""
-        outputs, scores = [None] * len(sources), [None] * len(sources)
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            longest = max(len(sources[i]) for i in rows)
-            width = -(-longest // self.width_multiple) * self.width_multiple
-            if self.max_source_length is not None:
-                # Padding counts as positions too (learned ones end there).
-                width = max(longest, min(width, self.max_source_length))
-            batch = np.full((len(rows), width), self.pad_id, dtype="int32")
-            for position, index in enumerate(rows):
-                batch[position, : len(sources[index])] = sources[index]
-            result = self._search(batch)
-            ids = ops.convert_to_numpy(result["ids"])
-            lengths = ops.convert_to_numpy(result["lengths"])
-            row_scores = ops.convert_to_numpy(result["scores"])
-            for position, index in enumerate(rows):
-                tokens = ids[position, : lengths[position]].tolist()
-                if tokens and tokens[-1] == self.eos_id:
-                    tokens = tokens[:-1]
-                outputs[index] = tokens
-                scores[index] = float(row_scores[position])
-        return outputs, scores
+        best = [hypotheses[0] for hypotheses in self.decode_ids(sources)]
+        return [tokens for tokens, _, _ in best], [score for _, score, _ in best]
 
-    def translate(self, texts, return_scores=False):
-        """Translates a string or a list of strings.
+    # -- text ---------------------------------------------------------------
 
-        Empty (or whitespace-only) strings translate to "" without decoding
-        (score 0.0). A text that is not a `str`, or a `str` with an unpaired
-        surrogate (not valid Unicode), raises an error naming `texts[i]`.
-        With `return_scores`, returns `(translations, scores)`: beam scores
-        are length-penalised log-probabilities, greedy scores the sum of
-        log-probabilities.
-        """
+    def _check_texts(self, texts, name="texts"):
         single = isinstance(texts, str)
         if isinstance(texts, (bytes, bytearray)) or not (single or hasattr(texts, "__iter__")):
             raise TypeError(
-                f"translate: `texts` must be a str or an iterable of str, got {type(texts).__name__}."
+                f"translate: `{name}` must be a str or an iterable of str, got {type(texts).__name__}."
             )
         texts = [texts] if single else list(texts)
         for index, text in enumerate(texts):
-            label = "texts" if single else f"texts[{index}]"
+            label = name if single else f"{name}[{index}]"
             if not isinstance(text, str):
                 raise TypeError(f"translate: {label} is {type(text).__name__}, not str.")
             problem = unpaired_surrogate(text)
             if problem:
                 raise ValueError(f"translate: {label} is not valid Unicode: {problem}.")
-        translations, scores = [""] * len(texts), [0.0] * len(texts)
-        to_decode = [i for i, text in enumerate(texts) if text.strip()]
+        return texts, single
+
+    def translate(self, texts, return_scores=False, *, n_best=None, prefixes=None, return_alignments=False):
+        """Translates a string or a list of strings.
+
+        A text without any token (empty, whitespace, or only characters the
+        tokenizer drops, such as a byte-order mark) translates to "" without
+        decoding (score 0.0), as in the exported SavedModel. A text that is
+        not a `str`, or a `str` with an unpaired surrogate (not valid
+        Unicode), raises an error naming `texts[i]`.
+
+        Args:
+            return_scores: also return the scores: `(translations, scores)`;
+                beam scores are length-penalised log-probabilities, greedy
+                and sampling scores the sum of log-probabilities.
+            n_best: return the N best hypotheses of each text (N <= the
+                beam size), best first, as lists of `Hypothesis`.
+            prefixes: a target prefix per text ("" or None: none), forced at
+                the start of its translation; decoding continues from it.
+            return_alignments: return `Hypothesis` records with Pharaoh word
+                alignments from the last decoder layer's cross-attention
+                (heads averaged).
+
+        Returns:
+            Strings (a string for a string); with `n_best` or
+            `return_alignments`, a `Hypothesis` per text (a list of `n_best`
+            of them with `n_best`).
+        """
+        texts, single = self._check_texts(texts)
+        if prefixes is not None:
+            prefixes = [prefixes] if single and isinstance(prefixes, str) else list(prefixes)
+            if len(prefixes) != len(texts):
+                raise ValueError(f"translate: {len(prefixes)} prefixes for {len(texts)} texts.")
+            prefixes = ["" if p is None else p for p in prefixes]
+            self._check_texts(prefixes, "prefixes")
+        if n_best is not None and (isinstance(n_best, bool) or not isinstance(n_best, int) or n_best < 1):
+            raise ValueError(f"`n_best` must be an int >= 1, got {n_best!r}.")
+        count = n_best or 1
+        hypotheses = [[Hypothesis("", 0.0, 0.0, "" if return_alignments else None)] for _ in texts]
+        token_lists = self.token_ids(texts)
+        # Emptiness by token count, the export's rule: a text of dropped
+        # characters has no tokens and nothing to translate.
+        to_decode = [i for i, tokens in enumerate(token_lists) if tokens]
         if to_decode:
-            sources = self.source_ids([texts[i] for i in to_decode])
-            outputs, output_scores = self.translate_ids(sources)
-            decoded = _to_strings(self.tokenizer.detokenize(outputs))
-            for index, text, score in zip(to_decode, decoded, output_scores):
-                translations[index] = text
-                scores[index] = score
+            sources = self._with_eos([token_lists[i] for i in to_decode], to_decode, len(texts))
+            prefix_ids = None
+            if prefixes is not None:
+                prefix_ids = self.token_ids([prefixes[i] for i in to_decode])
+            decoded = self.decode_ids(sources, prefix_ids, n_best=count)
+            flat = [tokens for row in decoded for tokens, _, _ in row]
+            strings = _to_strings(self.tokenizer.detokenize(flat)) if flat else []
+            alignments = self._alignments(sources, decoded) if return_alignments else None
+            position = 0
+            for row, index in enumerate(to_decode):
+                hypotheses[index] = []
+                for k, (_, score, log_prob) in enumerate(decoded[row]):
+                    alignment = alignments[row][k] if alignments else None
+                    hypotheses[index].append(Hypothesis(strings[position], score, log_prob, alignment))
+                    position += 1
+        else:
+            self.last_truncated = []
+        if n_best is not None or return_alignments:
+            results = hypotheses if n_best is not None else [h[0] for h in hypotheses]
+            return results[0] if single else results
+        translations = [h[0].translation for h in hypotheses]
+        scores = [h[0].score for h in hypotheses]
         if single:
             translations, scores = translations[0], scores[0]
         return (translations, scores) if return_scores else translations
 
     __call__ = translate
+
+    def _words_of(self, ids):
+        """Word index of each token (a piece starting with "▁" starts a word); None for EOS."""
+        words, word = [], -1
+        for token in ids:
+            if token == self.eos_id:
+                words.append(None)
+                continue
+            piece = self.tokenizer.id_to_piece(int(token))
+            if piece.startswith("▁") or word < 0:
+                word += 1
+            words.append(word)
+        return words
+
+    def _alignments(self, sources, decoded):
+        """Pharaoh word links for every hypothesis of `decode_ids`."""
+        pairs = [(row, k) for row, hypotheses in enumerate(decoded) for k in range(len(hypotheses))]
+        results = [[None] * len(hypotheses) for hypotheses in decoded]
+        for start in range(0, len(pairs), self.batch_size):
+            chunk = pairs[start : start + self.batch_size]
+            source_batch = self._padded(range(len(chunk)), [sources[row] for row, _ in chunk], 1)
+            target_lists = [decoded[row][k][0] + [self.eos_id] for row, k in chunk]
+            target_batch = self._padded(range(len(chunk)), target_lists, 1)
+            positions = ops.convert_to_numpy(attention_alignments(
+                self.model, source_batch, target_batch, bos_id=self.bos_id, eos_id=self.eos_id,
+                pad_id=self.pad_id,
+            )["source_positions"])
+            for position, (row, k) in enumerate(chunk):
+                results[row][k] = words_alignment(
+                    positions[position], self._words_of(sources[row]), self._words_of(target_lists[position])
+                )
+        return results
+
+    def score(self, sources, targets, per_token=False):
+        """Log-probabilities of given translations (forced decoding).
+
+        Returns one dict per pair: "log_prob" (the target tokens and EOS),
+        "tokens" (their count, EOS included), "score" (log_prob over the GNMT
+        length penalty with this translator's alpha), and with `per_token`,
+        "token_log_probs". Batched and length-sorted like `translate`. An
+        empty source or target is scored as it is (EOS alone).
+        """
+        sources, _ = self._check_texts(sources, "sources")
+        targets, _ = self._check_texts(targets, "targets")
+        if len(sources) != len(targets):
+            raise ValueError(f"score: {len(sources)} sources but {len(targets)} targets.")
+        source_ids = self.source_ids(sources)
+        target_ids = self.token_ids(targets)
+        results = [None] * len(sources)
+        order = sorted(range(len(sources)), key=lambda i: (len(source_ids[i]), len(target_ids[i])))
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            scored = score_translations(
+                self.model, self._padded(rows, source_ids, self.width_multiple),
+                self._padded(rows, target_ids, 1) if any(target_ids[i] for i in rows)
+                else np.full((len(rows), 1), self.pad_id, "int32"),
+                alpha=self.alpha, bos_id=self.bos_id, eos_id=self.eos_id, pad_id=self.pad_id,
+            )
+            values = {key: ops.convert_to_numpy(value) for key, value in scored.items()}
+            for position, index in enumerate(rows):
+                length = int(values["lengths"][position])
+                result = {"log_prob": float(values["log_probs"][position]), "tokens": length,
+                          "score": float(values["scores"][position])}
+                if per_token:
+                    result["token_log_probs"] = values["token_log_probs"][position, :length].tolist()
+                results[index] = result
+        return results
 
 
 def translate(

@@ -146,3 +146,105 @@ def test_evaluate_reports_sacrebleu_of_the_translations(model, tokenizer):
     assert "bleu_compound_split" in scores
     with pytest.raises(ValueError, match="4 sources but 3 references"):
         evaluate(model, tokenizer, sources, references[:3])
+
+
+# ---------------------------------------------------------------------------
+# The translator's toolkit through `Translator`
+
+
+def test_n_best_lists_are_sorted_and_start_with_the_translation(model, tokenizer):
+    translator = Translator(model, tokenizer, beam_size=4, max_extra_length=5)
+    best = translator.translate(TEXTS)
+    lists = translator.translate(TEXTS, n_best=3)
+    for text, first, hypotheses in zip(TEXTS, best, lists):
+        if not text.strip():
+            assert hypotheses == [kt.decoding.Hypothesis("", 0.0, 0.0)]
+            continue
+        assert len(hypotheses) == 3
+        assert hypotheses[0].translation == first
+        scores = [h.score for h in hypotheses]
+        assert scores == sorted(scores, reverse=True)
+    with pytest.raises(ValueError, match="n_best.*beam_size >= 5"):
+        translator.translate(TEXTS, n_best=5)
+    with pytest.raises(ValueError, match="n_best"):
+        translator.translate(TEXTS, n_best=0)
+
+
+def test_scores_of_own_translations_and_bad_pairs(model, tokenizer):
+    translator = Translator(model, tokenizer, beam_size=4, max_extra_length=5)
+    texts = [t for t in TEXTS if t.strip()]
+    hypotheses = translator.translate(texts, n_best=1)
+    scored = translator.score(texts, [h[0].translation for h in hypotheses], per_token=True)
+    for hypothesis, result in zip(hypotheses, scored):
+        # Re-tokenizing the detokenized output can differ; where it gives the
+        # same ids, the forced-decoding score equals the search's.
+        assert len(result["token_log_probs"]) == result["tokens"]
+        np.testing.assert_allclose(sum(result["token_log_probs"]), result["log_prob"], rtol=1e-5, atol=1e-5)
+    ids = translator.decode_ids(translator.source_ids(texts))
+    for text, row in zip(texts, ids):
+        tokens, score, log_prob = row[0]
+        ended_with_eos = len(tokens) < len(translator.source_ids([text])[0]) + 5
+        if ended_with_eos:
+            result = translator.score([text], [tokenizer.detokenize([tokens]).numpy()[0].decode()])[0]
+            if translator.token_ids([tokenizer.detokenize([tokens]).numpy()[0].decode()])[0] == tokens:
+                np.testing.assert_allclose(result["log_prob"], log_prob, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="2 sources but 1 targets"):
+        translator.score(["a", "b"], ["x"])
+    with pytest.raises(TypeError, match=r"targets\[0\]"):
+        translator.score(["a"], [3])
+
+
+def test_prefixes_start_the_translation(model, tokenizer):
+    translator = Translator(model, tokenizer, beam_size=2, max_extra_length=6)
+    prefixes = ["Die Katze", None, "Wir", "", "Ein", "Der Zug"]
+    outputs = translator.translate(TEXTS, prefixes=prefixes)
+    for text, prefix, output in zip(TEXTS, prefixes, outputs):
+        if text.strip() and prefix:
+            assert output.startswith(prefix), (prefix, output)
+    unforced = translator.translate(TEXTS)
+    assert outputs[1] == unforced[1] and outputs[3] == unforced[3]
+    with pytest.raises(ValueError, match="1 prefixes for 6 texts"):
+        translator.translate(TEXTS, prefixes=["Die"])
+
+
+def test_texts_without_tokens_translate_to_empty(model, tokenizer):
+    texts = ["\ufeff", "\u200b", "\x01", "", "  ", "A dog."]
+    assert [translator_tokens == [] for translator_tokens in Translator(model, tokenizer).token_ids(texts[:5])]
+    outputs = Translator(model, tokenizer, beam_size=2, max_extra_length=4).translate(texts)
+    assert outputs[:5] == [""] * 5 and outputs[5]
+
+
+def test_long_sources_are_truncated_with_a_warning(model, tokenizer):
+    short, long_text = "A dog.", "We read a book every day and the children play in the old town."
+    limit = len(Translator(model, tokenizer).token_ids([short])[0]) + 1  # the short text just fits
+    translator = Translator(model, tokenizer, beam_size=2, max_extra_length=4, max_source_length=limit)
+    with pytest.warns(UserWarning, match=rf"1 of 4 sources are longer than max_source_length={limit}.*texts\[2\]"):
+        outputs = translator.translate(["", short, long_text, "  "])
+    assert translator.last_truncated == [2]
+    cut = tokenizer.detokenize([translator.token_ids([long_text])[0][: limit - 1]]).numpy()[0].decode()
+    assert outputs[2] == translator.translate(cut)
+
+
+def test_sampling_and_repeat_blocking_through_the_translator(model, tokenizer):
+    texts = [t for t in TEXTS if t.strip()] * 3
+    sampler = Translator(model, tokenizer, search="sampling", seed=5, max_extra_length=6, batch_size=4)
+    first, again = sampler.translate(texts), sampler.translate(texts)
+    assert first == again
+    assert len(set(first)) > len(set(texts))  # the same text samples differently in a batch
+    blocked = Translator(model, tokenizer, beam_size=2, max_extra_length=6, no_repeat_ngram_size=1)
+    for tokens, _, _ in (row[0] for row in blocked.decode_ids(blocked.source_ids(texts))):
+        assert len(tokens) == len(set(tokens))
+
+
+def test_alignments_are_pharaoh_links_over_words(model, tokenizer):
+    translator = Translator(model, tokenizer, beam_size=2, max_extra_length=5)
+    results = translator.translate(TEXTS, return_alignments=True)
+    for text, result in zip(TEXTS, results):
+        if not text.strip():
+            assert result.alignment == ""
+            continue
+        links = [tuple(map(int, link.split("-"))) for link in result.alignment.split()]
+        assert links, result
+        target_words = len(result.translation.split())
+        assert all(0 <= i < len(text.split()) and 0 <= j < max(target_words, 1) for i, j in links)
+        assert len({j for _, j in links}) == len(links)  # one link per target word
