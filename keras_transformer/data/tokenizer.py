@@ -27,15 +27,9 @@ from keras_transformer.data.corpus import unpaired_surrogate
 
 _sentencepiece_ops = _tf_text_sentencepiece.gen_sentencepiece_tokenizer
 
-PAD_ID = 0
-UNK_ID = 1
-BOS_ID = 2
-EOS_ID = 3
-
-PAD_PIECE = "<pad>"
-UNK_PIECE = "<unk>"
-BOS_PIECE = "<s>"
-EOS_PIECE = "</s>"
+from keras_transformer.special_tokens import (  # noqa: F401  (re-exported)
+    BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE,
+)
 
 _MODEL_TYPES = ("bpe", "unigram")
 

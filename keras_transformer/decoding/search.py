@@ -45,10 +45,7 @@ from keras import ops
 
 from keras_transformer.decoding import compiled
 from keras_transformer.models.incremental import batch_size_of, write_column
-
-BOS_ID = 2
-EOS_ID = 3
-PAD_ID = 0
+from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID  # noqa: F401  (re-exported)
 
 _NEG_INF = float("-inf")
 

@@ -1,0 +1,380 @@
+"""Export a trained translator to CTranslate2, the C++ inference engine.
+
+The weights go through CTranslate2's public model-spec API
+(`ctranslate2.specs.TransformerSpec`), not through a converter of another
+toolkit's checkpoints, so nothing depends on file formats we do not own:
+
+- every attention layer's query, key and value projections become the
+  engine's fused projection (Keras kernels are (in, out), the engine's
+  weights (out, in));
+- post-LN or pre-LN (`pre_norm`), with the final LayerNorm of each stack
+  only for pre-LN, as in our `Encoder` and `Decoder`;
+- the shared embedding, scaled by sqrt(d_model), is the output projection
+  too (no bias), exactly as `SharedEmbedding.logits`;
+- positions: our own table (sines on even dimensions, cosines on odd ones,
+  interleaved as in the paper) is written into the model, since the engine's
+  built-in table lays the halves out differently; learned positions are
+  copied.
+
+The export directory holds the engine's `model.bin`, `config.json` and
+vocabulary, the SentencePiece model (`sentencepiece.model`) and
+`keras_transformer_export.json` (the search settings of the run). The
+engine takes SentencePiece pieces, appends EOS to the source itself and
+starts the target with BOS, as our search does.
+
+Two documented differences in the engine's beam search (see the README):
+its length penalty is `score / length ** alpha` without EOS in the length,
+ours GNMT's `((5 + length) / 6) ** alpha` with EOS; and with a length
+penalty it stops a sentence once `beam_size` hypotheses have finished.
+Greedy search, and beam search with no length penalty, agree with ours.
+
+Needs the optional `ctranslate2` package (`pip install
+"keras-transformer-nmt[ctranslate2]"`); the rest of the package does not.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from keras_transformer.special_tokens import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE
+
+__all__ = [
+    "QUANTIZATIONS", "CTRANSLATE2_OPTIONS_PATH", "export_ctranslate2", "ctranslate2_options",
+    "CTranslate2Translator",
+]
+
+# What `ctranslate2.specs.ModelSpec.optimize` accepts (CTranslate2 4.x).
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                 "float16", "bfloat16")
+CTRANSLATE2_OPTIONS_PATH = "keras_transformer_export.json"
+TOKENIZER_FILE = "sentencepiece.model"
+# Sinusoidal tables are written this long unless the search needs more.
+_DEFAULT_POSITIONS = 1024
+_TEMP_PREFIX = ".tmp-ctranslate2-"
+
+
+def _import_ctranslate2():
+    try:
+        import ctranslate2
+        import ctranslate2.specs  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            "exporting to CTranslate2 needs the optional `ctranslate2` package: "
+            'pip install "keras-transformer-nmt[ctranslate2]"'
+        ) from error
+    return ctranslate2
+
+
+def _numpy(variable):
+    from keras import ops
+
+    return np.ascontiguousarray(ops.convert_to_numpy(variable), dtype=np.float32)
+
+
+def _linear(spec, dense):
+    spec.weight = _numpy(dense.kernel).T.copy()
+    if dense.bias is not None:
+        spec.bias = _numpy(dense.bias)
+
+
+def _fused_linear(spec, denses):
+    """Several Dense layers over the same input as one (their outputs concatenated)."""
+    spec.weight = np.concatenate([_numpy(d.kernel).T for d in denses], axis=0)
+    if all(d.bias is not None for d in denses):
+        spec.bias = np.concatenate([_numpy(d.bias) for d in denses], axis=0)
+
+
+def _layer_norm(spec, norm):
+    spec.gamma = _numpy(norm.gamma)
+    spec.beta = _numpy(norm.beta)
+
+
+def _self_attention(spec, attention, norm):
+    _fused_linear(spec.linear[0], [attention.query_projection, attention.key_projection,
+                                   attention.value_projection])
+    _linear(spec.linear[1], attention.output_projection)
+    _layer_norm(spec.layer_norm, norm)
+
+
+def _cross_attention(spec, attention, norm):
+    _linear(spec.linear[0], attention.query_projection)
+    _fused_linear(spec.linear[1], [attention.key_projection, attention.value_projection])
+    _linear(spec.linear[2], attention.output_projection)
+    _layer_norm(spec.layer_norm, norm)
+
+
+def _feed_forward(spec, layer):
+    _linear(spec.linear_0, layer.feed_forward.inner)
+    _linear(spec.linear_1, layer.feed_forward.outer)
+    _layer_norm(spec.layer_norm, layer.feed_forward_norm)
+
+
+def _position_table(model, length):
+    if model.positional_encoding == "learned":
+        return _numpy(model.position_encoding.position_embeddings)
+    # The model's own layer computes the table: the engine adds exactly what we add.
+    from keras import ops
+
+    zeros = ops.zeros((1, length, model.d_model), dtype="float32")
+    return _numpy(ops.cast(model.position_encoding(zeros), "float32"))[0]
+
+
+def _check_activation(model):
+    activation = model.activation
+    name = activation if isinstance(activation, str) else getattr(activation, "__name__", "")
+    if name != "relu":
+        raise ValueError(
+            f"the CTranslate2 export supports the paper's ReLU feed-forward only; "
+            f"the model uses {activation!r}."
+        )
+
+
+def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=None):
+    """The `ctranslate2.specs.TransformerSpec` holding `model`'s weights
+    (float32), with the tokenizer's pieces as its vocabulary (or `pieces`,
+    a list indexed by id, for a model without a tokenizer)."""
+    ctranslate2 = _import_ctranslate2()
+    specs = ctranslate2.specs
+    _check_activation(model)
+    if not model.built:
+        model.build()
+    spec = specs.TransformerSpec.from_config(
+        (model.num_encoder_layers, model.num_decoder_layers),
+        model.num_heads,
+        pre_norm=model.norm_first,
+        activation=specs.Activation.RELU,
+    )
+    spec.config.layer_norm_epsilon = model.layer_norm_epsilon
+    spec.config.unk_token = UNK_PIECE
+    spec.config.bos_token = BOS_PIECE
+    spec.config.eos_token = EOS_PIECE
+    spec.config.decoder_start_token = BOS_PIECE
+    spec.config.add_source_bos = False
+    spec.config.add_source_eos = True  # our sources are tokens + EOS
+
+    positions = _position_table(model, max_positions)
+    source_embeddings = _numpy(model.source_embedding.embeddings)
+    target_embeddings = (
+        source_embeddings if model.source_embedding is model.target_embedding
+        else _numpy(model.target_embedding.embeddings)
+    )
+
+    encoder, decoder = spec.encoder, spec.decoder
+    encoder.embeddings[0].weight = source_embeddings
+    encoder.scale_embeddings = True  # times sqrt(d_model), as SharedEmbedding
+    encoder.position_encodings.encodings = positions
+    for layer_spec, layer in zip(encoder.layer, model.encoder.stacked_layers):
+        _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_norm)
+        _feed_forward(layer_spec.ffn, layer)
+    if model.norm_first:
+        _layer_norm(encoder.layer_norm, model.encoder.final_norm)
+
+    decoder.embeddings.weight = target_embeddings
+    decoder.scale_embeddings = True
+    decoder.position_encodings.encodings = positions
+    decoder.projection.weight = target_embeddings  # tied softmax, no bias
+    for layer_spec, layer in zip(decoder.layer, model.decoder.stacked_layers):
+        _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_norm)
+        _cross_attention(layer_spec.attention, layer.cross_attention, layer.cross_attention_norm)
+        _feed_forward(layer_spec.ffn, layer)
+    if model.norm_first:
+        _layer_norm(decoder.layer_norm, model.decoder.final_norm)
+
+    pieces = list(tokenizer.vocabulary() if pieces is None else pieces)
+    source_pieces = _padded_vocabulary(pieces, source_embeddings.shape[0])
+    target_pieces = _padded_vocabulary(pieces, target_embeddings.shape[0])
+    if source_pieces[0] != PAD_PIECE:
+        raise ValueError(f"the tokenizer's id 0 is {source_pieces[0]!r}, expected {PAD_PIECE!r}.")
+    spec.register_source_vocabulary(source_pieces)
+    spec.register_target_vocabulary(target_pieces)
+    return spec
+
+
+def _padded_vocabulary(pieces, size):
+    """The tokenizer's pieces, plus never-produced names for embedding rows beyond them."""
+    if len(pieces) > size:
+        raise ValueError(
+            f"the tokenizer has {len(pieces)} pieces but the model's embedding has {size} rows: "
+            "they were not trained together."
+        )
+    return pieces + [f"<keras_transformer_unused_{i}>" for i in range(len(pieces), size)]
+
+
+def ctranslate2_options(beam_size=4, alpha=0.6, max_extra_length=50, source_length=None, n_best=1):
+    """Keyword arguments for `ctranslate2.Translator.translate_batch` that run
+    the engine's search with our conventions as far as they go.
+
+    Pad and BOS are never produced (our search bans them), EOS may come first
+    (`min_decoding_length=0`), and `max_decoding_length` is our limit for a
+    source of `source_length` tokens (EOS included; the engine's limit is one
+    per batch, so pass the batch's longest). `alpha` is given to the engine's
+    own length penalty, which differs from ours (module docstring).
+    """
+    options = dict(
+        beam_size=beam_size,
+        num_hypotheses=n_best,
+        length_penalty=alpha,
+        min_decoding_length=0,
+        suppress_sequences=[[PAD_PIECE], [BOS_PIECE]],
+        return_scores=True,
+    )
+    if source_length is not None:
+        options["max_decoding_length"] = max(1, source_length + max_extra_length)
+    return options
+
+
+def export_ctranslate2(
+    model,
+    tokenizer,
+    output_dir,
+    *,
+    quantization="float32",
+    beam_size=4,
+    alpha=0.6,
+    max_extra_length=50,
+    max_input_length=256,
+    force=False,
+):
+    """Writes `model` and `tokenizer` as a CTranslate2 model directory.
+
+    Args:
+        model: a built `keras_transformer.Transformer` (any backend).
+        tokenizer: its `keras_transformer.data.SubwordTokenizer`; the
+            SentencePiece model is copied beside the engine's files.
+        output_dir: the directory to create. It appears whole or not at all
+            (written beside it, then renamed).
+        quantization: the engine's weight type: "float32" (the same
+            arithmetic as our float32 search), "int8", "int8_float32", ...
+            (`QUANTIZATIONS`).
+        beam_size, alpha, max_extra_length, max_input_length: the run's
+            search settings, recorded in `keras_transformer_export.json`
+            for clients (the engine takes its options per call).
+        force: replace an existing `output_dir`.
+
+    Returns:
+        `output_dir` (str).
+    """
+    ctranslate2 = _import_ctranslate2()
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"`quantization` must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}.")
+    output_dir = os.fspath(output_dir)
+    if os.path.exists(output_dir) and not force:
+        raise FileExistsError(f"{output_dir} already exists (pass force=True, or --force, to replace it).")
+    max_positions = max(_DEFAULT_POSITIONS, max_input_length + max_extra_length + 1)
+    spec = model_spec(model, tokenizer, max_positions=max_positions)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+
+    parent = os.path.dirname(os.path.abspath(output_dir))
+    os.makedirs(parent, exist_ok=True)
+    temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=parent)
+    try:
+        spec.save(temp_dir)
+        with open(os.path.join(temp_dir, TOKENIZER_FILE), "wb") as stream:
+            stream.write(tokenizer.proto)
+        info = {
+            "format": "ctranslate2",
+            "ctranslate2_version": ctranslate2.__version__,
+            "quantization": quantization,
+            "tokenizer": TOKENIZER_FILE,
+            "search": {
+                "beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length,
+                "max_input_length": max_input_length,
+            },
+            "length_penalty_note": (
+                "CTranslate2 divides by length ** alpha (EOS not counted); keras_transformer "
+                "by ((5 + length) / 6) ** alpha (EOS counted). Greedy and alpha=0 agree."
+            ),
+            "model": {key: value for key, value in model.get_config().items()
+                      if isinstance(value, (int, float, str, bool, type(None)))},
+        }
+        with open(os.path.join(temp_dir, CTRANSLATE2_OPTIONS_PATH), "w", encoding="utf-8") as stream:
+            json.dump(info, stream, indent=2)
+        if os.path.exists(output_dir):
+            shutil.rmtree(output_dir)
+        os.rename(temp_dir, output_dir)
+    except BaseException:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+    return output_dir
+
+
+class CTranslate2Translator:
+    """Text in, text out through an export of `export_ctranslate2`, with the
+    conventions of `keras_transformer.decoding.Translator`: a text without
+    tokens translates to "", a source longer than `max_input_length` tokens
+    (EOS included) is cut to its first `max_input_length - 1` tokens (counted
+    in `last_truncated`), and each sentence may produce at most its source
+    length (EOS included) plus `max_extra_length` tokens.
+
+    Tokenizes with the `sentencepiece` package and searches with the engine
+    (no model or TensorFlow graph of ours runs). Search settings default to
+    those recorded at export time.
+
+    Args:
+        model_dir: the export directory.
+        device, compute_type, inter_threads, intra_threads: passed to
+            `ctranslate2.Translator`.
+    """
+
+    def __init__(self, model_dir, device="cpu", compute_type="default", inter_threads=1,
+                 intra_threads=0):
+        ctranslate2 = _import_ctranslate2()
+        import sentencepiece
+
+        model_dir = os.fspath(model_dir)
+        info_path = os.path.join(model_dir, CTRANSLATE2_OPTIONS_PATH)
+        try:
+            with open(info_path, encoding="utf-8") as stream:
+                self.info = json.load(stream)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{info_path} is missing: {model_dir} is not an export of keras_transformer's "
+                "export_ctranslate2."
+            ) from None
+        self.processor = sentencepiece.SentencePieceProcessor(
+            model_file=os.path.join(model_dir, self.info["tokenizer"])
+        )
+        self.translator = ctranslate2.Translator(
+            model_dir, device=device, compute_type=compute_type, inter_threads=inter_threads,
+            intra_threads=intra_threads,
+        )
+        self.last_truncated = []
+
+    def translate(self, texts, *, beam_size=None, alpha=None, max_extra_length=None,
+                  max_input_length=None, max_batch_size=64, return_scores=False):
+        """Translations of `texts` (and the engine's scores if asked).
+
+        Sentences of equal source length go through the engine together, so
+        that each gets our length limit (the engine takes one per batch).
+        """
+        search = self.info["search"]
+        beam_size = search["beam_size"] if beam_size is None else beam_size
+        alpha = search["alpha"] if alpha is None else alpha
+        max_extra_length = search["max_extra_length"] if max_extra_length is None else max_extra_length
+        max_input_length = search["max_input_length"] if max_input_length is None else max_input_length
+        texts = list(texts)
+        token_lists = self.processor.encode(texts) if texts else []
+        self.last_truncated = [i for i, tokens in enumerate(token_lists) if len(tokens) >= max_input_length]
+        by_length = {}
+        for index, tokens in enumerate(token_lists):
+            tokens = tokens[: max_input_length - 1]
+            if tokens:
+                by_length.setdefault(len(tokens), []).append((index, tokens))
+        translations, scores = [""] * len(texts), [0.0] * len(texts)
+        for length, group in sorted(by_length.items()):
+            for start in range(0, len(group), max_batch_size):
+                chunk = group[start : start + max_batch_size]
+                results = self.translator.translate_batch(
+                    [[self.processor.id_to_piece(t) for t in tokens] for _, tokens in chunk],
+                    max_input_length=0,  # truncated above, by our rule
+                    **ctranslate2_options(beam_size, alpha, max_extra_length, source_length=length + 1),
+                )
+                for (index, _), result in zip(chunk, results):
+                    pieces = result.hypotheses[0]
+                    translations[index] = self.processor.decode_pieces(pieces)
+                    scores[index] = result.scores[0]
+        return (translations, scores) if return_scores else translations
