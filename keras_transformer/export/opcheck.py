@@ -216,9 +216,11 @@ def list_ops(export_dir):
     return sorted(uses)
 
 
-def _reason(op, core_ops, allowed):
+def _reason(op, core_ops, allowed, allow_xla=False):
     if op in PYTHON_OPS:
         return "Python callback (tf.py_function / tf.numpy_function): needs the Python interpreter"
+    if op.startswith(DENIED_PREFIXES[:2]) and allow_xla:
+        return None
     if op.startswith(DENIED_PREFIXES[:2]):
         return "XLA op: TF Serving runs without XLA by default"
     if op.startswith(DENIED_PREFIXES[2:]):
@@ -230,13 +232,16 @@ def _reason(op, core_ops, allowed):
     return "not a core TensorFlow op nor a TF Text op that TF Serving links (custom op library?)"
 
 
-def check_serving_ops(export_dir, *, extra_allowed_ops=()):
+def check_serving_ops(export_dir, *, extra_allowed_ops=(), allow_xla=False):
     """Lists the ops of a SavedModel and fails on any TF Serving cannot run.
 
     Args:
         export_dir: a SavedModel directory (e.g. `BASE/NAME/VERSION`).
         extra_allowed_ops: more op names to accept (ops of custom libraries
             linked into your own TF Serving build).
+        allow_xla: accept XLA ops and XLA-compiled functions (an export
+            for TF Serving started with `--xla_cpu_compilation_enabled`, or
+            on GPU); everything else is checked as usual.
 
     Returns:
         The sorted list of op names used by the 'serve' MetaGraph (graph and
@@ -255,12 +260,12 @@ def check_serving_ops(export_dir, *, extra_allowed_ops=()):
     allowed = frozenset(extra_allowed_ops)
     offending = {}
     for op, where in uses.items():
-        reason = _reason(op, core_ops, allowed)
+        reason = _reason(op, core_ops, allowed, allow_xla)
         if reason is not None:
             places = sorted(where)
             shown = ", ".join(places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
             offending[op] = f"{reason} (in {shown})"
-    for name in sorted(xla_compiled):
+    for name in sorted(() if allow_xla else xla_compiled):
         offending[f"_XlaMustCompile[{name}]"] = (
             "function compiled with XLA (jit_compile=True): TF Serving runs without XLA by default"
         )
@@ -277,9 +282,11 @@ def main(argv=None):
     )
     parser.add_argument("export_dir")
     parser.add_argument("--allow", action="append", default=[], help="extra op name to accept")
+    parser.add_argument("--allow-xla", action="store_true",
+                        help="accept XLA (an export served with --xla_cpu_compilation_enabled or on GPU)")
     args = parser.parse_args(argv)
     try:
-        ops = check_serving_ops(args.export_dir, extra_allowed_ops=args.allow)
+        ops = check_serving_ops(args.export_dir, extra_allowed_ops=args.allow, allow_xla=args.allow_xla)
     except (ServingOpsError, FileNotFoundError, ValueError) as error:
         print(error, file=sys.stderr)
         return 1

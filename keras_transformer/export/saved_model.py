@@ -2,7 +2,7 @@
 
 The export is a SavedModel built with Keras 3's `keras.export.ExportArchive`
 on the TensorFlow backend, written to `BASE/NAME/VERSION/` (the layout TF
-Serving watches). Two signatures:
+Serving watches). Signatures:
 
 - `serving_default`: `text` (a batch of strings) -> `translations` (strings)
   and `scores` (float32, the search's length-penalised log-probability).
@@ -11,6 +11,13 @@ Serving watches). Two signatures:
 - `translate_ids`: `source_ids` (int32 (batch, length), pad 0) -> `ids`
   (int32 (batch, length), pad 0) and `scores`, for clients that tokenize
   themselves.
+- `translate_n_best` (beam search only): `text` -> `translations` and
+  `scores`, `log_probs` (batch, beam_size), best first, and `counts` (how
+  many slots hold a hypothesis; empty slots are "" with score 0).
+- `score`: `source` and `target` strings -> `log_probs`, length-penalised
+  `scores` and `tokens` (EOS included) of each given translation (forced
+  decoding); targets are cut at `max_input_length + max_extra_length`
+  tokens, the longest translation the export makes.
 
 Beam size, length penalty and the length limits are fixed at export time.
 Inputs longer than `max_input_length` tokens (EOS included) are truncated to
@@ -38,12 +45,15 @@ import tensorflow as tf
 
 from keras_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding import beam_search, greedy_search
+from keras_transformer.decoding.scoring import score_translations
 from keras_transformer.export.opcheck import check_serving_ops
 
 __all__ = ["ExportDirectoryError", "export_saved_model", "next_version"]
 
 SERVING_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
+N_BEST_SIGNATURE = "translate_n_best"
+SCORE_SIGNATURE = "score"
 TEXT_INPUT = "text"
 IDS_INPUT = "source_ids"
 
@@ -57,6 +67,10 @@ _TEMP_PREFIX = ".tmp-export-"
 
 # The data pipeline's default max_length (tokens, EOS included).
 DEFAULT_MAX_INPUT_LENGTH = 256
+
+# The XLA variant pads requests to these multiples (rows, source tokens).
+XLA_BATCH_MULTIPLE = 8
+XLA_WIDTH_MULTIPLE = 16
 
 
 class ExportDirectoryError(OSError):
@@ -176,7 +190,11 @@ class _Translator:
     """The graph functions behind the signatures (traced by ExportArchive)."""
 
     def __init__(self, model, tokenizer, beam_size, alpha, max_extra_length, max_input_length,
-                 max_output_length):
+                 max_output_length, jit_compile=False):
+        self.jit_compile = jit_compile
+        # XLA specialises per shape: a few padded shapes, compiled once each.
+        self._xla_search = tf.function(self._search_ops, jit_compile=True, autograph=False,
+                                       reduce_retracing=True) if jit_compile else None
         self.model = model
         self.tokenizer = tokenizer
         self.beam_size = beam_size
@@ -200,18 +218,32 @@ class _Translator:
         columns = tf.range(tf.shape(dense)[1], dtype=tf.int32)
         return tf.where(columns[tf.newaxis, :] == lengths[:, tf.newaxis], EOS_ID, dense)
 
-    def search(self, source_ids):
+    def _search_ops(self, source_ids):
+        """The search's ops, for the caller's graph (XLA layout when compiled with XLA)."""
+        options = dict(max_extra_length=self.max_extra_length, max_length=self.max_output_length,
+                       jit_compile=self.jit_compile)
         if self.beam_size == 1:
-            result = greedy_search(
-                self.model, source_ids, max_extra_length=self.max_extra_length,
-                max_length=self.max_output_length,
-            )
+            result = greedy_search(self.model, source_ids, **options)
         else:
-            result = beam_search(
-                self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
-                max_extra_length=self.max_extra_length, max_length=self.max_output_length,
-            )
+            result = beam_search(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
+                                 **options)
         return tf.convert_to_tensor(result["ids"]), tf.convert_to_tensor(result["scores"])
+
+    def search(self, source_ids):
+        if not self.jit_compile:
+            return self._search_ops(source_ids)
+        # Pad the batch and the width to multiples of XLA_BATCH_MULTIPLE and
+        # XLA_WIDTH_MULTIPLE (pad columns are masked; extra rows are EOS-only
+        # sources, dropped after), so a server compiles a handful of shapes.
+        rows, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+        extra_rows = (-rows) % XLA_BATCH_MULTIPLE
+        extra_columns = (-width) % XLA_WIDTH_MULTIPLE
+        padded = tf.pad(source_ids, [[0, extra_rows], [0, extra_columns]], constant_values=PAD_ID)
+        is_extra_row = tf.range(rows + extra_rows) >= rows
+        first_column = tf.range(width + extra_columns) == 0
+        padded = tf.where(is_extra_row[:, tf.newaxis] & first_column[tf.newaxis, :], EOS_ID, padded)
+        ids, scores = self._xla_search(padded)
+        return ids[:rows], scores[:rows]
 
     def search_tokens(self, tokens):
         """Ragged token ids -> (ids, scores); a row without tokens gives no ids and score 0.
@@ -235,6 +267,44 @@ class _Translator:
             translations, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
         )
         return {"translations": translations, "scores": scores}
+
+    def translate_n_best(self, text):
+        """The kept finished hypotheses of the beam search, best first: (batch, beam_size)."""
+        tokens = self.tokenizer.tokenize(text)
+        result = beam_search(
+            self.model, self.source_ids(tokens), beam_size=self.beam_size, alpha=self.alpha,
+            max_extra_length=self.max_extra_length, max_length=self.max_output_length, return_all_beams=True,
+        )
+        ids = tf.convert_to_tensor(result["ids"])
+        batch, width = tf.shape(ids)[0], tf.shape(ids)[2]
+        translations = self.tokenizer.detokenize(tf.reshape(ids, [batch * self.beam_size, width]))
+        translations = tf.strings.unicode_transcode(
+            translations, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+        translations = tf.reshape(translations, [batch, self.beam_size])
+        # A slot is empty when the search finished fewer hypotheses, or the
+        # text has no tokens (translated to "" with score 0, as in process).
+        filled = (tf.convert_to_tensor(result["lengths"]) > 0) & (tokens.row_lengths() > 0)[:, tf.newaxis]
+        return {
+            "translations": tf.where(filled, translations, ""),
+            "scores": tf.where(filled, tf.convert_to_tensor(result["scores"]), 0.0),
+            "log_probs": tf.where(filled, tf.convert_to_tensor(result["log_probs"]), 0.0),
+            "counts": tf.reduce_sum(tf.cast(filled, tf.int32), axis=1),
+        }
+
+    def score(self, source, target):
+        """Forced decoding: log P(target | source), as `Translator.score`."""
+        source_ids = self.source_ids(self.tokenizer.tokenize(source))
+        # A target can be no longer than the longest translation the export makes.
+        target_tokens = self.tokenizer.tokenize(target)[:, : self.max_input_length + self.max_extra_length]
+        target_ids = target_tokens.to_tensor(default_value=PAD_ID)
+        target_ids = tf.pad(target_ids, [[0, 0], [0, 1]], constant_values=PAD_ID)  # at least one column
+        scored = score_translations(self.model, source_ids, target_ids, alpha=self.alpha)
+        return {
+            "log_probs": tf.convert_to_tensor(scored["log_probs"]),
+            "scores": tf.convert_to_tensor(scored["scores"]),
+            "tokens": tf.cast(scored["lengths"], tf.int32),
+        }
 
     def translate_ids(self, source_ids):
         source_ids = tf.cast(source_ids, tf.int32)
@@ -266,6 +336,7 @@ def export_saved_model(
     max_extra_length=50,
     max_input_length=None,
     max_output_length=None,
+    jit_compile=False,
     check_ops=True,
     verbose=False,
 ):
@@ -291,8 +362,17 @@ def export_saved_model(
             pipeline's default), or the model's `max_length` if smaller and
             its positions are learned.
         max_output_length: optional hard cap on every translation's length.
+        jit_compile: the XLA variant: the search is compiled with XLA
+            (`jit_compile=True`; tokenization stays outside), 2-3x faster
+            on CPU, for TF Serving started with
+            `--xla_cpu_compilation_enabled` and for GPU serving. Requests
+            are padded to multiples of 8 rows and 16 source tokens, so
+            the server compiles one program per padded shape (the first
+            request of a shape waits for it). False (default): the plain
+            graph that any stock TF Serving runs.
         check_ops: run `check_serving_ops` on the export before publishing
-            it (a subprocess that imports TensorFlow, a few seconds).
+            it (a subprocess that imports TensorFlow, a few seconds); the XLA
+            variant is checked with `allow_xla=True`.
         verbose: print the endpoints (Keras' export summary).
 
     Returns:
@@ -339,7 +419,7 @@ def export_saved_model(
 
     translator = _Translator(
         model, tokenizer, beam_size, float(alpha), max_extra_length, max_input_length,
-        max_output_length,
+        max_output_length, jit_compile=bool(jit_compile),
     )
     temp_dir = _make_temp_dir(model_dir)
     try:
@@ -360,6 +440,18 @@ def export_saved_model(
             translator.translate_ids,
             input_signature=[tf.TensorSpec([None, None], tf.int32, name=IDS_INPUT)],
         )
+        if beam_size > 1:
+            archive.add_endpoint(
+                N_BEST_SIGNATURE,
+                translator.translate_n_best,
+                input_signature=[tf.TensorSpec([None], tf.string, name=TEXT_INPUT)],
+            )
+        archive.add_endpoint(
+            SCORE_SIGNATURE,
+            translator.score,
+            input_signature=[tf.TensorSpec([None], tf.string, name="source"),
+                             tf.TensorSpec([None], tf.string, name="target")],
+        )
         try:
             archive.write_out(temp_dir, verbose=verbose)
             _write_export_info(temp_dir, model, tokenizer, translator)
@@ -373,7 +465,7 @@ def export_saved_model(
                 f"{os.strerror(code)}; nothing was published and earlier versions are untouched",
             ) from error
         if check_ops:
-            check_serving_ops(temp_dir)
+            check_serving_ops(temp_dir, allow_xla=bool(jit_compile))
         try:
             # Fails (instead of replacing) if the version appeared meanwhile.
             os.rename(temp_dir, version_dir)
@@ -399,6 +491,15 @@ def _write_export_info(export_dir, model, tokenizer, translator):
                                 "outputs": {"translations": "string [batch]", "scores": "float32 [batch]"}},
             IDS_SIGNATURE: {"inputs": {IDS_INPUT: "int32 [batch, length], pad 0"},
                             "outputs": {"ids": "int32 [batch, length], pad 0", "scores": "float32 [batch]"}},
+            **({N_BEST_SIGNATURE: {"inputs": {TEXT_INPUT: "string [batch]"},
+                                   "outputs": {"translations": "string [batch, beam_size]",
+                                               "scores": "float32 [batch, beam_size]",
+                                               "log_probs": "float32 [batch, beam_size]",
+                                               "counts": "int32 [batch]"}}}
+               if translator.beam_size > 1 else {}),
+            SCORE_SIGNATURE: {"inputs": {"source": "string [batch]", "target": "string [batch]"},
+                              "outputs": {"log_probs": "float32 [batch]", "scores": "float32 [batch]",
+                                          "tokens": "int32 [batch]"}},
         },
         "search": {
             "beam_size": translator.beam_size,
@@ -406,6 +507,7 @@ def _write_export_info(export_dir, model, tokenizer, translator):
             "max_extra_length": translator.max_extra_length,
             "max_input_length": translator.max_input_length,
             "max_output_length": translator.max_output_length,
+            "jit_compile": translator.jit_compile,
         },
         "tokenizer": {"vocabulary_size": tokenizer.vocabulary_size,
                       "model_type": getattr(tokenizer, "model_type", None)},

@@ -257,6 +257,24 @@ def loaded(export_dir):
 
 @pytest.fixture(scope="module")
 def server(export_dir, tokenizer, tmp_path_factory):
+    return run_server(export_dir, tokenizer, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def xla_export_dir(model, tokenizer, tmp_path_factory):
+    base = tmp_path_factory.mktemp("xla-models")
+    return export_saved_model(
+        model, tokenizer, base, beam_size=BEAM_SIZE, alpha=ALPHA, max_extra_length=MAX_EXTRA_LENGTH,
+        max_input_length=MAX_INPUT_LENGTH, jit_compile=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def xla_server(xla_export_dir, tokenizer, tmp_path_factory):
+    return run_server(xla_export_dir, tokenizer, tmp_path_factory)
+
+
+def run_server(export_dir, tokenizer, tmp_path_factory):
     """Results of the fresh, Keras-free process (both signatures, eager and TF1 session)."""
     work = tmp_path_factory.mktemp("server")
     script = work / "server.py"
@@ -296,7 +314,7 @@ def test_versioned_layout_and_export_info(export_dir, model, tokenizer):
         info = json.load(stream)
     assert info["search"] == {
         "beam_size": BEAM_SIZE, "alpha": ALPHA, "max_extra_length": MAX_EXTRA_LENGTH,
-        "max_input_length": MAX_INPUT_LENGTH, "max_output_length": None,
+        "max_input_length": MAX_INPUT_LENGTH, "max_output_length": None, "jit_compile": False,
     }
     assert info["tokenizer"]["vocabulary_size"] == tokenizer.vocabulary_size
     # The SentencePiece model ships beside the graph for clients that tokenize themselves.
@@ -305,7 +323,7 @@ def test_versioned_layout_and_export_info(export_dir, model, tokenizer):
 
 
 def test_signatures(loaded):
-    assert set(loaded.signatures) == {"serving_default", "translate_ids"}
+    assert set(loaded.signatures) == {"serving_default", "translate_ids", "translate_n_best", "score"}
     text = loaded.signatures["serving_default"]
     _, inputs = text.structured_input_signature
     assert inputs == {"text": tf.TensorSpec([None], tf.string, name="text")}
@@ -391,6 +409,70 @@ def test_ids_signature_matches_in_process_search(server, model, tokenizer):
     # The two signatures agree on the same sentences.
     text_scores = server["eager"]["serving_default"]["scores"]
     np.testing.assert_allclose(exported["scores"], text_scores, atol=1e-4)
+
+
+def test_n_best_signature_matches_in_process_n_best(loaded, model, tokenizer):
+    texts = NORMAL_TEXTS[:3] + ["", "   "]
+    exported = loaded.signatures["translate_n_best"](text=tf.constant(texts))
+    translations = [[t.decode("utf-8") for t in row] for row in exported["translations"].numpy()]
+    scores, counts = exported["scores"].numpy(), exported["counts"].numpy()
+    translator = Translator(model, tokenizer, beam_size=BEAM_SIZE, alpha=ALPHA,
+                            max_extra_length=MAX_EXTRA_LENGTH, max_source_length=MAX_INPUT_LENGTH)
+    expected = translator.translate(texts, n_best=BEAM_SIZE)
+    for row, hypotheses in enumerate(expected):
+        if row >= 3:  # no tokens: nothing found, "" and 0 everywhere
+            assert counts[row] == 0 and translations[row] == [""] * BEAM_SIZE and not scores[row].any()
+            continue
+        assert counts[row] == len(hypotheses)
+        assert translations[row][: counts[row]] == [h.translation for h in hypotheses]
+        np.testing.assert_allclose(scores[row][: counts[row]], [h.score for h in hypotheses], atol=1e-4)
+        assert list(scores[row][: counts[row]]) == sorted(scores[row][: counts[row]], reverse=True)
+        # The first is what serving_default returns.
+    best = loaded.signatures["serving_default"](text=tf.constant(texts))["translations"].numpy()
+    assert [t.decode("utf-8") for t in best] == [row[0] for row in translations]
+
+
+def test_score_signature_matches_in_process_scores(loaded, model, tokenizer):
+    sources = [NORMAL_TEXTS[0], NORMAL_TEXTS[1], "", "ein langer Satz " * 40]
+    targets = ["Die kleine Katze.", "", "Hallo.", "Ein Satz."]
+    exported = loaded.signatures["score"](source=tf.constant(sources), target=tf.constant(targets))
+    translator = Translator(model, tokenizer, alpha=ALPHA, max_source_length=MAX_INPUT_LENGTH)
+    with pytest.warns(UserWarning, match="truncated"):
+        expected = translator.score(sources, targets)
+    np.testing.assert_allclose(exported["log_probs"].numpy(), [e["log_prob"] for e in expected], atol=1e-4)
+    np.testing.assert_allclose(exported["scores"].numpy(), [e["score"] for e in expected], atol=1e-4)
+    assert exported["tokens"].numpy().tolist() == [e["tokens"] for e in expected]
+    # Bad input never fails a request.
+    bad = [b"\xff\xfe", b"", "日本語".encode(), b"x" * 5000]
+    result = loaded.signatures["score"](source=tf.constant(bad), target=tf.constant(bad[::-1]))
+    assert np.all(np.isfinite(result["log_probs"].numpy()))
+    n_best = loaded.signatures["translate_n_best"](text=tf.constant(bad))
+    for row in n_best["translations"].numpy():
+        decode_strict(row)
+
+
+def test_xla_variant_runs_without_keras_and_translates_as_the_plain_one(xla_server, server, xla_export_dir):
+    """The XLA variant (search compiled with XLA, requests padded to fixed
+    multiples) loads in the same Keras-free process, and both of its
+    signatures give what the plain export gives, eager and in a TF1 session."""
+    assert xla_server["present"] == []
+    for mode in ("eager", "session"):
+        def outputs(result, signature):
+            found = result[mode][signature]
+            return found["outputs"] if mode == "session" else found
+
+        plain, xla = outputs(server, "serving_default"), outputs(xla_server, "serving_default")
+        assert decode_b64(xla["translations"]) == decode_b64(plain["translations"])
+        np.testing.assert_allclose(xla["scores"], plain["scores"], atol=1e-4)
+        plain_ids, xla_ids = outputs(server, "translate_ids"), outputs(xla_server, "translate_ids")
+        np.testing.assert_allclose(xla_ids["scores"], plain_ids["scores"], atol=1e-4)
+        width = np.shape(plain_ids["ids"])[1]
+        # Wider (the source was padded), but pad beyond the plain width.
+        assert np.array_equal(np.asarray(xla_ids["ids"])[:, :width], plain_ids["ids"])
+        assert not np.asarray(xla_ids["ids"])[:, width:].any()
+    with pytest.raises(ServingOpsError, match="XLA"):
+        check_serving_ops(xla_export_dir)  # not for a stock TF Serving
+    assert check_serving_ops(xla_export_dir, allow_xla=True)
 
 
 def test_graph_mode_signature_defs_match_eager(server):
