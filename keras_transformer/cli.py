@@ -3,7 +3,11 @@
     keras-transformer train --config run.yaml [--preset wmt14-base] [--set training.epochs=3]
     keras-transformer evaluate RUN_DIR [--corpus test.jsonl.gz]
     keras-transformer translate RUN_DIR [--input FILE | --text "..."] [--output FILE]
+        [--n-best N] [--scores] [--alignments] [--format jsonl] [--prefix FILE]
+        [--search sampling --temperature T --top-k K --top-p P --seed S] [--no-repeat-ngram-size N]
+    keras-transformer score RUN_DIR --source FILE --target FILE [--per-token] [--format jsonl]
     keras-transformer export RUN_DIR [--base-dir DIR] [--name NAME]
+    keras-transformer export RUN_DIR --format ctranslate2 [--quantization int8] [--output DIR]
     keras-transformer average-checkpoints CHECKPOINT_DIR --last 5 --output model.keras --run RUN_DIR
     keras-transformer attention RUN_DIR --text "..." --output attention.png
     keras-transformer plot RUN_DIR [--output curves.png]
@@ -52,6 +56,8 @@ def _resolve(args):
         assignments.append(f"output_dir={args.output_dir}")
     if args.train:
         assignments.append(f"data.train={args.train}")
+    if getattr(args, "init_from", None):
+        assignments.append(f"training.init_from={args.init_from}")
     return config_lib.resolve(args.config, args.preset, assignments)
 
 
@@ -84,48 +90,179 @@ def cmd_evaluate(args):
     print(f"{result['sentences']} sentences: BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  "
           f"exact match {100 * result['exact_match']:.1f}%")
     print(f"signature: {result.get('bleu_signature', '')}")
+    _report_truncated(result["truncated_sources"], result["sentences"], args.run_dir)
     return 0
+
+
+def _report_truncated(count, total, run_dir):
+    if count:
+        print(f"{count} of {total} sources were longer than the run's data.max_length tokens "
+              f"(EOS included) and were translated from their first part ({run_dir}/config.json)",
+              file=sys.stderr)
+
+
+def _read_text_file(path, name):
+    """Lines of a UTF-8 file (stdin for None), or an error naming the file and line."""
+    try:
+        data = open(path, "rb").read() if path else sys.stdin.buffer.read()
+    except OSError as error:
+        raise SystemExit(f"error: {name} {path}: {error.strerror}")
+    lines = []
+    for number, raw in enumerate(data.splitlines(), 1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise SystemExit(f"error: {name} {path or '(stdin)'} line {number}: not UTF-8 "
+                             f"({error.reason} at byte {error.start})")
+    return lines
+
+
+def _uses_toolkit(args):
+    return bool(args.n_best or args.scores or args.alignments or args.prefix or args.format == "jsonl"
+                or args.search or args.no_repeat_ngram_size)
+
+
+def _translation_records(args, translator, texts, prefixes):
+    """One list of dicts per text (n-best: several, best first)."""
+    results = translator.translate(
+        texts, n_best=args.n_best or 1, prefixes=prefixes, return_alignments=args.alignments,
+    )
+    records = []
+    for index, hypotheses in enumerate(results):
+        rows = []
+        for rank, hypothesis in enumerate(hypotheses):
+            row = {"index": index, "rank": rank, "translation": hypothesis.translation,
+                   "score": round(float(hypothesis.score), 6), "log_prob": round(float(hypothesis.log_prob), 6)}
+            if args.alignments:
+                row["alignment"] = hypothesis.alignment
+            rows.append(row)
+        records.append(rows)
+    return records
+
+
+def _format_record(args, row, source):
+    """A line: JSON, or fields joined by " ||| " (fairseq's and Moses' n-best convention)."""
+    if args.format == "jsonl":
+        return json.dumps(dict(row, source=source), ensure_ascii=False)
+    fields = [str(row["index"])] if args.n_best else []
+    fields.append(row["translation"])
+    if args.scores or args.n_best:
+        fields += [f"{row['score']:.6f}", f"{row['log_prob']:.6f}"]
+    if args.alignments:
+        fields.append(row["alignment"])
+    return " ||| ".join(fields) if len(fields) > 1 else fields[0]
 
 
 def cmd_translate(args):
     from keras_transformer import runs
 
-    model, tokenizer, config = runs.load_run(args.run_dir)
-    config = _apply_decoding(config, args)
     if args.text:
         texts = list(args.text)
     else:
-        stream = open(args.input, encoding="utf-8") if args.input else sys.stdin
-        with stream:
-            texts = [line.rstrip("\r\n") for line in stream]
-    outputs = runs.translate_texts(
-        model, tokenizer, texts, config["decoding"], progress=len(texts) > 100,
-        max_source_length=config["data"]["max_length"],
-    )
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+        texts = _read_text_file(args.input, "--input")
+    prefixes = None
+    if args.prefix:
+        prefixes = _read_text_file(args.prefix, "--prefix")
+        if len(prefixes) != len(texts):
+            source = args.input or "--text"
+            raise SystemExit(f"error: --prefix {args.prefix} has {len(prefixes)} lines but {source} has "
+                             f"{len(texts)}: one prefix (or an empty line) per source")
+    model, tokenizer, config = runs.load_run(args.run_dir)
+    config = _apply_decoding(config, args)
+    truncated = []
+    if _uses_toolkit(args):
+        options = {"no_repeat_ngram_size": args.no_repeat_ngram_size or 0}
+        if args.search:
+            options["search"] = args.search
+        if args.search == "sampling":
+            options.update(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+        try:
+            translator = runs.make_translator(
+                model, tokenizer, config["decoding"], config["data"]["max_length"], **options
+            )
+            records = _translation_records(args, translator, texts, prefixes)
+        except ValueError as error:
+            raise SystemExit(f"error: {error}")
+        truncated = translator.last_truncated
+        lines = [_format_record(args, row, texts[row["index"]]) for rows in records for row in rows]
+    else:
+        lines = runs.translate_texts(
+            model, tokenizer, texts, config["decoding"], progress=len(texts) > 100,
+            max_source_length=config["data"]["max_length"], truncated=truncated,
+        )
+    _report_truncated(len(truncated), len(texts), args.run_dir)
+    _write_lines(args.output, lines)
+    return 0
+
+
+def _write_lines(path, lines):
+    out = open(path, "w", encoding="utf-8") if path else sys.stdout
     try:
-        for line in outputs:
+        for line in lines:
             out.write(line + "\n")
     finally:
-        if args.output:
+        if path:
             out.close()
+
+
+def cmd_score(args):
+    from keras_transformer import runs
+
+    sources = _read_text_file(args.source, "--source")
+    targets = _read_text_file(args.target, "--target")
+    if len(sources) != len(targets):
+        raise SystemExit(f"error: --source {args.source} has {len(sources)} lines but --target "
+                         f"{args.target} has {len(targets)}: they must pair line by line")
+    model, tokenizer, config = runs.load_run(args.run_dir)
+    config = _apply_decoding(config, args)
+    translator = runs.make_translator(model, tokenizer, config["decoding"], config["data"]["max_length"])
+    results = translator.score(sources, targets, per_token=args.per_token)
+    _report_truncated(len(translator.last_truncated), len(sources), args.run_dir)
+    lines = []
+    for index, result in enumerate(results):
+        if args.format == "jsonl":
+            lines.append(json.dumps(dict(index=index, **result)))
+        else:
+            fields = [f"{result['log_prob']:.6f}", str(result["tokens"]), f"{result['score']:.6f}"]
+            if args.per_token:
+                fields.append(" ".join(f"{value:.6f}" for value in result["token_log_probs"]))
+            lines.append(" ||| ".join(fields))
+    _write_lines(args.output, lines)
     return 0
 
 
 def cmd_export(args):
     from keras_transformer import runs
-    from keras_transformer.export import export_saved_model
 
+    if args.format == "saved_model" and args.quantization is not None:
+        raise SystemExit("error: --quantization applies to --format ctranslate2 only")
+    if args.format == "ctranslate2" and args.xla:
+        raise SystemExit("error: --xla applies to --format saved_model only")
     model, tokenizer, config = runs.load_run(args.run_dir)
     config = _apply_decoding(config, args)
-    base_dir = args.base_dir or os.path.join(args.run_dir, "export")
     decoding = config["decoding"]
+    if args.format == "ctranslate2":
+        from keras_transformer.export.ctranslate2 import export_ctranslate2
+
+        quantization = args.quantization or "float32"
+        output = args.output or os.path.join(args.run_dir, "export", f"ctranslate2-{quantization}")
+        path = export_ctranslate2(
+            model, tokenizer, output, quantization=quantization, force=args.force,
+            beam_size=decoding["beam_size"], alpha=decoding["alpha"],
+            max_extra_length=decoding["max_extra_length"], max_input_length=config["data"]["max_length"],
+        )
+        print(f"exported: {path}")
+        return 0
+    from keras_transformer.export import export_saved_model
+
+    base_dir = args.base_dir or os.path.join(args.run_dir, "export")
     path = export_saved_model(
         model, tokenizer, base_dir, name=args.name, version=args.version,
         beam_size=decoding["beam_size"], alpha=decoding["alpha"],
         max_extra_length=decoding["max_extra_length"],
         # The longest source seen in training; longer inputs are truncated.
         max_input_length=config["data"]["max_length"],
+        jit_compile=args.xla,
     )
     print(f"exported: {path}")
     return 0
@@ -170,6 +307,12 @@ def cmd_plot(args):
     return 0
 
 
+def _quantizations():
+    from keras_transformer.export.ctranslate2 import QUANTIZATIONS
+
+    return QUANTIZATIONS
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-transformer",
@@ -183,6 +326,9 @@ def build_parser():
                                 "resumes from the newest checkpoint.")
     _config_arguments(train)
     train.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
+    train.add_argument("--init-from", metavar="RUN_OR_MODEL",
+                       help="fine-tune: start from a run's model and tokenizer (or a .keras file beside its "
+                            "tokenizer.model); same as --set training.init_from=...")
     train.set_defaults(func=cmd_train)
 
     evaluate = commands.add_parser("evaluate", help="translate a test corpus and report sacreBLEU and chrF")
@@ -198,14 +344,53 @@ def build_parser():
     translate.add_argument("--text", action="append", help="a sentence (repeatable)")
     translate.add_argument("--input", help="a file with one sentence per line (default: stdin)")
     translate.add_argument("--output", help="write translations here (default: stdout)")
+    translate.add_argument("--n-best", type=int, help="the N best translations of each source (N <= beam size), "
+                           "as lines 'INDEX ||| translation ||| score ||| log_prob'")
+    translate.add_argument("--scores", action="store_true",
+                           help="append ' ||| score ||| log_prob' (length-penalised score, log-probability)")
+    translate.add_argument("--alignments", action="store_true",
+                           help="append ' ||| alignment': Pharaoh word links 'source-target' from cross-attention")
+    translate.add_argument("--format", choices=("text", "jsonl"), default="text",
+                           help="text (default) or one JSON object per translation")
+    translate.add_argument("--prefix", metavar="FILE",
+                           help="a target prefix per source line (empty line: none), forced at the start")
+    translate.add_argument("--search", choices=("beam", "greedy", "sampling"),
+                           help="default: beam, or greedy with --beam-size 1")
+    translate.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    translate.add_argument("--top-k", type=int, default=0, help="sample among the k most probable tokens (0: all)")
+    translate.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold")
+    translate.add_argument("--seed", type=int, help="sampling seed (same seed, same samples)")
+    translate.add_argument("--no-repeat-ngram-size", type=int, help="forbid repeating any n-gram of this size")
     _decoding_arguments(translate)
     translate.set_defaults(func=cmd_translate)
+
+    score = commands.add_parser("score", help="log-probabilities of given translations (forced decoding)")
+    score.add_argument("run_dir", help="the run's output_dir")
+    score.add_argument("--source", required=True, help="source sentences, one per line")
+    score.add_argument("--target", required=True, help="their translations, one per line")
+    score.add_argument("--per-token", action="store_true", help="also each token's log-probability")
+    score.add_argument("--format", choices=("text", "jsonl"), default="text",
+                       help="text: 'log_prob ||| tokens ||| score' per line (default), or JSON lines")
+    score.add_argument("--output", help="write here (default: stdout)")
+    score.add_argument("--alpha", type=float, help="length penalty exponent of the normalised score")
+    score.add_argument("--batch-size", type=int, help="pairs per batch")
+    score.set_defaults(func=cmd_score)
 
     export = commands.add_parser("export", help="export a SavedModel for TensorFlow Serving")
     export.add_argument("run_dir", help="the run's output_dir")
     export.add_argument("--base-dir", help="model base path (default RUN_DIR/export)")
     export.add_argument("--name", default="translator", help="model name (directory under --base-dir)")
     export.add_argument("--version", type=int, help="version number (default: next free)")
+    export.add_argument("--format", choices=("saved_model", "ctranslate2"), default="saved_model",
+                        help="saved_model (TensorFlow Serving, default) or ctranslate2 (needs the "
+                             "ctranslate2 extra)")
+    export.add_argument("--quantization", choices=_quantizations(),
+                        help="CTranslate2 weight type (default float32)")
+    export.add_argument("--output", help="CTranslate2 model directory (default RUN_DIR/export/ctranslate2-QUANTIZATION)")
+    export.add_argument("--force", action="store_true", help="replace an existing CTranslate2 directory")
+    export.add_argument("--xla", action="store_true",
+                        help="SavedModel whose search is compiled with XLA (2-3x faster on CPU): for TF "
+                             "Serving with --xla_cpu_compilation_enabled, or GPU; stock servers need the default")
     _decoding_arguments(export)
     export.set_defaults(func=cmd_export)
 

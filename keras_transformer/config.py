@@ -66,6 +66,8 @@ SCHEMA = {
         "early_stopping_metric": ("bleu", ("bleu", "chrf"), "validation metric for the best model and early stopping"),
         "early_stopping_patience": (None, int, "stop after N validations without a gain (default: never)"),
         "early_stopping_min_delta": (0.0, float, "the least gain that counts as one"),
+        "init_from": (None, str, "fine-tune: start from this run directory's model.keras and tokenizer (or "
+                      "a .keras file with tokenizer.model beside it); optimizer and schedule start afresh"),
         "final_model": ("auto", ("auto", "best", "average"), "model.keras: the best validated weights "
                         "(auto: when validate_every_steps is set) or the average of the last checkpoints"),
     },

@@ -195,6 +195,10 @@ def train(config, verbose="auto"):
 
     pairs = _read_pairs(config, "train")
     tokenizer_path = output_dir / TOKENIZER_FILE
+    init_model_path = None
+    if training["init_from"]:
+        init_model_path, init_tokenizer_path = _init_source(training["init_from"])
+        _adopt_tokenizer(init_tokenizer_path, tokenizer_path)
     if tokenizer_path.is_file():
         tokenizer = SubwordTokenizer.load(str(tokenizer_path))
         print(f"tokenizer: reusing {tokenizer_path} ({tokenizer.vocabulary_size} pieces)", flush=True)
@@ -246,6 +250,11 @@ def train(config, verbose="auto"):
     scope = strategy.scope() if strategy else _NullScope()
     with scope:
         model = compile_model(build_model(config, tokenizer.vocabulary_size), config)
+        if init_model_path is not None:
+            if list_checkpoints(str(output_dir / CHECKPOINT_DIR)):
+                print(f"init_from: {output_dir} has checkpoints; resuming them instead", flush=True)
+            else:
+                _load_initial_weights(model, init_model_path)
 
     epochs = training["epochs"]
     nan_guard = TerminateOnNonFiniteLoss()
@@ -305,6 +314,54 @@ def train(config, verbose="auto"):
     return output_dir
 
 
+def _init_source(init_from):
+    """(model file, tokenizer file) named by training.init_from: a run directory or a .keras file."""
+    path = Path(init_from)
+    if path.is_dir():
+        model_path, tokenizer_path = path / MODEL_FILE, path / TOKENIZER_FILE
+    elif path.suffix == ".keras":
+        model_path, tokenizer_path = path, path.parent / TOKENIZER_FILE
+    else:
+        raise RunError(f"training.init_from {init_from}: not a run directory nor a .keras model file.")
+    for name, file in (("model", model_path), ("tokenizer", tokenizer_path)):
+        if not file.is_file():
+            raise RunError(f"training.init_from {init_from}: no {name} at {file}.")
+    return model_path, tokenizer_path
+
+
+def _adopt_tokenizer(source, destination):
+    """The fine-tuned run uses the initial model's tokenizer: copied in, or
+    checked against the one the run already has."""
+    data = source.read_bytes()
+    if destination.is_file():
+        if destination.read_bytes() != data:
+            raise RunError(
+                f"tokenizer mismatch: {destination} differs from {source} (training.init_from); the model's "
+                "embeddings belong to the second. Use a new output_dir for the fine-tuned run."
+            )
+        return
+    destination.write_bytes(data)
+    print(f"tokenizer: {source} (training.init_from) -> {destination}", flush=True)
+
+
+# Settings that must agree between the initial model and the fine-tuned one.
+_INIT_KEYS = ("vocabulary_size", "source_vocabulary_size", "d_model", "num_heads", "d_ff", "num_encoder_layers",
+              "num_decoder_layers", "norm_first", "positional_encoding", "max_length", "activation")
+
+
+def _load_initial_weights(model, model_path):
+    initial = keras.saving.load_model(str(model_path), compile=False)
+    mine, theirs = model.get_config(), initial.get_config()
+    different = [f"{key} {mine.get(key)!r} here, {theirs.get(key)!r} in {model_path}"
+                 for key in _INIT_KEYS if mine.get(key) != theirs.get(key)]
+    if different:
+        raise RunError("training.init_from: the model configuration differs from the initial model's: "
+                       + "; ".join(different) + ". Set the same model.* keys (or drop them).")
+    model.set_weights(initial.get_weights())
+    print(f"model: initial weights from {model_path} (training.init_from); optimizer and schedule start afresh",
+          flush=True)
+
+
 def _progress_callbacks(config, model, tokenizer, validation_pairs, steps_per_epoch, time_limit):
     """TrainingProgress, and ValidationTranslation when training.validate_every_steps is set."""
     from keras_transformer.training.progress import TrainingProgress, ValidationTranslation
@@ -338,16 +395,12 @@ class _NullScope:
         return False
 
 
-def translate_texts(model, tokenizer, texts, decoding, progress=False, max_source_length=None):
-    """Strings in, strings out, with the run's decoding settings.
-
-    Sources longer than `max_source_length` tokens (EOS included) are
-    truncated, as the exported SavedModel does. With `progress`, a Keras
-    progress bar counts sentences (long corpora).
-    """
+def make_translator(model, tokenizer, decoding, max_source_length=None, **options):
+    """A `Translator` with the run's decoding settings (`options` add
+    search="sampling", temperature, top_k, top_p, seed, no_repeat_ngram_size)."""
     from keras_transformer.decoding.translate import Translator
 
-    translator = Translator(
+    return Translator(
         model,
         tokenizer,
         beam_size=decoding["beam_size"],
@@ -355,16 +408,30 @@ def translate_texts(model, tokenizer, texts, decoding, progress=False, max_sourc
         max_extra_length=decoding["max_extra_length"],
         batch_size=decoding["batch_size"],
         max_source_length=max_source_length,
+        **options,
     )
+
+
+def translate_texts(model, tokenizer, texts, decoding, progress=False, max_source_length=None,
+                    truncated=None):
+    """Strings in, strings out, with the run's decoding settings.
+
+    Sources longer than `max_source_length` tokens (EOS included) are
+    truncated, as the exported SavedModel does; their indices are appended
+    to the list `truncated` when one is given. With `progress`, a Keras
+    progress bar counts sentences (long corpora).
+    """
+    translator = make_translator(model, tokenizer, decoding, max_source_length)
     texts = list(texts)
-    if not progress:
-        return translator.translate(texts)
-    bar = keras.utils.Progbar(len(texts), unit_name="sentence")
-    chunk = decoding["batch_size"] * 4
+    bar = keras.utils.Progbar(len(texts), unit_name="sentence") if progress else None
+    chunk = decoding["batch_size"] * 4 if progress else max(len(texts), 1)
     outputs = []
     for start in range(0, len(texts), chunk):
         outputs.extend(translator.translate(texts[start : start + chunk]))
-        bar.update(len(outputs))
+        if truncated is not None:
+            truncated.extend(start + index for index in translator.last_truncated)
+        if bar is not None:
+            bar.update(len(outputs))
     return outputs
 
 
@@ -386,9 +453,10 @@ def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=T
     sources = [s for s, _ in pairs]
     references = [t for _, t in pairs]
     start = time.time()
+    truncated = []
     hypotheses = translate_texts(
         model, tokenizer, sources, config["decoding"], progress=progress,
-        max_source_length=config["data"]["max_length"],
+        max_source_length=config["data"]["max_length"], truncated=truncated,
     )
     seconds = time.time() - start
     scores = corpus_scores(hypotheses, references)
@@ -398,6 +466,8 @@ def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=T
         "sentences": len(pairs),
         "exact_match": exact,
         "seconds": seconds,
+        # Sources over data.max_length tokens, translated from their first part.
+        "truncated_sources": len(truncated),
         "decoding": config["decoding"],
         **scores,
     }

@@ -2,6 +2,7 @@
 translate, attention, average-checkpoints, and named errors."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -172,3 +173,117 @@ def test_train_passes_the_run_buckets_to_the_pipeline(trained_run, tmp_path, mon
     overrides = [f"output_dir={tmp_path / 'run'}", "training.max_steps=1", "data.bucket_width=8"]
     assert cli.main(["train", "--config", str(config_path), *sum((["--set", o] for o in overrides), [])]) == 0
     assert seen and all(boundaries == [8, 16] for boundaries in seen)
+
+
+def test_same_text_same_output_on_every_path(trained_run, tmp_path, capsys):
+    """The CLI, the exported SavedModel (plain and XLA variants) and the
+    CTranslate2 export translate the same texts alike: texts without tokens
+    give "" everywhere, and a source over data.max_length (16 tokens here) is
+    truncated everywhere, which the CLI reports on stderr."""
+    import tensorflow as tf
+
+    work, _ = trained_run
+    run = str(work / "run")
+    texts = ["one apple", "\ufeff", "\u200b", "\x01", "", " ".join(["two houses"] * 12), "three apples"]
+    source = tmp_path / "source.txt"
+    source.write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    output = tmp_path / "out.txt"
+    capsys.readouterr()
+    assert cli.main(["translate", run, "--input", str(source), "--output", str(output), "--beam-size", "1"]) == 0
+    cli_lines = output.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(cli_lines) == len(texts) and cli_lines[1:5] == ["", "", "", ""]
+    assert "1 of 7 sources were longer than the run's data.max_length" in capsys.readouterr().err
+
+    for flags in ([], ["--xla"]):
+        base = tmp_path / f"saved{len(flags)}"
+        assert cli.main(["export", run, "--base-dir", str(base), "--beam-size", "1", *flags]) == 0
+        signature = tf.saved_model.load(str(base / "translator" / "1")).signatures["serving_default"]
+        served = [t.decode("utf-8") for t in signature(text=tf.constant(texts))["translations"].numpy()]
+        assert served == cli_lines, flags
+
+    pytest.importorskip("ctranslate2")
+    from keras_transformer.export.ctranslate2 import CTranslate2Translator
+
+    assert cli.main(["export", run, "--format", "ctranslate2", "--output", str(tmp_path / "ct2")]) == 0
+    engine = CTranslate2Translator(tmp_path / "ct2")
+    assert engine.translate(texts, beam_size=1) == cli_lines
+    assert engine.last_truncated == [5]
+
+
+def test_translate_n_best_scores_alignments_jsonl_prefix_sampling(trained_run, tmp_path, capsys):
+    from keras_transformer import runs
+    from keras_transformer.decoding import Translator
+
+    work, _ = trained_run
+    run = str(work / "run")
+    source = tmp_path / "source.txt"
+    source.write_text("one apple\ntwo houses\n", encoding="utf-8")
+
+    def lines(*flags):
+        capsys.readouterr()
+        assert cli.main(["translate", run, "--input", str(source), *flags]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    model, tokenizer, config = runs.load_run(run)
+    translator = Translator(model, tokenizer, beam_size=2, max_extra_length=5, max_source_length=16)
+    expected = translator.translate(["one apple", "two houses"], n_best=2)
+
+    n_best = [line.split(" ||| ") for line in lines("--n-best", "2")]
+    assert [row[0] for row in n_best] == ["0", "0", "1", "1"]
+    for row, hypothesis in zip(n_best, [h for per_text in expected for h in per_text]):
+        assert row[1] == hypothesis.translation
+        assert float(row[2]) == pytest.approx(hypothesis.score, abs=1e-5)
+        assert float(row[3]) == pytest.approx(hypothesis.log_prob, abs=1e-5)
+    assert float(n_best[0][2]) >= float(n_best[1][2])
+
+    plain = lines()
+    scored = [line.split(" ||| ") for line in lines("--scores", "--alignments")]
+    assert [row[0] for row in scored] == plain
+    assert all(re.fullmatch(r"(\d+-\d+( \d+-\d+)*)?", row[3]) for row in scored)
+
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("ein\n\n", encoding="utf-8")
+    records = [json.loads(line) for line in lines("--prefix", str(prefixes), "--format", "jsonl")]
+    assert records[0]["translation"].startswith("ein") and records[0]["source"] == "one apple"
+    assert set(records[1]) == {"index", "rank", "translation", "score", "log_prob", "source"}
+
+    first = lines("--search", "sampling", "--seed", "3", "--temperature", "2.0")
+    assert lines("--search", "sampling", "--seed", "3", "--temperature", "2.0") == first
+    greedy = lines("--beam-size", "1")
+    assert lines("--search", "sampling", "--top-k", "1", "--seed", "5") == greedy
+
+    prefixes.write_text("ein\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"--prefix .*prefixes.txt has 1 lines but .*source.txt has 2"):
+        cli.main(["translate", run, "--input", str(source), "--prefix", str(prefixes)])
+
+
+def test_score_command_and_its_errors(trained_run, tmp_path, capsys):
+    from keras_transformer import runs
+    from keras_transformer.decoding import Translator
+
+    work, _ = trained_run
+    run = str(work / "run")
+    sources, targets = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    sources.write_text("one apple\ntwo houses\n", encoding="utf-8")
+    targets.write_text("ein Apfel\nzwei Häuser\n", encoding="utf-8")
+    capsys.readouterr()
+    assert cli.main(["score", run, "--source", str(sources), "--target", str(targets), "--per-token"]) == 0
+    rows = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
+    model, tokenizer, _ = runs.load_run(run)
+    expected = Translator(model, tokenizer, max_source_length=16).score(
+        ["one apple", "two houses"], ["ein Apfel", "zwei Häuser"], per_token=True)
+    for row, result in zip(rows, expected):
+        assert float(row[0]) == pytest.approx(result["log_prob"], abs=1e-5)
+        assert int(row[1]) == result["tokens"]
+        assert float(row[2]) == pytest.approx(result["score"], abs=1e-5)
+        per_token = [float(v) for v in row[3].split()]
+        assert len(per_token) == result["tokens"] and sum(per_token) == pytest.approx(float(row[0]), abs=1e-4)
+    assert cli.main(["score", run, "--source", str(sources), "--target", str(targets), "--format", "jsonl"]) == 0
+    assert [json.loads(line)["tokens"] for line in capsys.readouterr().out.splitlines()] == [r["tokens"] for r in expected]
+
+    targets.write_text("ein Apfel\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"--source .*src.txt has 2 lines but --target .*tgt.txt has 1"):
+        cli.main(["score", run, "--source", str(sources), "--target", str(targets)])
+    targets.write_bytes(b"ein Apfel\nzwei \xff\n")
+    with pytest.raises(SystemExit, match=r"--target .*tgt.txt line 2: not UTF-8"):
+        cli.main(["score", run, "--source", str(sources), "--target", str(targets)])

@@ -115,6 +115,11 @@ def test_quickstart_recipe_trains_evaluates_exports_and_serves(workspace, quicks
 
 def test_readme_cli_commands(workspace, quickstart, monkeypatch):
     monkeypatch.chdir(workspace)
+    # The user's own files that the decoding examples name.
+    (workspace / "sources.en").write_text("I have two apples.\nThe train arrives at eight.\n", encoding="utf-8")
+    (workspace / "translations.de").write_text("Ich habe zwei Äpfel.\nDer Zug kommt um acht an.\n",
+                                               encoding="utf-8")
+    (workspace / "prefixes.de").write_text("Ich\n\n", encoding="utf-8")
     ran = []
     for words in readme_commands():
         if words[0] != "keras-transformer":
@@ -129,7 +134,7 @@ def test_readme_cli_commands(workspace, quickstart, monkeypatch):
             argv = argv + ["--beam-size", "2"]
         assert cli.main(argv) == 0, shlex.join(words)
         ran.append(argv[0])
-    assert {"train", "evaluate", "translate", "export", "average-checkpoints", "attention"} <= set(ran)
+    assert {"train", "evaluate", "translate", "score", "export", "average-checkpoints", "attention"} <= set(ran)
 
     run = workspace / "runs" / "quickstart"
     steps = sorted(int(p.name.split("-")[1].split(".")[0]) for p in (run / "checkpoints").glob("ckpt-*"))
@@ -139,7 +144,8 @@ def test_readme_cli_commands(workspace, quickstart, monkeypatch):
     assert (workspace / "averaged.keras").is_file()
     assert (workspace / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     versions = sorted(p.name for p in (workspace / "models" / "translator").iterdir())
-    assert versions == ["1", "2"]  # README's CLI block and its export section each export once
+    assert versions == ["1", "2", "3"]  # the CLI block once, the export section twice (plain, --xla)
+    assert (run / "export" / "ctranslate2-int8" / "model.bin").is_file()
 
 
 def test_readme_preset_command(workspace, quickstart, monkeypatch, capsys):
