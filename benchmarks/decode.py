@@ -9,7 +9,8 @@ first (not timed); then rounds of one run per contender are timed, and the
 best wall-clock time per contender is reported with its CPU time (the
 process's user+system seconds, less sensitive to other load on the machine).
 
-Contenders (TensorFlow backend):
+Contenders (TensorFlow backend; every row names its path: XLA or a plain
+graph, Python or C++):
 - ours: `keras_transformer.decoding.greedy_search` / `beam_search`, cached,
   as a plain `tf.function` graph (the export path, no XLA) and with XLA;
   and uncached (the whole decoder re-run at every step, as tutorials do);
@@ -34,6 +35,12 @@ Contenders (TensorFlow backend):
   worker stays up for the whole run and is driven over a pipe, so its runs
   interleave with the other contenders' rounds; it times each decode itself
   (wall and its own CPU seconds).
+
+- CTranslate2 4.x (`pip install ctranslate2`; skipped when missing), the
+  C++ engine, running our own weights converted through its model spec
+  (`keras_transformer.export.ctranslate2.model_spec`), float32 and int8,
+  `intra_threads` = CPU count, `min_decoding_length` = `max_decoding_length`
+  = `--steps`.
 
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/decode.py [--rounds 3]
@@ -305,6 +312,43 @@ def opennmt_contenders(worker, args):
     ]
 
 
+def ctranslate2_contenders(model, source, args, work_dir):
+    """CTranslate2 on our weights (converted with `export_ctranslate2`'s model
+    spec), float32 and int8, on the same source ids as token strings; its
+    options force exactly `--steps` tokens as ours do (EOS held back by
+    `min_decoding_length`, pad and BOS suppressed)."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return [], "# CTranslate2 contenders skipped: pip install ctranslate2"
+    from keras_transformer.export.ctranslate2 import model_spec
+
+    special = {PAD_ID: "<pad>", 1: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
+    pieces = [special.get(i, f"w{i}") for i in range(args.vocabulary_size)]
+    spec = model_spec(model, pieces=pieces)
+    spec.validate()
+    spec.optimize(quantization="float32")
+    spec.save(work_dir)
+    tokens = [[pieces[t] for t in row if t not in (PAD_ID, EOS_ID)] for row in source]
+    index = {piece: i for i, piece in enumerate(pieces)}
+    contenders = []
+    for compute_type in ("float32", "int8"):
+        translator = ctranslate2.Translator(work_dir, device="cpu", compute_type=compute_type,
+                                           inter_threads=1, intra_threads=os.cpu_count())
+        for kind, beam in (("greedy", 1), ("beam", args.beam_size)):
+            options = dict(beam_size=beam, length_penalty=args.length_penalty, max_batch_size=len(tokens),
+                           min_decoding_length=args.steps, max_decoding_length=args.steps,
+                           suppress_sequences=[["<pad>"], ["<s>"]])
+
+            def run(translator=translator, options=options):
+                results = translator.translate_batch(tokens, **options)
+                return {"ids": np.array([[index[p] for p in r.hypotheses[0]] for r in results], "int32")}
+
+            label = "greedy" if beam == 1 else f"beam {beam}"
+            contenders.append((f"CTranslate2 {ctranslate2.__version__} {label}, {compute_type} (C++)", kind, run))
+    return contenders, f"# CTranslate2 {ctranslate2.__version__}: intra_threads {os.cpu_count()}, our weights"
+
+
 def bfloat16_copy(model, vocabulary_size):
     """The same weights under the mixed_bfloat16 policy (float32 variables, bfloat16 compute)."""
     previous = keras.config.dtype_policy()
@@ -379,8 +423,10 @@ def main():
     source_ids = tf.constant(source)
 
     opennmt = OpenNMTWorker(args.opennmt_python, source, args)
+    ct2_dir = tempfile.mkdtemp(prefix="decode-ct2-")
+    ct2, ct2_note = ctranslate2_contenders(model, source, args, ct2_dir)
     contenders = (our_contenders(model, source_ids, args) + keras_hub_contenders(model, source_ids, args)
-                  + opennmt_contenders(opennmt, args))
+                  + ct2 + opennmt_contenders(opennmt, args))
     if args.only:
         wanted = [w.strip() for w in args.only.split("|") if w.strip()]
         contenders = [c for c in contenders if any(w in c[0] for w in wanted)]
@@ -397,9 +443,12 @@ def main():
                             '.venv-opennmt && .venv-opennmt/bin/pip install "tensorflow==2.13.1" '
                             '"opennmt-tf==2.32.0")')
     try:
-        run_contenders(contenders, args, opennmt_note)
+        run_contenders(contenders, args, "\n".join(n for n in (opennmt_note, ct2_note) if n))
     finally:
         opennmt.close()
+        import shutil
+
+        shutil.rmtree(ct2_dir, ignore_errors=True)
 
 
 def run_contenders(contenders, args, opennmt_note):
@@ -446,7 +495,7 @@ def run_contenders(contenders, args, opennmt_note):
             same = "yes" if np.array_equal(outputs[name][:, : args.steps], ref_ids) else "no"
             if "KerasHub layers" in name or name.startswith("OpenNMT-tf"):
                 same = "n/a"  # another model
-            elif "bfloat16" in name:
+            elif "bfloat16" in name or "int8" in name:
                 same = "n/a"  # other numerics: near-ties between tokens can go the other way
         print(f"{name:<58} {per_second:8.1f} {per_second * args.steps:8.0f} {cpu / sentences:10.3f} "
               f"{ratio:>11} {cpu_ratio:>9}  {same}")

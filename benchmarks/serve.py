@@ -1,34 +1,44 @@
-"""Serving latency and throughput: the exported SavedModel against in-process Keras.
+"""Served decoding speed: the exported SavedModel (plain and XLA variants) and
+CTranslate2 against our in-process search, on the same weights, in the same run.
 
-One model ("tiny" preset: d_model 256, 3+3 layers, 4 heads, d_ff 1024; random
-weights) and one tokenizer (SentencePiece, trained on the English-German
-corpus in /work/shared/data when present, else on the synthetic quickstart
-corpus) are exported with `keras_transformer.export.export_saved_model`, the
-export is loaded back with `tf.saved_model.load`, and every contender
-translates the same sentences with the same search settings:
+The workload is `benchmarks/decode.py`'s: the "tiny" preset (d_model 256, 3+3
+layers, 4 heads, d_ff 1024) with random weights, a batch of `--batch-size`
+sources of `--source-tokens` tokens (EOS included), and exactly `--steps`
+generated tokens per sentence. Random weights rarely favour EOS; to make it
+exact, the EOS row of the shared embedding is set to zeros (its logit is 0,
+while the top candidates of 8,000 random logits lie far above), and every
+contender's outputs are checked to have `--steps` tokens, so all do the same
+work. Every search runs with `max_extra_length = steps - source_tokens`.
 
-- SavedModel `serving_default`: strings in, strings out (what TF Serving runs);
-- SavedModel `translate_ids`: ids in, ids out;
-- in-process Keras: `keras_transformer.decoding.translate` (strings), and
-  `beam_search` on ids, each compiled as a `tf.function` graph without XLA
-  (the same search the export contains), plus `beam_search` with XLA
-  (`jit_compile=True`), which TF Serving does not run by default.
+Contenders, each named with its path:
+- ours in process: `beam_search` / `greedy_search` on ids, compiled with XLA
+  (`jit_compile=True`) and as a plain `tf.function` graph;
+- the SavedModel of `export_saved_model`, loaded with `tf.saved_model.load`
+  in this process (the graph TF Serving would run; no RPC), its
+  `translate_ids` signature: the plain variant (what stock TF Serving runs)
+  and the XLA variant (`jit_compile=True`: TF Serving with
+  `--xla_cpu_compilation_enabled`, or GPU);
+- CTranslate2 (`pip install ctranslate2`; skipped when missing) running the
+  same weights exported with `export_ctranslate2`, float32 and int8
+  (`compute_type`), on token strings, `intra_threads` = CPU count.
 
-An untrained model rarely emits EOS, so every sentence runs to its length
-limit (source tokens + `--max-extra-length`): all contenders do the same work.
-Latency: one sentence, `--runs` calls after a warm-up call, p50 and p95.
-Throughput: a batch of `--batch-size` sentences, best of `--rounds` calls.
-Calls are interleaved (each round calls every contender once), so load from
-other processes on a shared machine hits every contender alike.
+Rounds interleave the contenders (each round calls every contender once, in
+a rotated order), so load from elsewhere hits them alike; the table gives
+each contender's median sentences/s over rounds and the median over rounds
+of its ratio to ours-XLA and to CTranslate2 float32 measured in the same
+round. A JSON record (machine, load, commit, command, raw timings) is
+appended to `benchmarks/results/serve.jsonl` (`--record` to change it).
 
 Usage:
-    KERAS_BACKEND=tensorflow python benchmarks/serve.py [--runs 10 --rounds 3]
+    KERAS_BACKEND=tensorflow python benchmarks/serve.py [--rounds 7] [--searches beam,greedy]
 """
 
 import argparse
-import glob
+import json
 import os
 import platform
+import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,33 +49,36 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.data import SubwordTokenizer  # noqa: E402
-from keras_transformer.decoding import beam_search  # noqa: E402
+from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
 
-SHARED_DATA = "/work/shared/data"
+SHARED_DATA = os.path.join(ROOT, "..", "shared", "data")
+EOS, PAD = 3, 0
 
 
-def parse_args():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--vocabulary-size", type=int, default=8000)
-    parser.add_argument("--corpus-pairs", type=int, default=20000, help="pairs read to train the tokenizer")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--source-tokens", type=int, default=32, help="per source, EOS included")
+    parser.add_argument("--steps", type=int, default=50, help="generated tokens per sentence")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
-    parser.add_argument("--max-extra-length", type=int, default=10)
-    parser.add_argument("--max-input-length", type=int, default=64)
-    parser.add_argument("--max-sentence-tokens", type=int, default=24, help="longest benchmark sentence")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--runs", type=int, default=10, help="timed one-sentence calls per contender")
-    parser.add_argument("--rounds", type=int, default=3, help="timed batch calls per contender")
-    parser.add_argument("--skip-xla", action="store_true")
-    return parser.parse_args()
+    parser.add_argument("--searches", default="beam,greedy")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--no-ctranslate2", action="store_true")
+    parser.add_argument("--record", default=os.path.join(ROOT, "benchmarks", "results", "serve.jsonl"))
+    return parser.parse_args(argv)
 
 
-def corpus(args):
-    """(description, pairs) from the shared English-German data, else the synthetic corpus."""
+def tokenizer_for(args):
+    """A SentencePiece model of `--vocabulary-size` pieces (shared corpus if present, else synthetic)."""
+    import glob
+
     from keras_transformer.data import read_jsonl
 
     candidates = sorted(glob.glob(os.path.join(SHARED_DATA, "*en_de*.jsonl.gz")))
@@ -73,175 +86,197 @@ def corpus(args):
         pairs = []
         for pair in read_jsonl(candidates[0], source_key="en", target_key="de"):
             pairs.append(pair)
-            if len(pairs) >= args.corpus_pairs:
+            if len(pairs) >= 20000:
                 break
-        return f"{candidates[0]} (first {len(pairs)} pairs)", pairs
-    from keras_transformer.datasets.synthetic_en_de import generate_pairs
+        origin = f"{os.path.relpath(candidates[0], ROOT)} (first {len(pairs)} pairs)"
+    else:
+        from keras_transformer.datasets.synthetic_en_de import generate_pairs
 
-    pairs = generate_pairs(args.corpus_pairs, seed=0)
-    return f"synthetic_en_de.generate_pairs({len(pairs)})", pairs
-
-
-def pick_sentences(pairs, count, tokenizer, max_tokens):
-    """`count` distinct source sentences of 8 to max_tokens - 1 tokens, spread over the corpus."""
-    chosen = []
-    for source, _ in pairs[:: max(1, len(pairs) // (20 * count))]:
-        tokens = tokenizer.tokenize(source).shape[0]
-        if 8 <= tokens < max_tokens and source not in chosen:
-            chosen.append(source)
-        if len(chosen) == count:
-            return chosen
-    raise SystemExit(f"found only {len(chosen)} suitable sentences")
+        pairs = generate_pairs(20000, seed=0)
+        origin = "synthetic_en_de.generate_pairs(20000)"
+    tokenizer = SubwordTokenizer.train(pairs, args.vocabulary_size, hard_vocab_limit=False, seed=0,
+                                       input_sentence_size=200_000)
+    return tokenizer, origin
 
 
-def source_ids(tokenizer, texts, max_input_length):
-    rows = [list(r)[: max_input_length - 1] + [3] for r in tokenizer.tokenize(texts).to_list()]
-    width = max(len(r) for r in rows)
-    return np.array([r + [0] * (width - len(r)) for r in rows], dtype="int32")
+def make_model(vocabulary_size):
+    keras.utils.set_random_seed(0)
+    model = kt.Transformer.from_preset("tiny", vocabulary_size=vocabulary_size)
+    embeddings = model.target_embedding.embeddings
+    values = keras.ops.convert_to_numpy(embeddings).copy()
+    values[EOS] = 0.0  # logit 0: never among the best candidates (see the module docstring)
+    embeddings.assign(values)
+    return model
 
 
-def percentile(values, q):
-    return float(np.percentile(np.asarray(values), q))
+def generated_lengths(ids):
+    """Tokens per row of (batch, width) ids up to the first EOS (EOS excluded) or pad."""
+    ids = np.asarray(ids)
+    lengths = []
+    for row in ids:
+        row = list(row)
+        end = row.index(EOS) if EOS in row else len(row)
+        lengths.append(sum(1 for t in row[:end] if t != PAD))
+    return lengths
 
 
-def measure(contenders, inputs, args):
-    """Latency and throughput per contender, interleaved.
-
-    The machine may be shared: each round calls every contender once, so a
-    burst of load from elsewhere hits all of them alike.
-    """
-    for name, kind, function in contenders:  # warm-up: traces, instantiates, allocates
-        one, batch = inputs[kind]
-        function(one)
-        function(batch)
-    latencies = {name: [] for name, _, _ in contenders}
-    for _ in range(args.runs):
-        for name, kind, function in contenders:
-            start = time.perf_counter()
-            function(inputs[kind][0])
-            latencies[name].append(time.perf_counter() - start)
-    best = {name: float("inf") for name, _, _ in contenders}
-    best_cpu = {name: float("inf") for name, _, _ in contenders}
-    for _ in range(args.rounds):
-        for name, kind, function in contenders:
-            start, start_cpu = time.perf_counter(), time.process_time()
-            function(inputs[kind][1])
-            best[name] = min(best[name], time.perf_counter() - start)
-            best_cpu[name] = min(best_cpu[name], time.process_time() - start_cpu)
-    return [
-        (name, kind, {
-            "p50": percentile(latencies[name], 50),
-            "p95": percentile(latencies[name], 95),
-            "throughput": len(inputs[kind][1]) / best[name],
-            "batch_cpu": best_cpu[name],
-        })
-        for name, kind, _ in contenders
-    ]
-
-
-def main():
-    args = parse_args()
-    if keras.backend.backend() != "tensorflow":
-        raise SystemExit("run with KERAS_BACKEND=tensorflow (the export is a TensorFlow SavedModel)")
+def contenders_for(search, model, tokenizer, sources, args, work):
     import tensorflow as tf
 
     from keras_transformer.export import export_saved_model
 
-    description, pairs = corpus(args)
-    start = time.perf_counter()
-    tokenizer = SubwordTokenizer.train(
-        pairs, args.vocabulary_size, hard_vocab_limit=False, seed=0, input_sentence_size=200_000
-    )
-    tokenizer_seconds = time.perf_counter() - start
-    keras.utils.set_random_seed(0)
-    model = kt.Transformer.from_preset("tiny", vocabulary_size=tokenizer.vocabulary_size)
+    beam = args.beam_size if search == "beam" else 1
+    max_extra = args.steps - args.source_tokens
+    options = dict(max_extra_length=max_extra)
+    if beam > 1:
+        options.update(beam_size=beam, alpha=args.alpha)
+    run_search = beam_search if beam > 1 else greedy_search
+    ids = tf.constant(sources)
 
-    search = dict(beam_size=args.beam_size, alpha=args.alpha, max_extra_length=args.max_extra_length)
-    with tempfile.TemporaryDirectory() as base:
-        start = time.perf_counter()
+    def ours(jit_compile):
+        return lambda: np.asarray(keras.ops.convert_to_numpy(
+            run_search(model, ids, jit_compile=jit_compile, **options)["ids"]))
+
+    contenders = {
+        "ours in process, XLA": ours(True),
+        "ours in process, plain graph": ours(False),
+    }
+    for variant, jit_compile in (("plain", False), ("XLA", True)):
         export_dir = export_saved_model(
-            model, tokenizer, base, max_input_length=args.max_input_length, **search
+            model, tokenizer, os.path.join(work, f"{search}-{variant}"), beam_size=beam, alpha=args.alpha,
+            max_extra_length=max_extra, max_input_length=args.source_tokens, jit_compile=jit_compile,
         )
-        export_seconds = time.perf_counter() - start
-        loaded = tf.saved_model.load(export_dir)
-        serve_text = loaded.signatures["serving_default"]
-        serve_ids = loaded.signatures["translate_ids"]
-
-        texts = pick_sentences(pairs, args.batch_size, tokenizer, min(args.max_sentence_tokens, args.max_input_length))
-        one_text, batch_text = tf.constant(texts[:1]), tf.constant(texts)
-        one_ids = tf.constant(source_ids(tokenizer, texts[:1], args.max_input_length))
-        batch_ids = tf.constant(source_ids(tokenizer, texts, args.max_input_length))
-
-        contenders = [
-            ("SavedModel serving_default (text)", "text",
-             lambda x: serve_text(text=x)["translations"].numpy()),
-            ("SavedModel translate_ids (ids)", "ids",
-             lambda x: serve_ids(source_ids=x)["ids"].numpy()),
-        ]
+        signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
+        contenders[f"SavedModel {variant} variant (translate_ids)"] = (
+            lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
+        )
+    if not args.no_ctranslate2:
         try:
-            from keras_transformer.decoding import translate
+            import ctranslate2
         except ImportError:
-            translate = None
-        if translate is not None:
-            contenders.append(
-                ("Keras in-process translate (text)", "text",
-                 lambda x: translate(model, tokenizer, [t.decode("utf-8") for t in x.numpy()],
-                                     batch_size=args.batch_size, **search))
-            )
+            print("# CTranslate2 is not installed: its rows are left out (pip install ctranslate2)")
         else:
-            # Until decoding.translate exists: the same steps composed by hand.
-            contenders.append(
-                ("Keras in-process tokenize + beam_search + detokenize (text)", "text",
-                 lambda x: tokenizer.detokenize(beam_search(
-                     model, source_ids(tokenizer, x, args.max_input_length), **search)["ids"]).numpy())
-            )
-        contenders.append(
-            ("Keras in-process beam_search (ids, graph)", "ids",
-             lambda x: keras.ops.convert_to_numpy(beam_search(model, x, **search)["ids"]))
-        )
-        if not args.skip_xla:
-            contenders.append(
-                ("Keras in-process beam_search (ids, XLA)", "ids",
-                 lambda x: keras.ops.convert_to_numpy(beam_search(model, x, jit_compile=True, **search)["ids"]))
-            )
+            from keras_transformer.export.ctranslate2 import ctranslate2_options, export_ctranslate2
 
-        inputs = {"text": (one_text, batch_text), "ids": (one_ids, batch_ids)}
-        results = measure(contenders, inputs, args)
+            pieces = tokenizer.vocabulary()
+            tokens = [[pieces[t] for t in row if t not in (EOS, PAD)] for row in sources]
+            ct2_dir = os.path.join(work, "ctranslate2")
+            if not os.path.isdir(ct2_dir):
+                export_ctranslate2(model, tokenizer, ct2_dir)
+            for compute_type in ("float32", "int8"):
+                translator = ctranslate2.Translator(
+                    ct2_dir, device="cpu", compute_type=compute_type, inter_threads=1,
+                    intra_threads=os.cpu_count(),
+                )
+                kwargs = ctranslate2_options(beam, args.alpha, max_extra, source_length=args.source_tokens)
+                kwargs["max_batch_size"] = len(tokens)
 
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    print(f"# {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, load average "
-          f"{load[0]:.1f}, TensorFlow {tf.__version__}, Keras {keras.__version__}, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}")
-    print(f"# tokenizer: {tokenizer.vocabulary_size} pieces trained on {description} in "
-          f"{tokenizer_seconds:.1f} s; export (trace, save, op check) {export_seconds:.1f} s")
-    print(f"# tiny preset, random weights; beam {args.beam_size}, alpha {args.alpha}, "
-          f"max_extra_length {args.max_extra_length}, max_input_length {args.max_input_length}; "
-          f"source lengths {int(np.count_nonzero(one_ids))} (one), "
-          f"{np.count_nonzero(batch_ids.numpy(), axis=1).mean():.1f} mean (batch of {len(texts)})")
-    print(f"# latency: {args.runs} calls on one sentence; throughput: best of {args.rounds} "
-          f"calls on {len(texts)} sentences; batch CPU s: least process CPU time (all threads) "
-          f"of those calls, steadier than wall time on a shared machine")
-    reference = {kind: next(r for n, k, r in results if k == kind and n.startswith("Keras")) for kind in ("text", "ids")}
-    header = ("contender", "p50 ms", "p95 ms", "sent/s", "batch CPU s", "p50 vs Keras", "sent/s vs Keras")
+                def call(translator=translator, kwargs=kwargs):
+                    results = translator.translate_batch(tokens, **kwargs)
+                    return [[tokenizer.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
+
+                contenders[f"CTranslate2 {compute_type}"] = call
+    return contenders
+
+
+def run_rounds(contenders, args):
+    names = list(contenders)
+    for name in names:  # warm-up: traces, XLA compiles, allocates; checks the work done
+        output = contenders[name]()
+        lengths = generated_lengths(output) if isinstance(output, np.ndarray) else [len(r) for r in output]
+        if set(lengths) != {args.steps}:
+            raise SystemExit(f"{name} generated {sorted(set(lengths))} tokens, not {args.steps}: unequal work")
+    seconds = {name: [] for name in names}
+    for round_index in range(args.rounds):
+        order = names[round_index % len(names):] + names[: round_index % len(names)]
+        for name in order:
+            start = time.perf_counter()
+            contenders[name]()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def commit():
+    """The checkout's commit, with "-dirty" when tracked files differ from it."""
+    try:
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("-dirty" if changed else "")
+
+
+def table(search, seconds, batch):
+    rates = {name: [batch / s for s in values] for name, values in seconds.items()}
+    reference_names = ["ours in process, XLA", "CTranslate2 float32"]
+    print(f"\n{search}: sentences/s, median of {len(next(iter(rates.values())))} rounds; ratios are medians "
+          "of same-round ratios")
+    header = ["contender", "sent/s (median)", "range", "vs ours XLA", "vs CTranslate2 float32"]
     rows = []
-    for name, kind, result in results:
-        base = reference[kind]
-        rows.append((
-            name,
-            f"{1000 * result['p50']:.1f}",
-            f"{1000 * result['p95']:.1f}",
-            f"{result['throughput']:.1f}",
-            f"{result['batch_cpu']:.1f}",
-            f"{result['p50'] / base['p50']:.2f}x",
-            f"{result['throughput'] / base['throughput']:.2f}x",
-        ))
-    widths = [max(len(str(row[i])) for row in rows + [header]) for i in range(len(header))]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
-    print("| " + " | ".join("-" * w for w in widths) + " |")
-    for row in rows:
-        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
-    print("# ratios compare with the first in-process Keras contender of the same input kind "
-          "(text with translate, ids with beam_search); < 1x latency and > 1x sent/s favour the row.")
+    for name, values in rates.items():
+        row = [name, f"{np.median(values):.1f}", f"{min(values):.1f}-{max(values):.1f}"]
+        for reference in reference_names:
+            if reference in rates:
+                ratios = np.asarray(values) / np.asarray(rates[reference])
+                row.append(f"{np.median(ratios):.2f}x")
+            else:
+                row.append("-")
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    for row in [header, ["-" * w for w in widths]] + rows:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if keras.backend.backend() != "tensorflow":
+        raise SystemExit("run with KERAS_BACKEND=tensorflow (the export is a TensorFlow SavedModel)")
+    import tensorflow as tf
+
+    tokenizer, origin = tokenizer_for(args)
+    model = make_model(tokenizer.vocabulary_size)
+    rng = np.random.default_rng(0)
+    sources = rng.integers(4, tokenizer.vocabulary_size, size=(args.batch_size, args.source_tokens)).astype("int32")
+    sources[:, -1] = EOS
+    load_before = os.getloadavg()
+    record = {
+        "benchmark": "serve", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit(),
+        "command": "KERAS_BACKEND=tensorflow python benchmarks/serve.py " + " ".join(
+            shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)),
+        "machine": {"node": platform.node(), "cpus": os.cpu_count(), "processor": platform.processor()
+                    or platform.machine()},
+        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__},
+        "workload": {"preset": "tiny", "vocabulary": tokenizer.vocabulary_size, "tokenizer_corpus": origin,
+                     "batch": args.batch_size, "source_tokens": args.source_tokens, "steps": args.steps,
+                     "beam_size": args.beam_size, "alpha": args.alpha},
+        "seconds": {},
+    }
+    try:
+        import ctranslate2
+
+        record["versions"]["ctranslate2"] = ctranslate2.__version__
+    except ImportError:
+        pass
+    with tempfile.TemporaryDirectory() as work:
+        for search in args.searches.split(","):
+            contenders = contenders_for(search, model, tokenizer, sources, args, work)
+            record["seconds"][search] = run_rounds(contenders, args)
+    record["load_average"] = {"before": load_before, "after": os.getloadavg()}
+    print(f"# {platform.node()}, {os.cpu_count()} CPUs, load average {load_before[0]:.1f} before, "
+          f"{record['load_average']['after'][0]:.1f} after; TensorFlow {tf.__version__}, "
+          f"CTranslate2 {record['versions'].get('ctranslate2', '-')}; commit {record['commit']}")
+    print(f"# tiny preset, random weights, {tokenizer.vocabulary_size}-piece vocabulary; {args.batch_size} "
+          f"sources of {args.source_tokens} tokens, exactly {args.steps} generated tokens each; beam "
+          f"{args.beam_size} alpha {args.alpha}, greedy")
+    for search, seconds in record["seconds"].items():
+        table(search, seconds, args.batch_size)
+    if args.record:
+        os.makedirs(os.path.dirname(args.record), exist_ok=True)
+        with open(args.record, "a", encoding="utf-8") as stream:
+            stream.write(json.dumps(record) + "\n")
+        print(f"\n# record appended to {os.path.relpath(args.record, ROOT)}")
 
 
 if __name__ == "__main__":
