@@ -90,9 +90,9 @@ def hostile_text(draw, long_size=(2_000, 20_000)):
 
 
 @st.composite
-def hostile_line_bytes(draw, invalid=True):
+def hostile_line_bytes(draw, invalid=True, long_size=(2_000, 20_000)):
     """The bytes of one line (no b"\\n"): UTF-8 text, maybe with invalid sequences inserted."""
-    data = draw(hostile_text()).encode("utf-8")
+    data = draw(hostile_text(long_size=long_size)).encode("utf-8")
     if invalid and draw(st.integers(0, 3)) == 0:
         junk = draw(st.one_of(st.sampled_from(INVALID_UTF8), st.binary(min_size=1, max_size=6)))
         junk = junk.replace(b"\n", b"")
@@ -642,6 +642,102 @@ def test_exported_text_signature_on_hostile_bytes(serve, tokenizer, texts):
         assert len(translation) <= (EXPORT_MAX_INPUT_LENGTH + EXPORT_MAX_EXTRA_LENGTH) * longest_piece
         if count == 0:
             assert (text, score) == ("", 0.0)
+
+
+HOSTILE_BYTES = st.lists(
+    st.one_of(
+        st.binary(max_size=40),
+        hostile_line_bytes(),
+        st.text(any_character | st.just("\n"), max_size=20).map(lambda text: text.encode("utf-8")),
+        st.sampled_from(INVALID_UTF8 + [b"", b"\x00", BOM, b"\r\n", b" \t "]),
+    ),
+    max_size=6,
+)
+
+
+@pytest.fixture(scope="module")
+def loaded_export(export_dir):
+    return tf.saved_model.load(export_dir)
+
+
+@HOSTILE
+@given(texts=HOSTILE_BYTES)
+def test_exported_n_best_signature_on_hostile_bytes(loaded_export, tokenizer, texts):
+    outputs = loaded_export.signatures["translate_n_best"](text=tf.constant(texts, dtype=tf.string, shape=[len(texts)]))
+    translations, scores = outputs["translations"].numpy(), outputs["scores"].numpy()
+    counts = outputs["counts"].numpy()
+    assert translations.shape == scores.shape == (len(texts), 2) and counts.shape == (len(texts),)
+    assert np.isfinite(scores).all() and ((counts >= 0) & (counts <= 2)).all()
+    token_counts = [len(row) for row in tokenizer.tokenize(texts).to_list()] if texts else []
+    for row, count, tokens in zip(translations, counts, token_counts):
+        for translation in row:
+            translation.decode("utf-8")  # strict
+        if tokens == 0:
+            assert count == 0 and list(row) == [b"", b""]
+
+
+@HOSTILE
+@given(sources=HOSTILE_BYTES, targets=HOSTILE_BYTES)
+def test_exported_score_signature_on_hostile_bytes(loaded_export, sources, targets):
+    count = min(len(sources), len(targets))
+    sources, targets = sources[:count], targets[:count]
+    outputs = loaded_export.signatures["score"](
+        source=tf.constant(sources, dtype=tf.string, shape=[count]),
+        target=tf.constant(targets, dtype=tf.string, shape=[count]),
+    )
+    log_probs, tokens = outputs["log_probs"].numpy(), outputs["tokens"].numpy()
+    assert log_probs.shape == tokens.shape == (count,)
+    assert np.isfinite(log_probs).all() and (log_probs <= 0).all()
+    # Targets are cut at the longest translation the export makes (+ EOS).
+    assert ((tokens >= 1) & (tokens <= EXPORT_MAX_INPUT_LENGTH + EXPORT_MAX_EXTRA_LENGTH + 1)).all()
+
+
+@pytest.fixture(scope="module")
+def score_run(model, tokenizer, tmp_path_factory):
+    """A run directory around the module's model, for the score command."""
+    run = tmp_path_factory.mktemp("score-run")
+    model.save(str(run / "model.keras"))
+    tokenizer.save(str(run / "tokenizer.model"))
+    return run
+
+
+@HOSTILE
+@given(sources=st.lists(hostile_line_bytes(long_size=(100, 400)), max_size=4),
+       targets=st.lists(hostile_line_bytes(long_size=(100, 400)), max_size=4))
+def test_score_command_on_hostile_files(score_run, tmp_path_factory, sources, targets):
+    from keras_transformer import cli
+
+    work = tmp_path_factory.mktemp("score-files")
+    source, target, output = work / "source.txt", work / "target.txt", work / "out.txt"
+    source.write_bytes(b"".join(line + b"\n" for line in sources))
+    target.write_bytes(b"".join(line + b"\n" for line in targets))
+    argv = ["score", str(score_run), "--source", str(source), "--target", str(target), "--output", str(output)]
+
+    def lines_of(data):
+        return data.splitlines()
+
+    bad = [(name, number) for name, data in (("--source", source.read_bytes()), ("--target", target.read_bytes()))
+           for number, line in enumerate(lines_of(data), 1) if not _utf8(line)]
+    if bad:
+        name, number = bad[0]
+        with pytest.raises(SystemExit, match=rf"{name} .* line {number}: not UTF-8"):
+            cli.main(argv)
+    elif len(lines_of(source.read_bytes())) != len(lines_of(target.read_bytes())):
+        with pytest.raises(SystemExit, match=r"--source .* has \d+ lines but --target .* has \d+"):
+            cli.main(argv)
+    else:
+        assert cli.main(argv) == 0
+        rows = [line.split(" ||| ") for line in output.read_text(encoding="utf-8").splitlines()]
+        assert len(rows) == len(lines_of(source.read_bytes()))
+        assert all(float(row[0]) <= 0 and int(row[1]) >= 1 for row in rows)
+
+
+def _utf8(data):
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------
