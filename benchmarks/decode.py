@@ -71,7 +71,7 @@ sys.path.insert(0, ROOT)
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
-from keras_transformer.decoding.search import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 
 
 def parse_args():

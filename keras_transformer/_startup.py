@@ -16,10 +16,28 @@ _STARTUP_NOISE = re.compile(
 )
 
 
+# On a machine without an NVIDIA driver, TensorFlow's first look for GPUs logs
+# "failed call to cuInit: ... UNKNOWN ERROR (303)" at ERROR level: not an
+# error there (no GPU can exist), so it is dropped, and only there.
+_NO_DRIVER_NOISE = re.compile(rb"^E\d{4} [\d:.]+ +\d+ cuda_platform\.cc:\d+\] failed call to cuInit")
+
+
+def _no_nvidia_driver():
+    return not any(os.path.exists(path) for path in ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia"))
+
+
+def _running_the_command_line():
+    """The console script, or `python -m keras_transformer.cli`."""
+    if os.path.basename(sys.argv[0] if sys.argv else "") == "keras-transformer":
+        return True
+    arguments = list(getattr(sys, "orig_argv", []))
+    return any(a == "-m" and b == "keras_transformer.cli" for a, b in zip(arguments, arguments[1:]))
+
+
 def prepare():
     """Called first by the package: sets the console script's defaults, then
     imports TensorFlow quietly if it will be the Keras backend."""
-    if os.path.basename(sys.argv[0] if sys.argv else "") == "keras-transformer":
+    if _running_the_command_line():
         # The command line needs TensorFlow (tf.data, tokenizer, export) and
         # shows only warnings and errors from it.
         os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -41,14 +59,23 @@ def import_tensorflow_quietly():
     saved = os.dup(stderr_fd)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), stderr_fd)
+        no_driver = _no_nvidia_driver()
         try:
-            import tensorflow  # noqa: F401
+            import tensorflow
+
+            if no_driver:
+                # Looks for GPUs now, while stderr is filtered (it would anyway,
+                # at the first op); devices are not initialised by this.
+                tensorflow.config.list_physical_devices("GPU")
         except ImportError:  # Keras will say what is missing, if it needs it
             pass
         finally:
             os.dup2(saved, stderr_fd)
             os.close(saved)
             captured.seek(0)
-            kept = b"".join(line for line in captured if not _STARTUP_NOISE.match(line))
+            kept = b"".join(
+                line for line in captured
+                if not _STARTUP_NOISE.match(line) and not (no_driver and _NO_DRIVER_NOISE.match(line))
+            )
             if kept:
                 os.write(stderr_fd, kept)

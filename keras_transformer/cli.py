@@ -21,8 +21,9 @@ import json
 import os
 import sys
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The console script's defaults (KERAS_BACKEND=tensorflow, quiet TensorFlow
+# start-up) are set by keras_transformer._startup, which runs before the
+# package imports Keras; setting them here would come too late.
 
 
 def _config_arguments(parser):
@@ -238,32 +239,12 @@ def cmd_export(args):
         raise SystemExit("error: --quantization applies to --format ctranslate2 only")
     if args.format == "ctranslate2" and args.xla:
         raise SystemExit("error: --xla applies to --format saved_model only")
-    model, tokenizer, config = runs.load_run(args.run_dir)
-    config = _apply_decoding(config, args)
-    decoding = config["decoding"]
     if args.format == "ctranslate2":
-        from keras_transformer.export.ctranslate2 import export_ctranslate2
-
-        quantization = args.quantization or "float32"
-        output = args.output or os.path.join(args.run_dir, "export", f"ctranslate2-{quantization}")
-        path = export_ctranslate2(
-            model, tokenizer, output, quantization=quantization, force=args.force,
-            beam_size=decoding["beam_size"], alpha=decoding["alpha"],
-            max_extra_length=decoding["max_extra_length"], max_input_length=config["data"]["max_length"],
-        )
-        print(f"exported: {path}")
-        return 0
-    from keras_transformer.export import export_saved_model
-
-    base_dir = args.base_dir or os.path.join(args.run_dir, "export")
-    path = export_saved_model(
-        model, tokenizer, base_dir, name=args.name, version=args.version,
-        beam_size=decoding["beam_size"], alpha=decoding["alpha"],
-        max_extra_length=decoding["max_extra_length"],
-        # The longest source seen in training; longer inputs are truncated.
-        max_input_length=config["data"]["max_length"],
-        jit_compile=args.xla,
-    )
+        path = runs.export_ctranslate2(args.run_dir, args.output, quantization=args.quantization or "float32",
+                                       force=args.force, decoding=_decoding_overrides(args))
+    else:
+        path = runs.export(args.run_dir, args.base_dir, name=args.name, version=args.version,
+                           decoding=_decoding_overrides(args), jit_compile=args.xla)
     print(f"exported: {path}")
     return 0
 
@@ -291,6 +272,7 @@ def cmd_attention(args):
     from keras_transformer.plots import plot_cross_attention
 
     model, tokenizer, config = runs.load_run(args.run_dir)
+    config = _apply_decoding(config, args)
     target = args.target
     if target is None:
         target = runs.translate_texts(model, tokenizer, [args.text], config["decoding"])[0]

@@ -79,7 +79,9 @@ SCHEMA = {
     },
 }
 
-PRESETS = {
+# Named run setups (`--preset`, or `preset:` at the top of a configuration
+# file); the model sizes they name are `keras_transformer.models.PRESETS`.
+RUN_PRESETS = {
     # The paper's base setup (section 5): 25k-token batches, 100k steps.
     "wmt14-base": {
         "model": {"preset": "base"},
@@ -217,17 +219,26 @@ def parse_assignment(text):
 
 
 def resolve(config_files=(), preset=None, assignments=(), base=None):
-    """Defaults < preset < config files (in order) < --set assignments."""
+    """Defaults < preset < config files (in order; each after the run preset it
+    names under a top-level `preset` key) < --set assignments."""
     config = defaults() if base is None else base
     if preset:
-        if preset not in PRESETS:
-            raise ConfigError(f"unknown --preset {preset!r}; choose one of {sorted(PRESETS)}.")
-        config = merge(config, PRESETS[preset], origin=f"preset {preset}")
+        config = _with_run_preset(config, preset, "unknown --preset")
     for path in config_files:
-        config = merge(config, load_file(path), origin=str(path))
+        data = load_file(path)
+        if isinstance(data, dict) and "preset" in data:
+            # A file may start from a named run setup and state only what differs.
+            config = _with_run_preset(config, data.pop("preset"), f"{path}: unknown preset")
+        config = merge(config, data, origin=str(path))
     for text in assignments:
         config = merge(config, parse_assignment(text), origin=f"--set {text}")
     return config
+
+
+def _with_run_preset(config, preset, unknown):
+    if preset not in RUN_PRESETS:
+        raise ConfigError(f"{unknown} {preset!r}; choose one of {sorted(RUN_PRESETS)}.")
+    return merge(config, RUN_PRESETS[preset], origin=f"preset {preset}")
 
 
 def model_overrides(model_config):

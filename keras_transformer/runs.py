@@ -14,6 +14,7 @@ recipes. Running `train` again on the same `output_dir` resumes from the
 newest checkpoint; nothing already done is lost.
 """
 
+import contextlib
 import json
 import logging
 import math
@@ -38,14 +39,14 @@ class RunError(RuntimeError):
 
 
 def _read_pairs(config, split):
-    from keras_transformer.data import open_corpus
+    from keras_transformer.data.corpus import is_jsonl, open_corpus
 
     data = config["data"]
     path = data[split]
     if not path:
         raise RunError(f"the configuration has no data.{split} corpus (set data.{split}).")
     options = {"max_chars": data["max_chars"]}
-    if str(path).endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")):
+    if is_jsonl(path):
         options.update(source_key=data["source_key"], target_key=data["target_key"])
     pairs, stats = open_corpus(path, data.get(f"{split}_target"), **options).load()
     log.info("%s: %s", path, stats)
@@ -171,13 +172,14 @@ def compile_model(model, config):
     return model
 
 
-def train(config, verbose="auto"):
+def train(config, verbose="auto", callbacks=()):
     """Trains (or resumes) the run described by `config`; returns the output directory.
 
     Progress goes through `training.progress.TrainingProgress` (a live line on
     a terminal, a line every `training.progress_every_steps` steps or
     `progress_every_seconds` seconds otherwise, records in progress.jsonl);
     `verbose` other than "auto" also turns on Keras' own progress output.
+    `callbacks` are more Keras callbacks for `fit` (after the run's own).
     """
     from keras_transformer.data import SubwordTokenizer, make_dataset
     from keras_transformer.training import TerminateOnNonFiniteLoss, fit_resumable, list_checkpoints, save_averaged_model
@@ -247,7 +249,7 @@ def train(config, verbose="auto"):
 
         strategy = mirrored_strategy()
         print(f"MirroredStrategy over {strategy.num_replicas_in_sync} replicas", flush=True)
-    scope = strategy.scope() if strategy else _NullScope()
+    scope = strategy.scope() if strategy else contextlib.nullcontext()
     with scope:
         model = compile_model(build_model(config, tokenizer.vocabulary_size), config)
         if init_model_path is not None:
@@ -262,8 +264,8 @@ def train(config, verbose="auto"):
     if training["max_minutes"]:
         time_limit = _TimeLimit(training["max_minutes"])
     # Progress and validation write into the logs before TensorBoard reads them.
-    callbacks = [nan_guard, *_progress_callbacks(config, model, tokenizer, validation_pairs, steps_per_epoch,
-                                                 time_limit)]
+    extra_callbacks, callbacks = list(callbacks), [
+        nan_guard, *_progress_callbacks(config, model, tokenizer, validation_pairs, steps_per_epoch, time_limit)]
     callbacks.append(keras.callbacks.TensorBoard(str(output_dir / "tensorboard"),
                                                  update_freq=training["progress_every_steps"]))
     if time_limit is not None:
@@ -271,6 +273,7 @@ def train(config, verbose="auto"):
     if training["max_steps"]:
         callbacks.append(_StepLimit(training["max_steps"]))
         epochs = min(epochs, math.ceil(training["max_steps"] / steps_per_epoch))
+    callbacks.extend(extra_callbacks)
     print(f"model: {model.count_params():,} parameters; {steps_per_epoch} steps per epoch, "
           f"{epochs} epochs", flush=True)
     fit_resumable(
@@ -387,12 +390,42 @@ def _progress_callbacks(config, model, tokenizer, validation_pairs, steps_per_ep
     return callbacks
 
 
-class _NullScope:
-    def __enter__(self):
-        return self
+def _with_decoding(output_dir, decoding):
+    model, tokenizer, config = load_run(output_dir)
+    if decoding:
+        config = config_lib.merge(config, {"decoding": decoding}, origin="decoding options")
+    return model, tokenizer, config
 
-    def __exit__(self, *exc):
-        return False
+
+def export(output_dir, base_dir=None, *, name="translator", version=None, decoding=None, jit_compile=False,
+           check_ops=True):
+    """Exports the run's model and tokenizer as a SavedModel for TF Serving, with
+    its decoding settings (`decoding` overrides some) and, as the input limit,
+    the longest source seen in training (`data.max_length`). `base_dir`
+    defaults to RUN/export; returns the version directory."""
+    from keras_transformer.export import export_saved_model
+
+    model, tokenizer, config = _with_decoding(output_dir, decoding)
+    settings = config["decoding"]
+    return export_saved_model(
+        model, tokenizer, str(base_dir or Path(output_dir) / "export"), name=name, version=version,
+        beam_size=settings["beam_size"], alpha=settings["alpha"], max_extra_length=settings["max_extra_length"],
+        max_input_length=config["data"]["max_length"], jit_compile=jit_compile, check_ops=check_ops,
+    )
+
+
+def export_ctranslate2(output_dir, destination=None, *, quantization="float32", force=False, decoding=None):
+    """Exports the run to CTranslate2 (default RUN/export/ctranslate2-QUANTIZATION); returns the directory."""
+    from keras_transformer.export.ctranslate2 import export_ctranslate2 as export_model
+
+    model, tokenizer, config = _with_decoding(output_dir, decoding)
+    settings = config["decoding"]
+    destination = destination or Path(output_dir) / "export" / f"ctranslate2-{quantization}"
+    return export_model(
+        model, tokenizer, destination, quantization=quantization, force=force, beam_size=settings["beam_size"],
+        alpha=settings["alpha"], max_extra_length=settings["max_extra_length"],
+        max_input_length=config["data"]["max_length"],
+    )
 
 
 def make_translator(model, tokenizer, decoding, max_source_length=None, **options):

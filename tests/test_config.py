@@ -70,3 +70,14 @@ def test_unparsable_and_missing_files_are_named(tmp_path):
         config_lib.resolve([tmp_path / "missing.yaml"])
     with pytest.raises(ConfigError, match="unknown --preset"):
         config_lib.resolve(preset="wmt15")
+
+
+def test_a_config_file_can_start_from_a_run_preset(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("preset: wmt14-big\noutput_dir: runs/x\ntraining: {max_steps: 10}\n")
+    config = config_lib.resolve([path])
+    assert config["model"]["preset"] == "big" and config["training"]["average_last"] == 20
+    assert config["training"]["max_steps"] == 10  # the file's own keys come after the preset's
+    path.write_text("preset: wmt14-huge\n")
+    with pytest.raises(ConfigError, match=r"run.yaml: unknown preset 'wmt14-huge'; choose one of"):
+        config_lib.resolve([path])

@@ -417,6 +417,40 @@ def _format_of(path):
     return None
 
 
+def is_jsonl(path):
+    """True for the JSON-lines suffixes `.jsonl`, `.json`, `.ndjson`, with or without `.gz`."""
+    return _format_of(path) == "jsonl"
+
+
+def write_jsonl(path, records, keys=(DEFAULT_SOURCE_KEY, DEFAULT_TARGET_KEY)):
+    """Writes one JSON object per record; gzip if `path` ends in `.gz`.
+
+    A record is a dict (written as it is) or a tuple whose items go under
+    `keys` in order. The file appears whole or not at all (written beside
+    it, then renamed), and the directory is created. Returns the count.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    temporary = path + ".tmp"
+    opener = gzip.open if path.endswith(".gz") else open
+    count = 0
+    try:
+        with opener(temporary, "wt", encoding="utf-8") as stream:
+            for record in records:
+                if not isinstance(record, dict):
+                    record = dict(zip(keys, record))
+                stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+                count += 1
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+    return count
+
+
 def open_corpus(path, target_path=None, *, format=None, **options):
     """Opens a corpus, choosing the reader from the arguments.
 

@@ -16,9 +16,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.data.tokenizer import BOS_ID
-from keras_transformer.data.tokenizer import EOS_ID
-from keras_transformer.data.tokenizer import PAD_ID
+from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 DEFAULT_SHUFFLE_BUFFER_SIZE = 100_000
 _ON_LONG = ("drop", "truncate")

@@ -51,8 +51,6 @@ Pure Python; no TensorFlow or Keras needed.
 import argparse
 import dataclasses
 import functools
-import gzip
-import json
 import os
 import random
 
@@ -1459,34 +1457,28 @@ def make_splits(n_train, n_test, seed=0, categories=None, *,
 
 
 def write_jsonl(path, pairs):
-    """Writes {"en": ..., "de": ...} lines (gzip if path ends in .gz).
+    """Writes {"en": ..., "de": ...} lines (gzip if path ends in .gz) with
+    `keras_transformer.data.corpus.write_jsonl`.
 
     pairs: (English, German) tuples or `Example`s (whose category is
     written too). Returns the number of lines written.
     """
-    path = os.fspath(path)
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    opener = gzip.open if path.endswith(".gz") else open
-    count = 0
-    with opener(path, "wt", encoding="utf-8") as stream:
+    from keras_transformer.data.corpus import write_jsonl as write_records
+
+    def records():
         for index, pair in enumerate(pairs):
             if isinstance(pair, Example):
-                record = {"en": pair.en, "de": pair.de, "category": pair.category}
-            else:
-                try:
-                    english, german = pair
-                except (TypeError, ValueError):
-                    raise ValueError(f"{path}: pair {index} is not an "
-                                     f"(english, german) pair: {pair!r}") from None
-                if not isinstance(english, str) or not isinstance(german, str):
-                    raise ValueError(f"{path}: pair {index} must hold two strings")
-                record = {"en": english, "de": german}
-            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-            count += 1
-    return count
+                yield {"en": pair.en, "de": pair.de, "category": pair.category}
+                continue
+            try:
+                english, german = pair
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: pair {index} is not an (english, german) pair: {pair!r}") from None
+            if not isinstance(english, str) or not isinstance(german, str):
+                raise ValueError(f"{path}: pair {index} must hold two strings")
+            yield {"en": english, "de": german}
 
+    return write_records(path, records())
 
 def main(argv=None):
     parser = argparse.ArgumentParser(

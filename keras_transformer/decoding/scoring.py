@@ -10,7 +10,8 @@ beam output scored here gets back its beam score). `keras.ops` only.
 from keras import ops
 
 from keras_transformer.decoding import compiled
-from keras_transformer.decoding.search import BOS_ID, EOS_ID, PAD_ID, length_penalty
+from keras_transformer.decoding.search import length_penalty
+from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def _score(model, source_ids, target_ids, alpha, bos_id, eos_id, pad_id, append_eos):

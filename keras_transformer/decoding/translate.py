@@ -15,14 +15,8 @@ from keras import ops
 from keras_transformer.data.corpus import unpaired_surrogate
 from keras_transformer.decoding.alignment import attention_alignments, words_alignment
 from keras_transformer.decoding.scoring import score_translations
-from keras_transformer.decoding.search import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    beam_search,
-    greedy_search,
-    sampling_search,
-)
+from keras_transformer.decoding.search import beam_search, greedy_search, sampling_search
+from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def _to_id_lists(tokens):

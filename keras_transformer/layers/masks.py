@@ -2,8 +2,10 @@
 
 from keras import ops
 
+from keras_transformer.special_tokens import PAD_ID
 
-def padding_mask(ids, pad_id=0):
+
+def padding_mask(ids, pad_id=PAD_ID):
     """(batch, length) -> (batch, 1, length): keys that are real tokens."""
     return ops.expand_dims(ops.not_equal(ids, pad_id), axis=1)
 
@@ -20,7 +22,7 @@ def causal_mask(query_length, key_length=None, offset=0):
     return ops.greater_equal(rows, cols)
 
 
-def decoder_self_attention_mask(target_ids, pad_id=0):
+def decoder_self_attention_mask(target_ids, pad_id=PAD_ID):
     """(batch, length, length): causal AND target keys that are not padding."""
     length = ops.shape(target_ids)[1]
     causal = ops.expand_dims(causal_mask(length), axis=0)

@@ -12,6 +12,7 @@ from keras_transformer.layers.embeddings import (
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.masks import decoder_self_attention_mask, padding_mask
 from keras_transformer.models.presets import PRESETS
+from keras_transformer.special_tokens import PAD_ID
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -55,7 +56,7 @@ class Transformer(keras.Model):
         positional_encoding="sinusoidal",
         max_length=1024,
         source_vocabulary_size=None,
-        pad_id=0,
+        pad_id=PAD_ID,
         **kwargs,
     ):
         super().__init__(**kwargs)

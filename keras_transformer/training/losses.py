@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_transformer.special_tokens import PAD_ID
 from keras_transformer.training._tf_compat import sum_over_replicas
 
 _REDUCTIONS = ("mean", "sum_over_batch_size", "sum", "none", None)
@@ -82,7 +83,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def __init__(
         self,
         label_smoothing=0.1,
-        pad_id=0,
+        pad_id=PAD_ID,
         reduction="mean",
         name="label_smoothed_cross_entropy",
         dtype=None,

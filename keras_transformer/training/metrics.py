@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_transformer.special_tokens import PAD_ID
 from keras_transformer.training._tf_compat import sum_over_replicas
 from keras_transformer.training.losses import _as_token_labels, _token_weights
 
@@ -23,7 +24,7 @@ class MaskedAccuracy(keras.metrics.Metric):
         name: metric name.
     """
 
-    def __init__(self, pad_id=0, name="masked_accuracy", dtype=None):
+    def __init__(self, pad_id=PAD_ID, name="masked_accuracy", dtype=None):
         super().__init__(name=name, dtype=dtype or "float32")
         self.pad_id = int(pad_id)
         self.correct = self.add_variable(
@@ -65,7 +66,7 @@ class TargetTokenCount(keras.metrics.Metric):
     needs no pass over the data outside the training step.
     """
 
-    def __init__(self, pad_id=0, name="target_tokens", dtype=None):
+    def __init__(self, pad_id=PAD_ID, name="target_tokens", dtype=None):
         super().__init__(name=name, dtype=dtype or "float32")
         self.pad_id = int(pad_id)
         self.counted = self.add_variable(shape=(), initializer="zeros", dtype=self.dtype, name="counted")

@@ -26,7 +26,6 @@ chrF and exact match. Run again to resume an interrupted training.
 """
 
 import argparse
-import gzip
 import hashlib
 import json
 import os
@@ -42,8 +41,9 @@ SPLITS = ("train", "valid", "test")
 
 
 def is_jsonl(path):
-    name = str(path).lower().removesuffix(".gz")
-    return name.endswith((".jsonl", ".json", ".ndjson"))
+    from keras_transformer.data.corpus import is_jsonl as corpus_is_jsonl
+
+    return corpus_is_jsonl(path)
 
 
 def read_jsonl_records(path, source_key, target_key, ref_key=None):
@@ -174,14 +174,11 @@ def split_by_book(records, test_size, valid_size):
 
 
 def write_split(path, records, source_key, target_key):
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as stream:
-        for source, target, ref in records:
-            row = {source_key: source, target_key: target}
-            if ref is not None:
-                row["ref"] = ref
-            stream.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    from keras_transformer.data.corpus import write_jsonl
+
+    rows = ({source_key: source, target_key: target, **({"ref": ref} if ref is not None else {})}
+            for source, target, ref in records)
+    write_jsonl(path, rows)
 
 
 def prepare(args, config):
@@ -216,6 +213,29 @@ def prepare(args, config):
         print(f"  held-out books: {', '.join(held_out)}; dropped {dropped} training pairs whose "
               f"source also occurs in them", flush=True)
     return report
+
+
+def cpu_has_bfloat16():
+    """True when the CPU advertises bfloat16 arithmetic (AVX512-BF16 or AMX-BF16)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
+
+
+def choose_precision(config, assignments, config_lib):
+    """mixed_bfloat16 where the CPU computes in bfloat16 natively, float32 elsewhere,
+    unless --set training.mixed_precision=... chose; prints the choice and why."""
+    if any(a.split("=", 1)[0].strip() == "training.mixed_precision" for a in assignments):
+        print(f"precision: {config['training']['mixed_precision'] or 'float32'} (--set)", flush=True)
+        return config
+    if cpu_has_bfloat16():
+        print("precision: mixed_bfloat16 (this CPU has bfloat16 units: 1.3-1.5x more steps in "
+              "benchmarks/quality.py)", flush=True)
+        return config_lib.merge(config, {"training": {"mixed_precision": "mixed_bfloat16"}}, origin="recipe")
+    print("precision: float32 (no bfloat16 units on this CPU, where bfloat16 would be emulated)", flush=True)
+    return config
 
 
 def main(argv=None):
@@ -261,6 +281,11 @@ def main(argv=None):
     config = config_lib.merge(
         config, {"data": {**paths, "train_target": None, "valid_target": None, "test_target": None}}, origin="recipe"
     )
+    config = choose_precision(config, args.assignments, config_lib)
+    training, model = config["training"], config["model"]
+    print(f"settings: {'pre' if model.get('norm_first') else 'post'}-LN, {training['tokens_per_batch']}-token "
+          f"batches, warm-up {training['warmup_steps']}, learning-rate scale {training['learning_rate_scale']}, "
+          f"{training['max_minutes']} minutes (recipes/parallel_text/config.yaml says why)", flush=True)
     try:
         output_dir = runs.train(config)
         print(f"training done after {time.time() - started:.0f}s", flush=True)

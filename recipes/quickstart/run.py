@@ -72,15 +72,7 @@ def main():
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops, as TF Serving does)
 
-    from keras_transformer.export import export_saved_model
-
-    model, tokenizer, _ = runs.load_run(output_dir)
-    decoding = config["decoding"]
-    export_dir = export_saved_model(
-        model, tokenizer, str(Path(output_dir) / "export"), name="translator",
-        beam_size=decoding["beam_size"], alpha=decoding["alpha"],
-        max_extra_length=decoding["max_extra_length"], max_input_length=config["data"]["max_length"],
-    )
+    export_dir = runs.export(output_dir)
     served = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
     outputs = served(text=tf.constant(EXAMPLES))
     print(f"exported SavedModel: {export_dir}; translations through it:")

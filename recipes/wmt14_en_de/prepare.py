@@ -19,7 +19,6 @@ the file and line; empty pairs are skipped and counted.
 import argparse
 import gzip
 import html
-import json
 import re
 import sys
 from pathlib import Path
@@ -84,12 +83,9 @@ def tfds_pairs(split):
 
 
 def write_jsonl(path, pairs):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with gzip.open(path, "wt", encoding="utf-8") as stream:
-        for source, target in pairs:
-            stream.write(json.dumps({"en": source, "de": target}, ensure_ascii=False) + "\n")
-            count += 1
+    from keras_transformer.data.corpus import write_jsonl as write_records
+
+    count = write_records(path, pairs, keys=("en", "de"))
     print(f"wrote {count} pairs -> {path}")
     return count
 

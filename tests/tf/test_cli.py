@@ -287,3 +287,18 @@ def test_score_command_and_its_errors(trained_run, tmp_path, capsys):
     targets.write_bytes(b"ein Apfel\nzwei \xff\n")
     with pytest.raises(SystemExit, match=r"--target .*tgt.txt line 2: not UTF-8"):
         cli.main(["score", run, "--source", str(sources), "--target", str(targets)])
+
+
+def test_no_cuda_noise_without_a_driver():
+    """Without an NVIDIA driver, TensorFlow's "failed call to cuInit" ERROR line
+    is not an error (no GPU can exist) and is dropped; other output stays."""
+    from keras_transformer import _startup
+
+    if not _startup._no_nvidia_driver():
+        pytest.skip("this machine has an NVIDIA driver: the line would be a real error")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow")
+    code = ("import sys, keras_transformer, tensorflow as tf; tf.constant(1).numpy(); "
+            "print('kept', file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0
+    assert result.stderr.splitlines() == ["kept"], result.stderr

@@ -242,3 +242,21 @@ def test_tsv_blank_lines_count_as_empty(tmp_path):
     pairs, stats = load_corpus(path)
     assert pairs == [("a", "b")]
     assert stats.skipped_empty == 2 and stats.read == 3
+
+
+def test_write_jsonl_round_trips_tuples_and_dicts_and_leaves_no_partial_file(tmp_path):
+    from keras_transformer.data.corpus import is_jsonl, write_jsonl
+
+    path = tmp_path / "sub" / "pairs.jsonl.gz"
+    assert write_jsonl(path, [("a cat", "eine Katze"), {"en": "a dog", "de": "ein Hund", "ref": "x 1:1"}]) == 2
+    assert list(read_jsonl(path)) == [("a cat", "eine Katze"), ("a dog", "ein Hund")]
+    assert is_jsonl(path) and is_jsonl("x.ndjson") and not is_jsonl("x.tsv.gz")
+
+    def failing():
+        yield ("one", "eins")
+        raise RuntimeError("the generator broke")
+
+    with pytest.raises(RuntimeError):
+        write_jsonl(path, failing())
+    # The earlier file is intact and no temporary file is left behind.
+    assert len(list(read_jsonl(path))) == 2 and sorted(p.name for p in path.parent.iterdir()) == ["pairs.jsonl.gz"]
