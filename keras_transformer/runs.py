@@ -473,7 +473,7 @@ def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=T
 
     `decoding` overrides the run's decoding settings (beam_size, alpha, ...).
     """
-    from keras_transformer.evaluation import corpus_scores
+    from keras_transformer import evaluation
 
     model, tokenizer, config = load_run(output_dir)
     if decoding:
@@ -487,13 +487,16 @@ def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=T
     references = [t for _, t in pairs]
     start = time.time()
     truncated = []
-    hypotheses = translate_texts(
-        model, tokenizer, sources, config["decoding"], progress=progress,
-        max_source_length=config["data"]["max_length"], truncated=truncated,
+    scores = evaluation.evaluate(
+        model, tokenizer, sources, references, compound_split=False,
+        translate=lambda texts: translate_texts(
+            model, tokenizer, texts, config["decoding"], progress=progress,
+            max_source_length=config["data"]["max_length"], truncated=truncated,
+        ),
     )
     seconds = time.time() - start
-    scores = corpus_scores(hypotheses, references)
-    exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references)) / len(pairs)
+    hypotheses = scores.pop("translations")
+    exact = scores.pop("exact_match")
     result = {
         "corpus": config["data"]["test"],
         "sentences": len(pairs),

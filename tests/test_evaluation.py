@@ -1,10 +1,12 @@
-"""Evaluation through keras_transformer.decoding reproduces sacreBLEU's own scores."""
+"""keras_transformer.evaluation reproduces sacreBLEU's own scores (also re-exported
+by keras_transformer.decoding), and `evaluate` scores what it translates."""
 
 import pytest
 import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF
 
-from keras_transformer.decoding import compound_split_bleu, corpus_scores, split_compounds
+from keras_transformer import decoding
+from keras_transformer.evaluation import compound_split_bleu, corpus_scores, evaluate, split_compounds
 
 HYPOTHESES = [
     "Das Haus ist klein.",
@@ -59,8 +61,36 @@ def test_compound_split_bleu_is_sacrebleu_on_tokenized_split_text():
     assert compound_split_bleu(REFERENCES, REFERENCES)["bleu_compound_split"] == pytest.approx(100.0)
 
 
+def test_intl_bleu_signatures_and_perfect_scores():
+    scores = corpus_scores(HYPOTHESES, REFERENCES)
+    intl = sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES], tokenize="intl").score
+    assert scores["bleu_tokenized"] == pytest.approx(intl)
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert "tok:intl" in scores["bleu_tokenized_signature"]
+    assert 0 < scores["bleu"] < 100
+    perfect = corpus_scores(REFERENCES, REFERENCES)
+    assert perfect["bleu"] == pytest.approx(100.0) and perfect["chrf"] == pytest.approx(100.0)
+
+
 def test_misaligned_inputs_are_named():
-    with pytest.raises(ValueError, match="5 hypotheses but 4 references"):
-        compound_split_bleu(HYPOTHESES, REFERENCES[:4])
+    for score in (corpus_scores, compound_split_bleu):
+        with pytest.raises(ValueError, match="5 hypotheses but 4 references"):
+            score(HYPOTHESES, REFERENCES[:4])
     with pytest.raises(TypeError, match=r"references\[0\] is int"):
         compound_split_bleu(["a"], [1])
+    with pytest.raises(TypeError, match=r"corpus_scores: hypotheses\[1\] is bytes"):
+        corpus_scores(["a", b"b"], ["a", "b"])
+    with pytest.raises(ValueError, match="evaluate: 2 sources but 1 references"):
+        evaluate(None, None, ["a", "b"], ["x"], translate=lambda texts: texts)
+
+
+def test_evaluate_scores_what_it_translates():
+    """A stand-in translation function (upper-casing) makes the expected scores computable."""
+    sources = [r.lower() for r in REFERENCES]
+    result = evaluate(None, None, sources, REFERENCES, translate=lambda texts: [t.capitalize() for t in texts])
+    translations = [s.capitalize() for s in sources]
+    assert result["translations"] == translations
+    assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(translations, [REFERENCES]).score)
+    assert result["exact_match"] == sum(t == r for t, r in zip(translations, REFERENCES)) / len(REFERENCES)
+    assert "bleu_compound_split" in result
+    assert decoding.evaluate is evaluate and decoding.corpus_scores is corpus_scores
