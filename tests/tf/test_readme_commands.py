@@ -1,9 +1,11 @@
-"""Every shell command in README.md runs here, as written, in a scratch directory.
+"""Every shell command in README.md runs here, with its words unchanged, in a scratch directory.
 
-Only two things change: the data (a small corpus from the package's own
-generator instead of 30,000 pairs or ../shared/data, which tests must not
-need) and the size of the job (`--set` overrides appended to training
-commands: a smaller model, a few steps). Commands that cannot run in CI are
+`keras-transformer` commands run in process through `cli.main`. What changes:
+the data (a small corpus from the package's own generator instead of 30,000
+pairs or ../shared/data, which tests must not need), the size of the job
+(`--set` overrides appended to training commands: a smaller model, a few
+steps; `--beam-size 2` appended to `evaluate`), and the small input files the
+decoding examples name, written first. Commands that cannot run in CI are
 listed in NOT_RUN with the reason; a command in the README that this test does
 not know fails it, so the README cannot gain a command nobody runs.
 """
