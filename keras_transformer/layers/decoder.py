@@ -3,11 +3,11 @@
 import keras
 from keras import ops
 
-from keras_transformer.layers.encoder import _SublayerConfig
+from keras_transformer.layers.residual_sublayers import ResidualSublayers
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class DecoderLayer(_SublayerConfig, keras.layers.Layer):
+class DecoderLayer(ResidualSublayers, keras.layers.Layer):
     """Causal self-attention, cross-attention over the encoder output, feed-forward.
 
     Each sub-layer has dropout, a residual connection and LayerNorm (post-LN by
@@ -108,7 +108,7 @@ class DecoderLayer(_SublayerConfig, keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Decoder(_SublayerConfig, keras.layers.Layer):
+class Decoder(ResidualSublayers, keras.layers.Layer):
     """A stack of `num_layers` decoder layers; with pre-LN, a final LayerNorm.
 
     Incremental decoding (one position at a time, with key/value caches) is

@@ -2,87 +2,11 @@
 
 import keras
 
-from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.feed_forward import PositionwiseFeedForward
-
-
-class _SublayerConfig:
-    """Shared constructor arguments of encoder and decoder layers."""
-
-    def _init_sublayer_config(
-        self,
-        d_model,
-        num_heads,
-        d_ff,
-        dropout,
-        attention_dropout,
-        activation_dropout,
-        activation,
-        norm_first,
-        layer_norm_epsilon,
-    ):
-        self.d_model = int(d_model)
-        self.num_heads = int(num_heads)
-        self.d_ff = int(d_ff)
-        self.dropout = float(dropout)
-        self.attention_dropout = float(attention_dropout)
-        self.activation_dropout = float(activation_dropout)
-        self.activation = activation
-        self.norm_first = bool(norm_first)
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
-
-    def _sublayer_config(self):
-        return {
-            "d_model": self.d_model,
-            "num_heads": self.num_heads,
-            "d_ff": self.d_ff,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "activation_dropout": self.activation_dropout,
-            "activation": self.activation,
-            "norm_first": self.norm_first,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-        }
-
-    def _make_attention(self, name):
-        return MultiHeadAttention(
-            self.d_model,
-            self.num_heads,
-            dropout=self.attention_dropout,
-            dtype=self.dtype_policy,
-            name=name,
-        )
-
-    def _make_feed_forward(self):
-        return PositionwiseFeedForward(
-            self.d_model,
-            self.d_ff,
-            activation=self.activation,
-            dropout=self.activation_dropout,
-            dtype=self.dtype_policy,
-            name="feed_forward",
-        )
-
-    def _make_norm(self, name):
-        return keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
-
-    def _residual(self, x, sublayer, norm, training):
-        """Post-LN: norm(x + dropout(sublayer(x))); pre-LN: x + dropout(sublayer(norm(x))).
-
-        `sublayer` maps its (possibly normalised) input to (output, extras).
-        """
-        inputs = norm(x) if self.norm_first else x
-        output, extras = sublayer(inputs)
-        x = x + self.output_dropout(output, training=training)
-        if not self.norm_first:
-            x = norm(x)
-        return x, extras
+from keras_transformer.layers.residual_sublayers import ResidualSublayers
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class EncoderLayer(_SublayerConfig, keras.layers.Layer):
+class EncoderLayer(ResidualSublayers, keras.layers.Layer):
     """Self-attention then feed-forward, each with dropout, residual and LayerNorm.
 
     Args:
@@ -148,7 +72,7 @@ class EncoderLayer(_SublayerConfig, keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Encoder(_SublayerConfig, keras.layers.Layer):
+class Encoder(ResidualSublayers, keras.layers.Layer):
     """A stack of `num_layers` encoder layers; with pre-LN, a final LayerNorm.
 
     Takes embedded inputs (token embedding + position, after dropout), so that
