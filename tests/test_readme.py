@@ -16,10 +16,6 @@ def python_blocks():
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
-@pytest.mark.skipif(
-    keras.backend.backend() != "tensorflow",
-    reason="the README example trains through tf.data once; every layer it uses is tested on all backends",
-)
 def base_parameters(vocabulary=37000, d=512, d_ff=2048, layers=6):
     """The base model's parameter count, worked out by hand from the paper's
     architecture: a shared embedding (tied to the softmax, no output bias),
@@ -33,6 +29,10 @@ def base_parameters(vocabulary=37000, d=512, d_ff=2048, layers=6):
     return vocabulary * d + layers * encoder_layer + layers * decoder_layer
 
 
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="the README example trains through tf.data once; every layer it uses is tested on all backends",
+)
 def test_readme_python_examples_run():
     blocks = python_blocks()
     assert blocks, "README.md has no ```python example"

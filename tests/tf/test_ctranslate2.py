@@ -73,21 +73,43 @@ def random_model(vocabulary_size, **overrides):
 
 
 def ours(model, source, beam_size, alpha):
-    ids = np.array([source + [EOS]], "int32")
+    return ours_all(model, [source], beam_size, alpha)[0]
+
+
+def ours_all(model, sources, beam_size, alpha):
+    """Our search's tokens for each source (one padded batch; each keeps its own length limit)."""
+    width = max(len(s) for s in sources) + 1
+    ids = np.zeros((len(sources), width), "int32")
+    for row, source in enumerate(sources):
+        ids[row, : len(source) + 1] = source + [EOS]
     if beam_size == 1:
         result = greedy_search(model, ids, max_extra_length=MAX_EXTRA)
     else:
         result = beam_search(model, ids, beam_size=beam_size, alpha=alpha, max_extra_length=MAX_EXTRA)
-    tokens = [int(t) for t in np.asarray(result["ids"])[0]]
-    return tokens[: tokens.index(EOS)] if EOS in tokens else [t for t in tokens if t]
+    outputs = []
+    for tokens in np.asarray(result["ids"]).tolist():
+        outputs.append(tokens[: tokens.index(EOS)] if EOS in tokens else [t for t in tokens if t])
+    return outputs
 
 
 def engine(translator, pieces, tokenizer, source, beam_size, alpha):
-    results = translator.translate_batch(
-        [[pieces[t] for t in source]],
-        **ctranslate2_options(beam_size, alpha, MAX_EXTRA, source_length=len(source) + 1),
-    )
-    return [tokenizer.piece_to_id(p) for p in results[0].hypotheses[0]]
+    return engine_all(translator, pieces, tokenizer, [source], beam_size, alpha)[0]
+
+
+def engine_all(translator, pieces, tokenizer, sources, beam_size, alpha):
+    """The engine's tokens for each source; sources of one length share a call (and a length limit)."""
+    outputs = [None] * len(sources)
+    by_length = {}
+    for index, source in enumerate(sources):
+        by_length.setdefault(len(source), []).append(index)
+    for length, indices in by_length.items():
+        results = translator.translate_batch(
+            [[pieces[t] for t in sources[i]] for i in indices],
+            **ctranslate2_options(beam_size, alpha, MAX_EXTRA, source_length=length + 1),
+        )
+        for index, result in zip(indices, results):
+            outputs[index] = [tokenizer.piece_to_id(p) for p in result.hypotheses[0]]
+    return outputs
 
 
 @pytest.mark.parametrize(
@@ -174,13 +196,10 @@ def test_trained_model_greedy_and_beam_without_penalty_agree(trained, float32_ex
     pieces = tokenizer.vocabulary()
     translator_ours = Translator(model, tokenizer)
     sources = translator_ours.token_ids([en for en, _ in test])
-    greedy_same = sum(
-        engine(translator, pieces, tokenizer, s, 1, 0.0) == ours(model, s, 1, 0.0) for s in sources
-    )
-    assert greedy_same == len(sources)
+    assert engine_all(translator, pieces, tokenizer, sources, 1, 0.0) == ours_all(model, sources, 1, 0.0)
     differences = []
-    for source in sources:
-        theirs, mine = engine(translator, pieces, tokenizer, source, 4, 0.0), ours(model, source, 4, 0.0)
+    beam_theirs = engine_all(translator, pieces, tokenizer, sources, 4, 0.0)
+    for source, theirs, mine in zip(sources, beam_theirs, ours_all(model, sources, 4, 0.0)):
         if theirs != mine:
             limit = len(source) + 1 + MAX_EXTRA
             differences.append((our_score(model, source, mine, 0.0, limit),
@@ -204,9 +223,10 @@ def test_with_length_penalty_ours_scores_at_least_as_well_under_our_rule(trained
     pieces = tokenizer.vocabulary()
     sources = Translator(model, tokenizer).token_ids([en for en, _ in test])
     mine_scores, their_scores, parted = [], [], 0
-    for source in sources:
+    all_mine = ours_all(model, sources, 4, 0.6)
+    all_theirs = engine_all(translator, pieces, tokenizer, sources, 4, 0.6)
+    for source, mine, theirs in zip(sources, all_mine, all_theirs):
         limit = len(source) + 1 + MAX_EXTRA
-        mine, theirs = ours(model, source, 4, 0.6), engine(translator, pieces, tokenizer, source, 4, 0.6)
         mine_scores.append(our_score(model, source, mine, 0.6, limit))
         their_scores.append(our_score(model, source, theirs, 0.6, limit))
         parted += mine != theirs

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from keras_transformer import cli, runs
+from keras_transformer.data import SubwordTokenizer
 from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
 
 MODEL = "{preset: tiny, d_model: 64, d_ff: 256, num_heads: 4, num_encoder_layers: 2, num_decoder_layers: 2}"
@@ -60,7 +61,9 @@ def test_init_from_refuses_a_different_tokenizer_or_model(domains, tmp_path):
     # The run directory already has another tokenizer: both files are named.
     config = write_config(tmp_path / "c.yaml", tmp_path / "run-c", work / "b-train.jsonl.gz",
                           work / "b-test.jsonl.gz", 2)
-    assert cli.main(["train", "--config", str(config)]) == 0
+    (tmp_path / "run-c").mkdir()
+    SubwordTokenizer.train(["ein Apfel", "two apples", "drei Häuser"], vocabulary_size=30,
+                           hard_vocab_limit=False).save(str(tmp_path / "run-c" / "tokenizer.model"))
     with pytest.raises(runs.RunError, match=r"tokenizer mismatch: .*run-c/tokenizer.model differs from "
                                             r".*run-a/tokenizer.model"):
         runs.train(runs.config_lib.resolve([config], assignments=[f"training.init_from={work / 'run-a'}"]))

@@ -617,18 +617,19 @@ def serve(export_dir):
     return tf.saved_model.load(export_dir).signatures["serving_default"]
 
 
-@HOSTILE
-@given(
-    texts=st.lists(
-        st.one_of(
-            st.binary(max_size=40),
-            hostile_line_bytes(),
-            st.text(any_character | st.just("\n"), max_size=20).map(lambda text: text.encode("utf-8")),
-            st.sampled_from(INVALID_UTF8 + [b"", b"\x00", BOM, b"\r\n", b" \t "]),
-        ),
-        max_size=6,
-    )
+HOSTILE_BYTES = st.lists(
+    st.one_of(
+        st.binary(max_size=40),
+        hostile_line_bytes(),
+        st.text(any_character | st.just("\n"), max_size=20).map(lambda text: text.encode("utf-8")),
+        st.sampled_from(INVALID_UTF8 + [b"", b"\x00", BOM, b"\r\n", b" \t "]),
+    ),
+    max_size=6,
 )
+
+
+@HOSTILE
+@given(texts=HOSTILE_BYTES)
 def test_exported_text_signature_on_hostile_bytes(serve, tokenizer, texts):
     outputs = serve(text=tf.constant(texts, dtype=tf.string, shape=[len(texts)]))
     translations = outputs["translations"].numpy()
@@ -642,17 +643,6 @@ def test_exported_text_signature_on_hostile_bytes(serve, tokenizer, texts):
         assert len(translation) <= (EXPORT_MAX_INPUT_LENGTH + EXPORT_MAX_EXTRA_LENGTH) * longest_piece
         if count == 0:
             assert (text, score) == ("", 0.0)
-
-
-HOSTILE_BYTES = st.lists(
-    st.one_of(
-        st.binary(max_size=40),
-        hostile_line_bytes(),
-        st.text(any_character | st.just("\n"), max_size=20).map(lambda text: text.encode("utf-8")),
-        st.sampled_from(INVALID_UTF8 + [b"", b"\x00", BOM, b"\r\n", b" \t "]),
-    ),
-    max_size=6,
-)
 
 
 @pytest.fixture(scope="module")
