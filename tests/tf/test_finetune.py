@@ -32,7 +32,7 @@ def domains(tmp_path_factory):
         train, test = make_splits(3000, 60, seed=2, categories=categories)
         write_jsonl(work / f"{name}-train.jsonl.gz", train)
         write_jsonl(work / f"{name}-test.jsonl.gz", test)
-    config = write_config(work / "a.yaml", work / "run-a", work / "a-train.jsonl.gz", work / "a-test.jsonl.gz", 300)
+    config = write_config(work / "a.yaml", work / "run-a", work / "a-train.jsonl.gz", work / "a-test.jsonl.gz", 400)
     assert cli.main(["train", "--config", str(config)]) == 0
     return work
 
@@ -46,7 +46,7 @@ def test_fine_tuning_on_a_second_domain_raises_its_bleu(domains):
     work = domains
     before = bleu_on_b(work, work / "run-a")
     config = write_config(work / "b.yaml", work / "run-b", work / "b-train.jsonl.gz", work / "b-test.jsonl.gz",
-                          150, warmup=50)
+                          250, warmup=50)
     assert cli.main(["train", "--config", str(config), "--init-from", str(work / "run-a")]) == 0
     # The run-a tokenizer came along, byte for byte.
     assert (work / "run-b" / "tokenizer.model").read_bytes() == (work / "run-a" / "tokenizer.model").read_bytes()
