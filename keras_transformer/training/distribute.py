@@ -300,7 +300,7 @@ def worker_checkpoint_dir(directory, strategy=None):
                 model = ...
             fit_resumable(model, make_data, checkpoint_dir=path, ...)
     """
-    from keras_transformer.training.checkpoints import _LATEST, list_checkpoints
+    from keras_transformer.training.checkpoint_files import LATEST_POINTER, list_checkpoints
 
     if is_chief(strategy):
         yield str(directory)
@@ -309,7 +309,7 @@ def worker_checkpoint_dir(directory, strategy=None):
     private = tempfile.mkdtemp(prefix=f"keras-transformer-{task_type}{index}-")
     try:
         # The pointer first: a checkpoint it names is then in the listing.
-        pointer = os.path.join(str(directory), _LATEST)
+        pointer = os.path.join(str(directory), LATEST_POINTER)
         if os.path.exists(pointer):
             shutil.copy2(pointer, private)
         for _, path in list_checkpoints(str(directory)):

@@ -157,32 +157,10 @@ def test_resumes_after_sigkill_to_the_same_weights_as_an_uninterrupted_run(tmp_p
     assert fingerprint(at_step_6) != fingerprint(actual)
 
 
-# -- periodic checkpoints and averaging (no subprocess) ------------------------
-def small_model(compile_it=True):
-    model = keras.Sequential(
-        [keras.Input((3,)), keras.layers.Dense(4, name="hidden"), keras.layers.Dense(2, name="out")]
-    )
-    if compile_it:
-        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
-    return model
-
-
-def write_known_checkpoints(directory, values):
-    """Checkpoints whose every weight equals `value` (+ index inside)."""
-    model = small_model()
-    model.fit(np.ones((4, 3)), np.ones((4, 2)), verbose=0)  # builds optimizer state
-    checkpoint = StepCheckpoint(directory, save_every_steps=1)
-    checkpoint.set_model(model)
-    for step, value in values:
-        model.set_weights([np.full(w.shape, value, w.dtype) + np.arange(w.size).reshape(w.shape) for w in model.get_weights()])
-        checkpoint.step = step
-        checkpoint.save()
-    return model
-
-
-def test_average_of_known_weight_files(tmp_path):
-    values = [(100, 1.0), (200, 2.0), (300, 4.0), (1000, 8.0)]  # 1000 sorts after 300
-    write_known_checkpoints(tmp_path, values)
+# -- periodic checkpoints and averaging (no subprocess; helpers in conftest.py) --
+def test_average_of_known_weight_files(tmp_path, small_model, write_known_checkpoints):
+    # 1000 sorts after 300
+    write_known_checkpoints(tmp_path, steps=[100, 200, 300, 1000], values=[1.0, 2.0, 4.0, 8.0])
     averages = average_checkpoints(tmp_path, last_n=3)
     assert averages and all(name.startswith("layers/") for name in averages)
     for name, array in averages.items():
@@ -202,7 +180,7 @@ def test_average_of_known_weight_files(tmp_path):
         np.testing.assert_allclose(weight, 6.0 + np.arange(weight.size).reshape(weight.shape), rtol=1e-6)
 
 
-def test_averaging_keras_files_and_writing_an_averaged_model(tmp_path):
+def test_averaging_keras_files_and_writing_an_averaged_model(tmp_path, small_model):
     paths = []
     for index, value in enumerate([3.0, 5.0]):
         model = small_model()
@@ -218,8 +196,8 @@ def test_averaging_keras_files_and_writing_an_averaged_model(tmp_path):
     assert saved is target
 
 
-def test_averaging_rejects_different_models_and_empty_input(tmp_path):
-    write_known_checkpoints(tmp_path / "a", [(1, 1.0)])
+def test_averaging_rejects_different_models_and_empty_input(tmp_path, write_known_checkpoints):
+    write_known_checkpoints(tmp_path / "a", steps=[1])
     other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(5, name="hidden")])
     other.save_weights(tmp_path / "a" / "ckpt-000000002.weights.h5")
     with pytest.raises(ValueError, match="same variables"):
@@ -231,7 +209,7 @@ def test_averaging_rejects_different_models_and_empty_input(tmp_path):
         average_checkpoints(tmp_path / "a", last_n=0)
 
 
-def test_step_checkpoint_saves_periodically_and_keeps_the_last(tmp_path):
+def test_step_checkpoint_saves_periodically_and_keeps_the_last(tmp_path, small_model):
     model = small_model()
     checkpoint = StepCheckpoint(tmp_path, save_every_steps=2, keep_last=2)
     model.fit(np.ones((7, 3)), np.ones((7, 2)), batch_size=1, epochs=1, verbose=0, callbacks=[checkpoint])
@@ -244,7 +222,6 @@ def test_step_checkpoint_saves_periodically_and_keeps_the_last(tmp_path):
     stale.write_bytes((tmp_path / "ckpt-000000007.weights.h5").read_bytes())
     (tmp_path / ".tmp-123-8.weights.h5").write_bytes(b"partial")
     fresh = small_model()
-    fresh.build((None, 3))
     restorer = StepCheckpoint(tmp_path, save_every_steps=2)
     assert restorer.restore(fresh) == 7
     assert sorted(os.listdir(tmp_path)) == ["ckpt-000000006.weights.h5", "ckpt-000000007.weights.h5", "latest.json"]

@@ -45,7 +45,7 @@ def child(work_dir, kill_at):
     file written but not yet sealed), "pointer:N" (checkpoint N renamed into
     place, latest.json not yet updated), "eval:E" (after the first validation
     batch of epoch E), "none"."""
-    from keras_transformer.training import checkpoints, paper_optimizer
+    from keras_transformer.training import checkpoint_files, paper_optimizer
 
     tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(3)
@@ -77,23 +77,23 @@ def child(work_dir, kill_at):
         os.kill(os.getpid(), signal.SIGKILL)
 
     if kind == "save":
-        write_digest = checkpoints._write_digest
+        write_digest = checkpoint_files.write_digest
 
         def write_digest_then_die(path):
             if path.endswith(f"-{where}.weights.h5"):
                 die()
             write_digest(path)
 
-        checkpoints._write_digest = write_digest_then_die
+        checkpoint_files.write_digest = write_digest_then_die
     if kind == "pointer":
-        write_json = checkpoints._atomic_write_json
+        write_json = checkpoint_files.atomic_write_json
 
         def write_json_then_die(path, payload):
             if path.endswith("latest.json") and payload["step"] == int(where):
                 die()
             write_json(path, payload)
 
-        checkpoints._atomic_write_json = write_json_then_die
+        checkpoint_files.atomic_write_json = write_json_then_die
 
     class DieDuringValidation(keras.callbacks.Callback):
         epoch = None
@@ -222,39 +222,7 @@ def test_sigkill_during_validation(tmp_path, reference):
     np.testing.assert_allclose(history["val_loss"][-1], expected_history["val_loss"][-1], rtol=1e-6)
 
 
-# -- damaged checkpoints (in process) ------------------------------------------
-def small_model():
-    model = keras.Sequential(
-        [keras.Input((3,)), keras.layers.Dense(4, name="hidden"), keras.layers.Dense(2, name="out")]
-    )
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
-    return model
-
-
-def weights_of(value, model):
-    return [np.full(w.shape, value, w.dtype) + np.arange(w.size).reshape(w.shape) for w in model.get_weights()]
-
-
-def write_checkpoints(directory, steps_to_write=(1, 2, 3)):
-    """Checkpoints whose weights are `step` (+ index inside), with optimizer state."""
-    model = small_model()
-    model.optimizer.build(model.trainable_variables)
-    model.optimizer.iterations.assign(7)
-    checkpoint = StepCheckpoint(directory, save_every_steps=1)
-    checkpoint.set_model(model)
-    for step in steps_to_write:
-        model.set_weights(weights_of(float(step), model))
-        checkpoint.step = step
-        checkpoint.save()
-    return model
-
-
-def fresh_model():
-    model = small_model()
-    model.build((None, 3))
-    return model
-
-
+# -- damaged checkpoints (in process; helpers in conftest.py) -------------------
 def flip_a_weight_byte(path):
     with h5py.File(path, "r") as handle:
         offset = handle["layers/dense/vars/0"].id.get_offset()
@@ -304,11 +272,13 @@ def damage(path, how):
     "how",
     ["truncated", "not_hdf5", "bit_flip", "deleted_variable", "unsealed_missing_optimizer_variable", "unsealed_nan"],
 )
-def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, how):
-    write_checkpoints(tmp_path)
+def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(
+    tmp_path, how, small_model, weights_of, write_known_checkpoints,
+):
+    write_known_checkpoints(tmp_path)
     newest = tmp_path / "ckpt-000000003.weights.h5"
     reason = damage(newest, how)
-    model = fresh_model()
+    model = small_model()
     restorer = StepCheckpoint(tmp_path, save_every_steps=1)
     with pytest.warns(UserWarning) as caught:
         assert restorer.restore(model) == 2
@@ -326,13 +296,15 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, how)
     assert restorer.step == 2
 
 
-def test_no_intact_checkpoint_is_a_clear_error_and_changes_nothing(tmp_path):
-    write_checkpoints(tmp_path, steps_to_write=(1, 2))
+def test_no_intact_checkpoint_is_a_clear_error_and_changes_nothing(
+    tmp_path, small_model, write_known_checkpoints,
+):
+    write_known_checkpoints(tmp_path, steps=(1, 2))
     damage(tmp_path / "ckpt-000000002.weights.h5", "truncated")
     damage(tmp_path / "ckpt-000000001.weights.h5", "bit_flip")
     before = sorted(os.listdir(tmp_path))
     with pytest.raises(CorruptCheckpointError) as raised:
-        StepCheckpoint(tmp_path, save_every_steps=1).restore(fresh_model())
+        StepCheckpoint(tmp_path, save_every_steps=1).restore(small_model())
     message = str(raised.value)
     assert f"no intact checkpoint in {tmp_path}" in message
     assert "ckpt-000000002.weights.h5 cannot be read" in message
@@ -341,8 +313,10 @@ def test_no_intact_checkpoint_is_a_clear_error_and_changes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("pointer", ["bad_json", "wrong_name", "missing", "names_missing_file"])
-def test_unusable_latest_json_falls_back_to_the_files(tmp_path, pointer):
-    write_checkpoints(tmp_path)
+def test_unusable_latest_json_falls_back_to_the_files(
+    tmp_path, pointer, small_model, weights_of, write_known_checkpoints,
+):
+    write_known_checkpoints(tmp_path)
     latest = tmp_path / "latest.json"
     if pointer == "bad_json":
         latest.write_text('{"step": 3, "pa')
@@ -357,7 +331,7 @@ def test_unusable_latest_json_falls_back_to_the_files(tmp_path, pointer):
         (tmp_path / "ckpt-000000003.weights.h5").unlink()
         expected_step, says = 2, "names ckpt-000000003.weights.h5, which does not exist"
     assert latest_checkpoint(tmp_path)[0] == expected_step
-    model = fresh_model()
+    model = small_model()
     with pytest.warns(UserWarning, match=says):
         assert StepCheckpoint(tmp_path, save_every_steps=1).restore(model) == expected_step
     np.testing.assert_array_equal(model.get_weights()[0], weights_of(float(expected_step), model)[0])
@@ -365,11 +339,11 @@ def test_unusable_latest_json_falls_back_to_the_files(tmp_path, pointer):
     assert json.loads(latest.read_text())["step"] == expected_step
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert StepCheckpoint(tmp_path, save_every_steps=1).restore(fresh_model()) == expected_step
+        assert StepCheckpoint(tmp_path, save_every_steps=1).restore(small_model()) == expected_step
 
 
-def test_intact_checkpoint_of_another_model_is_an_error_not_a_fallback(tmp_path):
-    write_checkpoints(tmp_path)
+def test_intact_checkpoint_of_another_model_is_an_error_not_a_fallback(tmp_path, write_known_checkpoints):
+    write_known_checkpoints(tmp_path)
     other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(5, name="hidden"), keras.layers.Dense(2)])
     other.compile(optimizer="adam", loss="mse")
     other.build((None, 3))
@@ -378,8 +352,8 @@ def test_intact_checkpoint_of_another_model_is_an_error_not_a_fallback(tmp_path)
     assert steps(tmp_path) == [1, 2, 3]
 
 
-def test_averaging_names_a_damaged_checkpoint(tmp_path):
-    write_checkpoints(tmp_path)
+def test_averaging_names_a_damaged_checkpoint(tmp_path, write_known_checkpoints):
+    write_known_checkpoints(tmp_path)
     damage(tmp_path / "ckpt-000000002.weights.h5", "bit_flip")
     with pytest.raises(CorruptCheckpointError, match="ckpt-000000002.weights.h5 is corrupt"):
         average_checkpoints(tmp_path, last_n=3)
@@ -405,7 +379,7 @@ def poisoned_data(bad_step, steps_total=10):
 
 
 @pytest.mark.parametrize("bad_step", [5, 6])  # between checkpoints, on a checkpoint step
-def test_non_finite_loss_stops_training_and_leaves_a_finite_checkpoint(tmp_path, bad_step):
+def test_non_finite_loss_stops_training_and_leaves_a_finite_checkpoint(tmp_path, bad_step, small_model):
     model = small_model()
     guard = TerminateOnNonFiniteLoss()
     with pytest.warns((RuntimeWarning, UserWarning)) as caught:
@@ -428,14 +402,14 @@ def test_non_finite_loss_stops_training_and_leaves_a_finite_checkpoint(tmp_path,
     assert not all(np.isfinite(w).all() for w in model.get_weights())
     # ... and no checkpoint was written from it or after it, not even at the end.
     assert steps(tmp_path) == [2, 4]
-    restored = fresh_model()
+    restored = small_model()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert StepCheckpoint(tmp_path, save_every_steps=2).restore(restored) == 4
     assert all(np.isfinite(w).all() for w in restored.get_weights())
 
 
-def test_non_finite_loss_in_a_resumed_epoch_does_not_start_the_next_fit(tmp_path):
+def test_non_finite_loss_in_a_resumed_epoch_does_not_start_the_next_fit(tmp_path, small_model):
     class StopAfterThree(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             if int(self.model.optimizer.iterations.numpy()) == 3:
@@ -461,7 +435,7 @@ def test_non_finite_loss_in_a_resumed_epoch_does_not_start_the_next_fit(tmp_path
     assert steps(tmp_path) == [2, 3]
 
 
-def test_non_finite_weights_are_never_saved(tmp_path):
+def test_non_finite_weights_are_never_saved(tmp_path, small_model):
     class PoisonAtStepFour(keras.callbacks.Callback):
         """NaN weights after a step whose loss was finite (runs before the checkpoint)."""
 

@@ -35,7 +35,7 @@ from keras_transformer.data import SubwordTokenizer
 from keras_transformer.data.corpus import CorpusError, read_jsonl, read_text_pair, read_tsv
 from keras_transformer.decoding import Translator, translate
 from keras_transformer.export import export_saved_model
-from keras_transformer.training.checkpoints import StepCheckpoint
+from keras_transformer.training import StepCheckpoint
 
 PACKAGE_DIR = Path(kt.__file__).resolve().parent
 
