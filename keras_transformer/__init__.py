@@ -24,4 +24,4 @@ from keras_transformer.training.schedule import NoamSchedule
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.metrics import MaskedAccuracy
 from keras_transformer.training.optimizers import paper_optimizer
-from keras_transformer.training.checkpoints import average_checkpoints, fit_resumable
+from keras_transformer.training import average_checkpoints, fit_resumable

@@ -3,16 +3,9 @@
 `synthetic_en_de`: the English→German corpus of the quickstart recipe.
 """
 
-import importlib
+from keras_transformer.datasets import synthetic_en_de
+from keras_transformer.datasets.synthetic_en_de import generate_pairs
+from keras_transformer.datasets.synthetic_en_de import make_splits
+from keras_transformer.datasets.synthetic_en_de import write_jsonl
 
 __all__ = ["generate_pairs", "make_splits", "synthetic_en_de", "write_jsonl"]
-
-
-def __getattr__(name):
-    # Lazy, so that `python -m keras_transformer.datasets.synthetic_en_de`
-    # does not find its module already imported by the package.
-    if name == "synthetic_en_de":
-        return importlib.import_module(f"{__name__}.synthetic_en_de")
-    if name in ("generate_pairs", "make_splits", "write_jsonl"):
-        return getattr(importlib.import_module(f"{__name__}.synthetic_en_de"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
