@@ -1,0 +1,332 @@
+"""The paper's models on one GPU: training throughput and decoding speed, with a peer in the same run.
+
+Training: the paper's `base` and `big` models (Table 3; shared vocabulary of
+37,000 ids) on batches of about 25,000 source and 25,000 target tokens (the
+paper's section 5.1), fixed shapes (`--batch` pairs of `--length` tokens, no
+padding), timed after a warm-up. Contenders, each in its own process:
+
+- ours: `keras_transformer.Transformer` on the JAX backend (every step one
+  XLA program), the paper's loss (label smoothing 0.1) and Adam, float32
+  (TF32 matrix products, JAX's default on NVIDIA GPUs since Ampere) and
+  `mixed_bfloat16`;
+- torch: `torch.nn.Transformer` of the same size (post-LN, shared embedding
+  tied to the output, sinusoids, dropout on the same places), eager PyTorch
+  with fused Adam and the same loss, float32 with TF32 matrix products and
+  bfloat16 autocast.
+
+Reported: target tokens per second, seconds per step, the share of the
+GPU's dense bf16 peak (`--peak-tflops`, 989 for an H100 SXM) that the step's
+matrix products reach, and the paper's own rate for comparison: 8 P100 GPUs
+did a base step (25k + 25k tokens) in about 0.4 s and a big step in about
+1.0 s (section 5.2), i.e. about 62,500 and 25,000 target tokens/s.
+
+Decoding: ours, `greedy_search` and `beam_search` (4 beams, alpha 0.6) under
+`jax.jit`, random base-model weights, `--decode-batch` sources of 32 tokens,
+exactly 50 generated tokens each (EOS forbidden), float32 and bfloat16. No
+peer is timed here: the GPU machine has no TensorFlow, KerasHub or
+CTranslate2 GPU build.
+
+    KERAS_BACKEND=jax python benchmarks/gpu.py                 # everything
+    KERAS_BACKEND=jax python benchmarks/gpu.py --part train --presets base
+    KERAS_BACKEND=jax python benchmarks/gpu.py --part decode
+
+One JSON line per run goes to `--record` (default benchmarks/results/gpu.jsonl):
+machine, GPU, versions, command, commit, every contender's raw step times.
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VOCABULARY = 37000
+PAD, BOS, EOS = 0, 2, 3
+# Section 5.2: base steps took about 0.4 s, big steps 1.0 s, on 8 P100s, with
+# batches of about 25,000 source and 25,000 target tokens.
+PAPER_SECONDS_PER_STEP = {"base": 0.4, "big": 1.0}
+PAPER_TARGET_TOKENS = 25000
+
+
+def model_size(preset):
+    from keras_transformer.models.presets import PRESETS
+
+    return PRESETS[preset]
+
+
+def training_matmul_flops(preset, batch, length):
+    """FLOPs of the matrix products of one training step (forward and both backward products)."""
+    size = model_size(preset)
+    # The attention products do not depend on the number of heads.
+    d, f, n = size["d_model"], size["d_ff"], size["num_encoder_layers"]
+    tokens = batch * length
+    per_layer_encoder = 4 * tokens * d * d + 2 * batch * length * length * d + 2 * tokens * d * f
+    per_layer_decoder = (8 * tokens * d * d + 2 * batch * length * length * d * 2
+                         + 2 * tokens * d * f)
+    forward = n * per_layer_encoder + n * per_layer_decoder + tokens * d * VOCABULARY
+    return 2 * 3 * forward
+
+
+def batches(batch, length, count=4, seed=0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    result = []
+    for _ in range(count):
+        source = rng.integers(4, VOCABULARY, (batch, length)).astype("int32")
+        target = rng.integers(4, VOCABULARY, (batch, length + 1)).astype("int32")
+        target[:, 0] = BOS
+        result.append((source, target[:, :-1].copy(), target[:, 1:].copy()))
+    return result
+
+
+def train_ours(args, precision):
+    import jax
+    import keras
+
+    import keras_transformer as kt
+    from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
+
+    if precision == "mixed_bfloat16":
+        keras.config.set_dtype_policy("mixed_bfloat16")
+    else:
+        jax.config.update("jax_default_matmul_precision", "tensorfloat32")
+    model = kt.Transformer.from_preset(args.preset, vocabulary_size=VOCABULARY)
+    model.compile(optimizer=paper_optimizer(model_size(args.preset)["d_model"]),
+                  loss=LabelSmoothedCrossEntropy(0.1))
+    data = batches(args.batch, args.length)
+    times = []
+    for step in range(args.warmup + args.steps):
+        source, target, labels = data[step % len(data)]
+        start = time.perf_counter()
+        model.train_on_batch({"source": source, "target": target}, labels)  # returns host values: synchronous
+        times.append(time.perf_counter() - start)
+    return times[args.warmup:], int(model.count_params())
+
+
+def train_torch(args, precision):
+    import torch
+
+    torch.manual_seed(0)
+    torch.set_float32_matmul_precision("high")  # TF32 products, as JAX's default
+    size = model_size(args.preset)
+    d, f, h, n, p = (size[k] for k in ("d_model", "d_ff", "num_heads", "num_encoder_layers", "dropout"))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    class Seq2Seq(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.Embedding(VOCABULARY, d, padding_idx=PAD)
+            self.core = torch.nn.Transformer(d, h, n, n, f, dropout=p, batch_first=True)
+            self.core.encoder.norm = None  # post-LN stacks end without a final norm
+            self.core.decoder.norm = None
+            position = torch.arange(1024).unsqueeze(1)
+            inverse = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
+            table = torch.zeros(1024, d)
+            table[:, 0::2] = torch.sin(position * inverse)
+            table[:, 1::2] = torch.cos(position * inverse)
+            self.register_buffer("positions", table)
+            self.dropout = torch.nn.Dropout(p)
+
+        def embed(self, ids):
+            return self.dropout(self.embedding(ids) * math.sqrt(d) + self.positions[: ids.shape[1]])
+
+        def forward(self, source, target):
+            causal = torch.nn.Transformer.generate_square_subsequent_mask(target.shape[1], device=device)
+            hidden = self.core(self.embed(source), self.embed(target), tgt_mask=causal, tgt_is_causal=True)
+            return hidden @ self.embedding.weight.T
+
+    model = Seq2Seq().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=0.1)
+    data = [tuple(torch.from_numpy(a).long().to(device) for a in batch) for batch in batches(args.batch, args.length)]
+    times = []
+    for step in range(args.warmup + args.steps):
+        source, target, labels = data[step % len(data)]
+        synchronize()
+        start = time.perf_counter()
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "mixed_bfloat16"):
+            logits = model(source, target)
+            loss = loss_fn(logits.float().reshape(-1, VOCABULARY), labels.reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    return times[args.warmup:], sum(t.numel() for t in model.parameters())
+
+
+def decode_ours(args, precision, kind):
+    import jax
+    import keras
+    import numpy as np
+
+    import keras_transformer as kt
+    from keras_transformer.decoding import beam_search, greedy_search
+
+    if precision == "mixed_bfloat16":
+        keras.config.set_dtype_policy("mixed_bfloat16")
+    else:
+        jax.config.update("jax_default_matmul_precision", "tensorfloat32")
+    model = kt.Transformer.from_preset(args.preset, vocabulary_size=VOCABULARY)
+    source = np.random.default_rng(0).integers(4, VOCABULARY, (args.decode_batch, 32)).astype("int32")
+    fixed = dict(max_length=args.decode_steps, min_length=args.decode_steps)
+
+    def run():
+        if kind == "greedy":
+            result = greedy_search(model, source, **fixed)
+        else:
+            result = beam_search(model, source, beam_size=4, alpha=0.6, **fixed)
+        ids = np.asarray(result["ids"])  # to host: waits for the device
+        return ids
+
+    ids = run()  # compile
+    assert (ids[:, : args.decode_steps] > EOS).all(), "every sentence must generate exactly the fixed length"
+    times = []
+    for _ in range(args.decode_rounds):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return times, int(model.count_params())
+
+
+def worker(args):
+    kind, contender, precision = args.worker.split(":")
+    if kind == "train":
+        function = train_ours if contender == "ours" else train_torch
+        times, parameters = function(args, precision)
+    else:
+        times, parameters = decode_ours(args, precision, contender)
+    print("RESULT " + json.dumps({"seconds": times, "parameters": parameters}), flush=True)
+
+
+def run_worker(args, spec):
+    command = [sys.executable, __file__, "--worker", spec] + [
+        f"--{name.replace('_', '-')}={getattr(args, name)}"
+        for name in ("preset", "batch", "length", "steps", "warmup", "decode_batch", "decode_steps",
+                     "decode_rounds")
+    ]
+    env = dict(os.environ, KERAS_BACKEND="jax", XLA_PYTHON_CLIENT_MEM_FRACTION="0.9",
+               TF_CPP_MIN_LOG_LEVEL="2")
+    started = time.time()
+    output = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
+    for line in output.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT "):])
+            result["process_seconds"] = round(time.time() - started, 1)
+            return result
+    print(output.stdout[-2000:], output.stderr[-4000:], file=sys.stderr)
+    return {"error": output.stderr.strip().splitlines()[-1] if output.stderr.strip() else "no result"}
+
+
+def gpu_name():
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                               "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return None
+
+
+def commit():
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=ROOT).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=ROOT).stdout.strip()
+        return head + ("-dirty" if dirty else "") if head else None
+    except OSError:
+        return None
+
+
+def versions():
+    found = {}
+    for name in ("jax", "keras", "torch"):
+        try:
+            found[name] = __import__(name).__version__
+        except Exception:  # noqa: BLE001 - a missing library is recorded as missing
+            found[name] = None
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("train", "decode", "all"), default="all")
+    parser.add_argument("--presets", nargs="+", default=["base", "big"])
+    parser.add_argument("--precisions", nargs="+", default=["float32", "mixed_bfloat16"])
+    parser.add_argument("--contenders", nargs="+", default=["ours", "torch"])
+    parser.add_argument("--batch", type=int, default=784, help="pairs per training batch")
+    parser.add_argument("--length", type=int, default=32, help="source and target tokens per pair")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--decode-batch", type=int, default=128)
+    parser.add_argument("--decode-steps", type=int, default=50)
+    parser.add_argument("--decode-rounds", type=int, default=5)
+    parser.add_argument("--peak-tflops", type=float, default=989.0,
+                        help="the GPU's dense bf16 peak (H100 SXM: 989)")
+    parser.add_argument("--record", default=str(ROOT / "benchmarks" / "results" / "gpu.jsonl"))
+    parser.add_argument("--preset", default="base", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+
+    record = {
+        "benchmark": "gpu", "time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "commit": commit(),
+        "command": " ".join(["KERAS_BACKEND=jax", "python"] + [os.path.relpath(__file__, ROOT)] + sys.argv[1:]),
+        "machine": {"node": platform.node(), "cpus": os.cpu_count(), "gpu": gpu_name()},
+        "versions": versions(), "results": [],
+    }
+    print(f"GPU: {record['machine']['gpu']}; {record['versions']}", flush=True)
+    for preset in args.presets:
+        args.preset = preset
+        tokens = args.batch * args.length
+        flops = training_matmul_flops(preset, args.batch, args.length)
+        if args.part in ("train", "all"):
+            paper_rate = PAPER_TARGET_TOKENS / PAPER_SECONDS_PER_STEP.get(preset, math.nan)
+            print(f"\n{preset}: training, {args.batch} x {args.length} = {tokens} source and target tokens "
+                  f"per step; the paper's 8 P100s: {paper_rate:,.0f} target tokens/s", flush=True)
+            for precision in args.precisions:
+                for contender in args.contenders:
+                    result = run_worker(args, f"train:{contender}:{precision}")
+                    entry = dict(part="train", preset=preset, contender=contender, precision=precision,
+                                 batch=args.batch, length=args.length, **result)
+                    record["results"].append(entry)
+                    if "error" in result:
+                        print(f"  {contender:6} {precision:15} failed: {result['error']}", flush=True)
+                        continue
+                    step = statistics.median(result["seconds"])
+                    print(f"  {contender:6} {precision:15} {step * 1000:8.1f} ms/step  {tokens / step:10,.0f} "
+                          f"target tokens/s  {tokens / step / paper_rate:5.2f}x the paper's 8 P100s  "
+                          f"{flops / step / 1e12 / args.peak_tflops:6.1%} of bf16 peak  "
+                          f"({result['parameters'] / 1e6:.1f}M parameters)", flush=True)
+        if args.part in ("decode", "all"):
+            print(f"\n{preset}: decoding {args.decode_batch} sentences of 32 tokens, exactly "
+                  f"{args.decode_steps} tokens each (ours, jax.jit)", flush=True)
+            for precision in args.precisions:
+                for kind in ("greedy", "beam4"):
+                    result = run_worker(args, f"decode:{kind}:{precision}")
+                    entry = dict(part="decode", preset=preset, contender=f"ours {kind}", precision=precision,
+                                 batch=args.decode_batch, steps=args.decode_steps, **result)
+                    record["results"].append(entry)
+                    if "error" in result:
+                        print(f"  {kind:7} {precision:15} failed: {result['error']}", flush=True)
+                        continue
+                    best = min(result["seconds"])
+                    print(f"  {kind:7} {precision:15} {args.decode_batch / best:9.1f} sentences/s  "
+                          f"{best / args.decode_steps * 1000:6.2f} ms per step (best of "
+                          f"{len(result['seconds'])})", flush=True)
+    Path(args.record).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.record, "a", encoding="utf-8") as file:
+        file.write(json.dumps(record) + "\n")
+    print(f"\nrecord: {args.record}")
+
+
+if __name__ == "__main__":
+    main()
