@@ -42,6 +42,10 @@ graph, Python or C++):
   `intra_threads` = CPU count, `min_decoding_length` = `max_decoding_length`
   = `--steps`.
 
+The table gives each contender's best round; the record appended to
+`--record` (default benchmarks/results/decode.jsonl: machine, load, commit,
+command) keeps every round's wall and CPU seconds.
+
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/decode.py [--rounds 3]
 

@@ -10,6 +10,14 @@ corpus_scores` (sacreBLEU BLEU and chrF, detokenized, with signatures).
     KERAS_BACKEND=tensorflow .venv/bin/python benchmarks/quality.py --minutes 30
     .venv/bin/python benchmarks/quality.py --only ours keras-hub --minutes 5
     .venv/bin/python benchmarks/quality.py --minutes 2 --max-train-pairs 5000 --test-size 100   # smoke run
+    KERAS_BACKEND=tensorflow .venv/bin/python benchmarks/quality.py --minutes 20 --seeds 0 1 2
+
+Seeds (`--seeds`, default 0): each seed trains every contender once, the
+contenders taking turns in an order rotated from seed to seed; the table
+gives every run and then, per contender, the mean and range over seeds. The
+main table is float32 (every contender in the same precision); rows with
+`mixed_precision=mixed_bfloat16` are printed apart, as extra rows. The data
+(split, tokenizer) is prepared with the first seed.
 
 Data (`--data-dir`, default ../shared/data next to the repository; never
 copied into the repository): ddtp_en_de.jsonl.gz + po_all.jsonl.gz (keys en,
@@ -34,8 +42,12 @@ Contenders, one after another, each in its own process (`--only` picks some):
   positions, `TransformerEncoder` x3, `TransformerDecoder` x3, an untied
   `Dense` output; explicit padding masks; with `norm_first` the layers'
   `normalize_first` and a final layer norm after each stack), `model.fit` on the same batches
-  (`make_dataset`), Adam(0.9, 0.98, 1e-9) with our `NoamSchedule` (same
-  warm-up and scale), our `LabelSmoothedCrossEntropy(0.1)`; then
+  (`make_dataset`), our Adam(0.9, 0.98, 1e-9) with our `NoamSchedule` (same
+  warm-up and scale: `paper_optimizer`, whose Adam makes an embedding's
+  sparse gradient dense first; `--set keras-hub.optimizer=stock` trains
+  with Keras' stock Adam instead, which on TensorFlow mishandles repeated
+  embedding rows, for a labelled "stock Adam" row), our
+  `LabelSmoothedCrossEntropy(0.1)`; then
   `keras_hub.samplers.BeamSampler(num_beams=4)` driving the KerasHub
   decoder layers' self-/cross-attention caches under `tf.function(jit_compile=
   True)` (as KerasHub's generate() does), stopping when every beam has EOS;
@@ -66,10 +78,10 @@ step that finishes after `--minutes`. Ours and OpenNMT-tf also save a
 checkpoint every 500 steps inside the budget (their usual operation);
 decoding is timed separately.
 
-Output: a table, and one JSON line per contender appended to `--results`
-(settings, steps, non-pad target tokens per step actually trained on,
-minutes, BLEU, chrF, signatures, machine, load average, date and the exact
-command).
+Output: a table, and one JSON line per contender and seed appended to
+`--record` (settings, seed, steps, non-pad target tokens per step actually
+trained on, minutes, BLEU, chrF, signatures, machine, load average, date,
+commit and the exact command; `run` names the invocation).
 """
 
 import argparse

@@ -28,6 +28,7 @@ import difflib
 import re
 import statistics
 import sys
+import textwrap
 from collections import OrderedDict
 from pathlib import Path
 
@@ -324,7 +325,8 @@ def bar_chart(path, panels, title, unit):
     """Horizontal bars of medians with min-max whiskers: panels = [(panel title, [(label, median, min, max)])]."""
     plt = _pyplot()
     height = max(2.5, 0.45 * max(len(bars) for _, bars in panels) + 1.2)
-    figure, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), height), squeeze=False)
+    width = max(10.0, 6.5 * len(panels))
+    figure, axes = plt.subplots(1, len(panels), figsize=(width, height), squeeze=False)
     for axis, (panel_title, bars) in zip(axes[0], panels):
         labels = [label for label, _, _, _ in bars]
         medians = [median for _, median, _, _ in bars]
@@ -333,11 +335,12 @@ def bar_chart(path, panels, title, unit):
         axis.barh(positions, medians, xerr=errors, color="#4c72b0", ecolor="black", capsize=3)
         axis.set_yticks(positions, labels)
         for position, median in zip(positions, medians):
-            axis.text(median, position + 0.25, f" {median:.1f}", va="center", fontsize=8)
+            axis.text(median, position + 0.25, f" {median:.1f}" if median < 1000 else f" {median:.0f}",
+                      va="center", fontsize=8)
         axis.set_title(panel_title)
         axis.set_xlabel(f"{unit} (bar: median; whiskers: min-max over rounds)")
         axis.grid(axis="x", alpha=0.3)
-    figure.suptitle(title)
+    figure.suptitle(textwrap.fill(title, int(width * 11)), fontsize=11)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -17,6 +17,23 @@ alone, with nothing else in the step (`matmul_floor_seconds`).
     .venv/bin/python benchmarks/train_throughput.py --rounds 3 --only ours-tf keras-hub opennmt-tf
     .venv/bin/python benchmarks/train_throughput.py --workload real  # real text
 
+KerasHub rows: `keras-hub-tied` is the like-for-like one, KerasHub layers at
+our exact size (one `ReversibleEmbedding` shared by source and target and
+tied to the output, sinusoidal positions, our `LabelSmoothedCrossEntropy(0.1)`
+and `paper_optimizer`: `build_keras_hub_tied`); `keras-hub` is the keras-io
+example's architecture (untied output, learned positions, stock Adam; about
+11.9M parameters against our 7.6M), kept as a labelled row.
+
+OpenNMT-tf's rate is its target tokens over its time, summed over the
+intervals it logs (the first, with the tracing, left out). On the real
+workload it batches the sentences itself, so its share of the matmul floor,
+which is computed from our batches, is marked as such.
+
+Each run appends a record (machine, load, commit, command, every round's
+seconds, steps and target tokens per contender) to `--record` (default
+benchmarks/results/train_throughput.jsonl); `benchmarks/report.py` makes the
+tables and charts from them.
+
 `--workload real` replaces the fixed-shape batches by token-bucketed batches
 of real English-German text (ddtp_en_de + po_all from `--data-dir`, default
 ../shared/data): a SentencePiece model of 8,000 pieces trained on them, then
@@ -475,24 +492,30 @@ train:
     intervals = opennmt_intervals(log)
     if not intervals:
         raise RuntimeError("OpenNMT-tf produced no throughput lines:\n" + log[-3000:])
-    # The first interval holds the tracing (our contenders' warm-up); the rate
-    # is the total of target tokens over the total time of the others, not the
-    # mean of their rates (intervals of unequal length would weigh alike).
+    return {**opennmt_rate(intervals), "peak_mb": float(peak[0]) if peak else float("nan"), "intervals": intervals}
+
+
+def opennmt_rate(intervals):
+    """Target tokens/s over OpenNMT-tf's logged intervals, the first left out.
+
+    The first interval holds the tracing (our contenders' warm-up). The rate
+    is the total of target tokens over the total time of the others, not the
+    mean of their rates (which would weigh a short interval like a long one).
+    """
     timed = intervals[1:] or intervals
     seconds = sum(interval_seconds for _, interval_seconds, _ in timed)
     tokens = sum(interval_tokens for _, _, interval_tokens in timed)
     return {"tokens_per_s": tokens / seconds, "seconds": seconds, "target_tokens": tokens,
-            "steps": sum(steps for steps, _, _ in timed), "peak_mb": float(peak[0]) if peak else float("nan"),
-            "intervals": intervals}
+            "steps": sum(steps for steps, _, _ in timed)}
 
 
 def opennmt_intervals(log):
     """(steps, seconds, target tokens) of each summary interval of an OpenNMT-tf 2.x training log.
 
-    It logs, every `save_summary_steps` steps, "Step = N ; steps/s = R, ...
-    tokens/s = T (S source, U target)": the steps since the previous line
-    over R (rounded to hundredths) give the interval's seconds, and U times
-    those its target tokens.
+    OpenNMT-tf 2.32 logs, every `save_summary_steps` steps, "Step = N ;
+    steps/s = R, tokens/s = T (S source, U target) ; ...": the steps since the
+    previous line over R (rounded to hundredths: under 0.5% off at 1 step/s
+    or more) give the interval's seconds, and U times those its target tokens.
     """
     import re
 

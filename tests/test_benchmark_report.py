@@ -99,8 +99,34 @@ def test_quality_table_averages_seeds_and_keeps_other_precisions_apart():
     assert lines.index("| ours | mixed_bfloat16 | 0 | 100 | 20.0 | 4.0 | 18.0 |") > extra
 
 
-def test_serve_chart_is_a_png(tmp_path):
+def test_charts_are_pngs(tmp_path):
     pytest.importorskip("matplotlib")
-    path = report.serve_chart(fixture_record(), tmp_path / "serve.png")
-    data = Path(path).read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    quality = [{"contender": contender, "seed": seed, "settings": {"mixed_precision": "none"},
+                "budget_minutes": minutes, "train_minutes": minutes + 0.1 * seed, "bleu": bleu + seed,
+                "chrf": 10 + bleu + seed}
+               for contender, bleu in (("ours", 5.0), ("opennmt-tf", 3.0))
+               for minutes in (10, 20) for seed in (0, 1, 2)]
+    paths = [report.serve_chart(fixture_record(), tmp_path / "serve.png"),
+             report.quality_chart(quality, tmp_path / "quality.png")]
+    for path in paths:
+        data = Path(path).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, path
+
+
+def test_opennmt_rate_is_total_tokens_over_total_time():
+    from benchmarks.train_throughput import opennmt_intervals, opennmt_rate
+
+    log = "\n".join([
+        "INFO:tensorflow:Step = 5 ; steps/s = 0.10, tokens/s = 150 (50 source, 100 target) ; Learning rate = 0.1 ; "
+        "Loss = 9.0",
+        "INFO:tensorflow:Saved checkpoint",
+        "INFO:tensorflow:Step = 10 ; steps/s = 2.00, tokens/s = 600 (200 source, 400 target) ; Learning rate = 0.1 ; "
+        "Loss = 8.0",
+        "INFO:tensorflow:Step = 15 ; steps/s = 0.50, tokens/s = 3000 (1000 source, 2000 target) ; Learning rate = 0.1 "
+        "; Loss = 7.0",
+    ])
+    intervals = opennmt_intervals(log)
+    assert intervals == [(5, 50.0, 5000.0), (5, 2.5, 1000.0), (5, 10.0, 20000.0)]
+    rate = opennmt_rate(intervals)  # the first (tracing) interval left out
+    assert rate["target_tokens"] == 21000.0 and rate["seconds"] == 12.5 and rate["steps"] == 10
+    assert rate["tokens_per_s"] == pytest.approx(1680.0)  # the mean of the two rates would say 1200
