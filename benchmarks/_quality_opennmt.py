@@ -142,7 +142,7 @@ def main():
         "steps": int(summary["last_step"]), "train_seconds": train_seconds, "decode_seconds": decode_seconds,
         "target_tokens": int(target_tokens.numpy()),
         "search": "OpenNMT-tf beam 4, length penalty 0.6",
-        "settings": {"optimizer": "Adam(0.9, 0.98, 1e-9), NoamDecay", "loss": "label smoothing 0.1",
+        "settings": {"optimizer_used": "Adam(0.9, 0.98, 1e-9), NoamDecay", "loss": "label smoothing 0.1",
                      "checkpoint_every_steps": size["save_every_steps"],
                      "parameters": count_parameters(config["model_dir"]),
                      "reported_last_loss": float(summary["last_loss"])},

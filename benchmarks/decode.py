@@ -42,6 +42,10 @@ graph, Python or C++):
   `intra_threads` = CPU count, `min_decoding_length` = `max_decoding_length`
   = `--steps`.
 
+The table gives each contender's best round; the record appended to
+`--record` (default benchmarks/results/decode.jsonl: machine, load, commit,
+command) keeps every round's wall and CPU seconds.
+
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/decode.py [--rounds 3]
 
@@ -72,6 +76,7 @@ sys.path.insert(0, ROOT)
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from benchmarks import _records  # noqa: E402
 
 
 def parse_args():
@@ -94,6 +99,9 @@ def parse_args():
         help="Python of the OpenNMT-tf 2.32 environment (its contenders are skipped if it is missing)",
     )
     parser.add_argument("--length-penalty", type=float, default=0.6, help="for OpenNMT-tf's beam search")
+    parser.add_argument("--record", default=_records.default_path("decode"),
+                        help="JSON-lines file the run's record (every round's wall and CPU seconds) is appended "
+                             "to (default %(default)s; '' for none)")
     return parser.parse_args()
 
 
@@ -442,8 +450,12 @@ def main():
             opennmt_note = (f"# OpenNMT-tf contenders skipped: {args.opennmt_python} not found (python3 -m venv "
                             '.venv-opennmt && .venv-opennmt/bin/pip install "tensorflow==2.13.1" '
                             '"opennmt-tf==2.32.0")')
+    record = _records.start("decode", packages=("tensorflow", "keras", "keras-hub", "ctranslate2"))
+    record["workload"] = {"preset": "tiny", "vocabulary": args.vocabulary_size, "batch": args.batch_size,
+                          "source_tokens": args.source_length, "steps": args.steps, "beam_size": args.beam_size,
+                          "opennmt_length_penalty": args.length_penalty}
     try:
-        run_contenders(contenders, args, "\n".join(n for n in (opennmt_note, ct2_note) if n))
+        run_contenders(contenders, args, "\n".join(n for n in (opennmt_note, ct2_note) if n), record)
     finally:
         opennmt.close()
         import shutil
@@ -451,7 +463,7 @@ def main():
         shutil.rmtree(ct2_dir, ignore_errors=True)
 
 
-def run_contenders(contenders, args, opennmt_note):
+def run_contenders(contenders, args, opennmt_note, record):
     import tensorflow as tf
 
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
@@ -468,13 +480,17 @@ def run_contenders(contenders, args, opennmt_note):
         outputs[name] = ids
         print(f"#   compiled + first run {seconds:6.1f} s  {name}", flush=True)
     best = {name: (float("inf"), 0.0) for name, _, _ in contenders}
+    rounds = {name: {"wall_s": [], "cpu_s": []} for name, _, _ in contenders}
     for _ in range(args.rounds):
         for name, _, function in contenders:
             seconds, cpu, _ = timed(function)
+            rounds[name]["wall_s"].append(seconds)
+            rounds[name]["cpu_s"].append(cpu)
             if seconds < best[name][0]:
                 best[name] = (seconds, cpu)
 
     reference = {"greedy": "ours greedy, XLA", "beam": f"ours beam {args.beam_size}, XLA"}
+    same_output = {}
     header = (f"{'contender':<58} {'sent/s':>8} {'tok/s':>8} {'cpu s/sent':>10} {'ours XLA is':>11} "
               f"{'(by cpu)':>9}  same output")
     print(header)
@@ -497,10 +513,21 @@ def run_contenders(contenders, args, opennmt_note):
                 same = "n/a"  # another model
             elif "bfloat16" in name or "int8" in name:
                 same = "n/a"  # other numerics: near-ties between tokens can go the other way
+        same_output[name] = same or None
         print(f"{name:<58} {per_second:8.1f} {per_second * args.steps:8.0f} {cpu / sentences:10.3f} "
               f"{ratio:>11} {cpu_ratio:>9}  {same}")
     print("ours XLA is: how many times faster our XLA search of the same kind is, by wall-clock "
           "sentences/s and by CPU seconds per sentence")
+    # Every round of every contender, so that medians and ranges can be taken
+    # later (the table above keeps each one's best round).
+    record["contenders"] = {
+        name: {"search": kind, "sentences": int(outputs[name].shape[0]), "first_run_s": first[name],
+               **rounds[name], "same_output_as_ours_xla": same_output[name]}
+        for name, kind, _ in contenders}
+    _records.finish(record)
+    if args.record:
+        _records.append(args.record, record)
+        print(f"# record appended to {os.path.relpath(args.record, ROOT)}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,14 @@ corpus_scores` (sacreBLEU BLEU and chrF, detokenized, with signatures).
     KERAS_BACKEND=tensorflow .venv/bin/python benchmarks/quality.py --minutes 30
     .venv/bin/python benchmarks/quality.py --only ours keras-hub --minutes 5
     .venv/bin/python benchmarks/quality.py --minutes 2 --max-train-pairs 5000 --test-size 100   # smoke run
+    KERAS_BACKEND=tensorflow .venv/bin/python benchmarks/quality.py --minutes 20 --seeds 0 1 2
+
+Seeds (`--seeds`, default 0): each seed trains every contender once, the
+contenders taking turns in an order rotated from seed to seed; the table
+gives every run and then, per contender, the mean and range over seeds. The
+main table is float32 (every contender in the same precision); rows with
+`mixed_precision=mixed_bfloat16` are printed apart, as extra rows. The data
+(split, tokenizer) is prepared with the first seed.
 
 Data (`--data-dir`, default ../shared/data next to the repository; never
 copied into the repository): ddtp_en_de.jsonl.gz + po_all.jsonl.gz (keys en,
@@ -34,8 +42,12 @@ Contenders, one after another, each in its own process (`--only` picks some):
   positions, `TransformerEncoder` x3, `TransformerDecoder` x3, an untied
   `Dense` output; explicit padding masks; with `norm_first` the layers'
   `normalize_first` and a final layer norm after each stack), `model.fit` on the same batches
-  (`make_dataset`), Adam(0.9, 0.98, 1e-9) with our `NoamSchedule` (same
-  warm-up and scale), our `LabelSmoothedCrossEntropy(0.1)`; then
+  (`make_dataset`), our Adam(0.9, 0.98, 1e-9) with our `NoamSchedule` (same
+  warm-up and scale: `paper_optimizer`, whose Adam makes an embedding's
+  sparse gradient dense first; `--set keras-hub.optimizer=stock` trains
+  with Keras' stock Adam instead, which on TensorFlow mishandles repeated
+  embedding rows, for a labelled "stock Adam" row), our
+  `LabelSmoothedCrossEntropy(0.1)`; then
   `keras_hub.samplers.BeamSampler(num_beams=4)` driving the KerasHub
   decoder layers' self-/cross-attention caches under `tf.function(jit_compile=
   True)` (as KerasHub's generate() does), stopping when every beam has EOS;
@@ -66,10 +78,10 @@ step that finishes after `--minutes`. Ours and OpenNMT-tf also save a
 checkpoint every 500 steps inside the budget (their usual operation);
 decoding is timed separately.
 
-Output: a table, and one JSON line per contender appended to `--results`
-(settings, steps, non-pad target tokens per step actually trained on,
-minutes, BLEU, chrF, signatures, machine, load average, date and the exact
-command).
+Output: a table, and one JSON line per contender and seed appended to
+`--record` (settings, seed, steps, non-pad target tokens per step actually
+trained on, minutes, BLEU, chrF, signatures, machine, load average, date,
+commit and the exact command; `run` names the invocation).
 """
 
 import argparse
@@ -78,9 +90,7 @@ import hashlib
 import importlib.util
 import json
 import os
-import platform
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -89,6 +99,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+from benchmarks import _records  # noqa: E402
 CORPORA = ("ddtp_en_de.jsonl.gz", "po_all.jsonl.gz")
 SOURCE_KEY, TARGET_KEY = "en", "de"
 MAX_CHARS = 600  # as recipes/parallel_text: drops the few paragraph-long DDTP pairs
@@ -104,6 +116,13 @@ DEFAULT_SETTINGS = {"warmup_steps": 300, "learning_rate_scale": 0.8, "tokens_per
 # Keras dtype policies the Keras contenders accept; OpenNMT-tf's mixed precision
 # is float16 with loss scaling for GPUs, so it trains in float32 here.
 MIXED_PRECISION = ("none", "mixed_bfloat16")
+# Settings only some contenders have. The KerasHub-layer model trains by
+# default with the Adam ours uses (TransformerAdam: sparse embedding gradients
+# made dense first; Keras' stock Adam squares the slices of a repeated row one
+# by one on TensorFlow, see keras_transformer/training/optimizers.py);
+# `keras-hub.optimizer=stock` gives the stock Adam a KerasHub user gets today.
+CONTENDER_SETTINGS = {"keras-hub": {"optimizer": "densified"}}
+OPTIMIZERS = ("densified", "stock")
 SAVE_EVERY_STEPS = 500
 # TensorFlow's start-up INFO lines: kept in the logs, not echoed.
 NOISE = re.compile(r"^([IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\]|WARNING: All log messages before absl"
@@ -125,18 +144,30 @@ def parse_args(argv=None):
                         help="directory with ddtp_en_de.jsonl.gz and po_all.jsonl.gz (default: ../shared/data)")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "quality"),
                         help="split, tokenizer, models and outputs (default: runs/quality)")
-    parser.add_argument("--results", default=str(HERE / "results" / "quality.jsonl"),
-                        help="JSON lines appended here (default: benchmarks/results/quality.jsonl)")
+    parser.add_argument("--record", "--results", dest="results", default=_records.default_path("quality"),
+                        help="JSON lines appended here, one per contender and seed (default: "
+                             "benchmarks/results/quality.jsonl)")
     parser.add_argument("--set", action="append", default=[], dest="assignments", metavar="CONTENDER.KEY=VALUE",
                         help="override a setting, e.g. opennmt-tf.warmup_steps=1000 "
                              f"(keys: {', '.join(DEFAULT_SETTINGS)}; CONTENDER 'all' for every one)")
     parser.add_argument("--opennmt-python", default=str(ROOT / ".venv-opennmt" / "bin" / "python"),
                         help="Python of the OpenNMT-tf 2.32 environment")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+",
+                        help="seeds (shuffling and initialisation); each seed runs every contender, the contenders "
+                             "taking turns, and the table gives the mean and range over seeds (default: 0)")
+    parser.add_argument("--seed", type=int, help="one seed (the same as --seeds SEED)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--settings-json", help=argparse.SUPPRESS)
     parser.add_argument("--contender", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.seed is not None and args.seeds is not None:
+        parser.error("give --seeds or --seed, not both.")
+    args.seeds = args.seeds or [0 if args.seed is None else args.seed]
+    if len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds: {args.seeds} repeats a seed.")
+    # Data preparation (split, tokenizer) and the workers use args.seed: the
+    # first seed for the data, each seed in turn for training.
+    args.seed = args.seeds[0] if args.seed is None else args.seed
     if args.minutes <= 0:
         parser.error("--minutes must be > 0.")
     if args.test_size < 1:
@@ -151,7 +182,7 @@ def parse_args(argv=None):
 
 
 def resolve_settings(assignments):
-    settings = {name: dict(DEFAULT_SETTINGS) for name in CONTENDERS}
+    settings = {name: {**DEFAULT_SETTINGS, **CONTENDER_SETTINGS.get(name, {})} for name in CONTENDERS}
     for text in assignments:
         dotted, equals, value = text.partition("=")
         name, dot, key = dotted.strip().rpartition(".")
@@ -159,10 +190,20 @@ def resolve_settings(assignments):
             raise ValueError(f"--set expects CONTENDER.KEY=VALUE, got {text!r}.")
         if name not in CONTENDERS + ("all",):
             raise ValueError(f"--set {text!r}: unknown contender {name!r} (expected one of {CONTENDERS} or all).")
-        if key not in DEFAULT_SETTINGS:
+        if key in CONTENDER_SETTINGS.get(name, {}):
+            kind = str
+        elif any(key in extra for extra in CONTENDER_SETTINGS.values()):
+            owners = [owner for owner, extra in CONTENDER_SETTINGS.items() if key in extra]
+            raise ValueError(f"--set {text!r}: only {' and '.join(owners)} has the setting {key!r}.")
+        elif key not in DEFAULT_SETTINGS:
             raise ValueError(f"--set {text!r}: unknown key {key!r} (expected one of {list(DEFAULT_SETTINGS)}).")
-        kind = type(DEFAULT_SETTINGS[key])
-        if key == "mixed_precision":
+        else:
+            kind = type(DEFAULT_SETTINGS[key])
+        if key == "optimizer":
+            parsed = value.strip()
+            if parsed not in OPTIMIZERS:
+                raise ValueError(f"--set {text!r}: optimizer must be one of {OPTIMIZERS}.")
+        elif key == "mixed_precision":
             parsed = value.strip()
             if parsed not in MIXED_PRECISION:
                 raise ValueError(f"--set {text!r}: mixed_precision must be one of {MIXED_PRECISION}.")
@@ -190,24 +231,11 @@ def peak_learning_rate(settings):
 
 
 def machine():
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"platform": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(),
-            "python": platform.python_version()}
+    return _records.machine()
 
 
 def command_line():
-    python = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable
-    script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
-    backend = os.environ.get("KERAS_BACKEND")
-    prefix = f"KERAS_BACKEND={backend} " if backend else ""
-    return prefix + shlex.join([python, script, *sys.argv[1:]])
+    return _records.command_line()
 
 
 def run_logged(command, log_path, tag, env=None):
@@ -235,11 +263,12 @@ def worker_env(backend=True):
     return env
 
 
-def our_worker(args, name, extra=()):
+def our_worker(args, name, extra=(), seed=None):
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", name,
                "--work-dir", args.work_dir, "--data-dir", args.data_dir, "--minutes", str(args.minutes),
                "--test-size", str(args.test_size), "--vocabulary-size", str(args.vocabulary_size),
-               "--seed", str(args.seed), "--settings-json", json.dumps(args.settings), *extra]
+               "--seed", str(seed if seed is not None else args.seed), "--settings-json", json.dumps(args.settings),
+               *extra]
     if args.max_train_pairs:
         command += ["--max-train-pairs", str(args.max_train_pairs)]
     return command
@@ -275,12 +304,17 @@ def main(argv=None):
     records, failed = [], []
     results_path = Path(args.results)
     results_path.parent.mkdir(parents=True, exist_ok=True)
-    for name in names:
+    run = _records.timestamp()  # names this invocation's records (report.py's table:quality run=...)
+    code_commit = _records.commit()
+    # Seeds in turn, every contender once per seed, in an order rotated from
+    # seed to seed: the machine's drift falls on every contender alike.
+    turns = [(seed, names[i % len(names):] + names[:i % len(names)]) for i, seed in enumerate(args.seeds)]
+    for seed, name in ((seed, name) for seed, order in turns for name in order):
         out = work / name
         if out.exists():
             shutil.rmtree(out)  # a fresh run: ours would otherwise resume its checkpoints
         out.mkdir(parents=True)
-        load_before = os.getloadavg()
+        load_before = _records.load_average()
         started = time.time()
         if name == "opennmt-tf":
             if not Path(args.opennmt_python).exists():
@@ -290,7 +324,7 @@ def main(argv=None):
             worker_command = [
                 args.opennmt_python, str(HERE / "_quality_opennmt.py"),
                 "--data-dir", str(work / "data" / "opennmt"), "--out-dir", str(out),
-                "--minutes", str(args.minutes), "--seed", str(args.seed),
+                "--minutes", str(args.minutes), "--seed", str(seed),
                 "--settings-json", json.dumps(args.settings[name]),
                 "--model-json", json.dumps({**MODEL, "max_length": MAX_LENGTH,
                                             "max_extra_length": MAX_EXTRA_LENGTH,
@@ -299,7 +333,7 @@ def main(argv=None):
             ]
             status = run_logged(worker_command, out / "log.txt", name, worker_env(backend=False))
         else:
-            status = run_logged(our_worker(args, name), out / "log.txt", name, worker_env())
+            status = run_logged(our_worker(args, name, seed=seed), out / "log.txt", name, worker_env())
         trained = read_result(out / "train.json")
         if status or trained is None:
             print(f"error: contender {name} failed (exit status {status}); see {out / 'log.txt'}", file=sys.stderr)
@@ -313,11 +347,15 @@ def main(argv=None):
         scores = json.loads((out / "scores.json").read_text())
         settings = args.settings[name]
         record = {
+            "benchmark": "quality",
             "contender": name,
+            "seed": seed,
+            "run": run,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": command,
-            "machine": {**machine(), "load_average_before": [round(x, 2) for x in load_before],
-                        "load_average_after": [round(x, 2) for x in os.getloadavg()]},
+            "commit": code_commit,
+            "machine": machine(),
+            "load_average": {"before": load_before, "after": _records.load_average()},
             "budget_minutes": args.minutes,
             "settings": {**settings, "peak_learning_rate": peak_learning_rate(settings),
                          **trained.get("settings", {})},
@@ -337,9 +375,8 @@ def main(argv=None):
             "samples": scores["samples"],
         }
         records.append(record)
-        with open(results_path, "a") as stream:
-            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-        print(f"[{name}] BLEU {record['bleu']:.2f}, chrF {record['chrf']:.2f} after {record['steps']} steps "
+        _records.append(results_path, record)
+        print(f"[{name}, seed {seed}] BLEU {record['bleu']:.2f}, chrF {record['chrf']:.2f} after {record['steps']} steps "
               f"in {record['train_minutes']:.1f} min -> {results_path}", flush=True)
     print_table(records, split, command)
     if failed:
@@ -351,25 +388,42 @@ def print_table(records, split, command):
     if not records:
         print("no results.")
         return
+    from benchmarks.report import quality_groups, mean_and_range
+
     info = machine()
-    print(f"\n# {records[0]['date']}; {info['cpu']}, {info['cpus']} CPUs, {info['platform']}")
+    print(f"\n# {records[0]['date']}; {info['cpu']}, {info['cpus']} CPUs, {info['platform']}; "
+          f"commit {records[0].get('commit')}")
     print(f"# {command}")
     print(f"# train {split['train_pairs']} pairs, test {split['test_pairs']} pairs "
           f"(split by source hash), SentencePiece {split['vocabulary_size']} pieces")
-    print("| contender | layer norm | precision | warm-up | peak LR | batch tokens | steps | target tokens/step "
-          "| train min | search | BLEU | chrF | load avg |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
+    print("| contender | seed | layer norm | precision | optimizer | warm-up | peak LR | batch tokens | steps "
+          "| target tokens/step | train min | search | BLEU | chrF | load avg |")
+    print("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
     for r in records:
         s = r["settings"]
-        load = "/".join(f"{x:.1f}" for x in r["machine"]["load_average_after"])
+        load = "/".join(f"{x:.1f}" for x in r["load_average"]["after"] or [])
         precision = s.get("mixed_precision", "none")
         precision = "float32" if precision == "none" else precision
         norm = "pre-LN" if s.get("norm_first") else "post-LN"
-        print(f"| {r['contender']} | {norm} | {precision} | {s['warmup_steps']} | {s['peak_learning_rate']:.4f} | {s['tokens_per_batch']} | "
+        print(f"| {r['contender']} | {r['seed']} | {norm} | {precision} | {s.get('optimizer_used', '-')} | "
+              f"{s['warmup_steps']} | {s['peak_learning_rate']:.4f} | {s['tokens_per_batch']} | "
               f"{r['steps']} | {r['target_tokens_per_step']:.0f} | {r['train_minutes']:.1f} | {r['search']} | "
               f"{r['bleu']:.1f} | {r['chrf']:.1f} | {load} |")
     print("# target tokens/step: mean non-pad target tokens (EOS included) per update actually trained on")
     print(f"# {records[0]['bleu_signature']}\n# {records[0]['chrf_signature']}")
+    # The comparison: float32 rows; other precisions are extra rows, labelled.
+    groups = quality_groups(records)
+    for title, wanted in (("main table: every contender in float32", True),
+                          ("extra rows: other precision, not part of the comparison", False)):
+        chosen = [(key, group) for key, group in groups.items() if (key[0] == "float32") == wanted]
+        if not chosen:
+            continue
+        print(f"\n# {title}; mean (range) over seeds")
+        print("| contender | precision | seeds | BLEU | chrF |")
+        print("|---|---|---|---|---|")
+        for (precision, label), group in chosen:
+            print(f"| {label} | {precision} | {' '.join(str(r['seed']) for r in group)} | "
+                  f"{mean_and_range([r['bleu'] for r in group])} | {mean_and_range([r['chrf'] for r in group])} |")
 
 
 # --------------------------------------------------------------------------- workers (our venv)
@@ -642,7 +696,7 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
     return {
         "steps": trained.steps, "train_seconds": trained.seconds, "decode_seconds": decode_seconds,
         "target_tokens": target_tokens, "search": "beam 4, alpha 0.6, XLA",
-        "settings": {"optimizer": "Adam(0.9, 0.98, 1e-9), NoamSchedule", "loss": "label smoothing 0.1",
+        "settings": {"optimizer_used": "TransformerAdam(0.9, 0.98, 1e-9) (densified sparse gradients), NoamSchedule", "loss": "label smoothing 0.1",
                      "checkpoint_every_steps": SAVE_EVERY_STEPS, "parameters": model.count_params(),
                      "bucket_boundaries": boundaries or "make_dataset default (geometric)"},
         "versions": {**versions(), "keras_backend": keras.backend.backend()},

@@ -34,11 +34,7 @@ Usage:
 """
 
 import argparse
-import json
 import os
-import platform
-import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +51,7 @@ sys.path.insert(0, ROOT)
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.data import SubwordTokenizer  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
+from benchmarks import _records  # noqa: E402
 
 SHARED_DATA = os.path.join(ROOT, "..", "shared", "data")
 EOS, PAD = 3, 0
@@ -71,7 +68,8 @@ def parse_args(argv=None):
     parser.add_argument("--searches", default="beam,greedy")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-ctranslate2", action="store_true")
-    parser.add_argument("--record", default=os.path.join(ROOT, "benchmarks", "results", "serve.jsonl"))
+    parser.add_argument("--record", default=_records.default_path("serve"),
+                        help="JSON-lines file the run's record is appended to (default %(default)s)")
     return parser.parse_args(argv)
 
 
@@ -196,18 +194,6 @@ def run_rounds(contenders, args):
     return seconds
 
 
-def commit():
-    """The checkout's commit, with "-dirty" when tracked files differ from it."""
-    try:
-        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        changed = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                                 capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("-dirty" if changed else "")
-
-
 def table(search, seconds, batch):
     rates = {name: [batch / s for s in values] for name, values in seconds.items()}
     reference_names = ["ours in process, XLA", "CTranslate2 float32"]
@@ -240,32 +226,19 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     sources = rng.integers(4, tokenizer.vocabulary_size, size=(args.batch_size, args.source_tokens)).astype("int32")
     sources[:, -1] = EOS
-    load_before = os.getloadavg()
-    record = {
-        "benchmark": "serve", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit(),
-        "command": "KERAS_BACKEND=tensorflow python benchmarks/serve.py " + " ".join(
-            shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)),
-        "machine": {"node": platform.node(), "cpus": os.cpu_count(), "processor": platform.processor()
-                    or platform.machine()},
-        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__},
-        "workload": {"preset": "tiny", "vocabulary": tokenizer.vocabulary_size, "tokenizer_corpus": origin,
-                     "batch": args.batch_size, "source_tokens": args.source_tokens, "steps": args.steps,
-                     "beam_size": args.beam_size, "alpha": args.alpha},
-        "seconds": {},
-    }
-    try:
-        import ctranslate2
-
-        record["versions"]["ctranslate2"] = ctranslate2.__version__
-    except ImportError:
-        pass
+    record = _records.start("serve", argv, packages=("tensorflow", "keras", "ctranslate2"))
+    record["workload"] = {"preset": "tiny", "vocabulary": tokenizer.vocabulary_size, "tokenizer_corpus": origin,
+                          "batch": args.batch_size, "source_tokens": args.source_tokens, "steps": args.steps,
+                          "beam_size": args.beam_size, "alpha": args.alpha}
+    record["seconds"] = {}
     with tempfile.TemporaryDirectory() as work:
         for search in args.searches.split(","):
             contenders = contenders_for(search, model, tokenizer, sources, args, work)
             record["seconds"][search] = run_rounds(contenders, args)
-    record["load_average"] = {"before": load_before, "after": os.getloadavg()}
-    print(f"# {platform.node()}, {os.cpu_count()} CPUs, load average {load_before[0]:.1f} before, "
-          f"{record['load_average']['after'][0]:.1f} after; TensorFlow {tf.__version__}, "
+    _records.finish(record)
+    load = record["load_average"]
+    print(f"# {record['machine']['cpu']}, {os.cpu_count()} CPUs, load average {load['before'][0]:.1f} before, "
+          f"{load['after'][0]:.1f} after; TensorFlow {tf.__version__}, "
           f"CTranslate2 {record['versions'].get('ctranslate2', '-')}; commit {record['commit']}")
     print(f"# tiny preset, random weights, {tokenizer.vocabulary_size}-piece vocabulary; {args.batch_size} "
           f"sources of {args.source_tokens} tokens, exactly {args.steps} generated tokens each; beam "
@@ -273,9 +246,7 @@ def main(argv=None):
     for search, seconds in record["seconds"].items():
         table(search, seconds, args.batch_size)
     if args.record:
-        os.makedirs(os.path.dirname(args.record), exist_ok=True)
-        with open(args.record, "a", encoding="utf-8") as stream:
-            stream.write(json.dumps(record) + "\n")
+        _records.append(args.record, record)
         print(f"\n# record appended to {os.path.relpath(args.record, ROOT)}")
 
 

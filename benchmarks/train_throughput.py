@@ -17,6 +17,23 @@ alone, with nothing else in the step (`matmul_floor_seconds`).
     .venv/bin/python benchmarks/train_throughput.py --rounds 3 --only ours-tf keras-hub opennmt-tf
     .venv/bin/python benchmarks/train_throughput.py --workload real  # real text
 
+KerasHub rows: `keras-hub-tied` is the like-for-like one, KerasHub layers at
+our exact size (one `ReversibleEmbedding` shared by source and target and
+tied to the output, sinusoidal positions, our `LabelSmoothedCrossEntropy(0.1)`
+and `paper_optimizer`: `build_keras_hub_tied`); `keras-hub` is the keras-io
+example's architecture (untied output, learned positions, stock Adam; about
+11.9M parameters against our 7.6M), kept as a labelled row.
+
+OpenNMT-tf's rate is its target tokens over its time, summed over the
+intervals it logs (the first, with the tracing, left out). On the real
+workload it batches the sentences itself, so its share of the matmul floor,
+which is computed from our batches, is marked as such.
+
+Each run appends a record (machine, load, commit, command, every round's
+seconds, steps and target tokens per contender) to `--record` (default
+benchmarks/results/train_throughput.jsonl); `benchmarks/report.py` makes the
+tables and charts from them.
+
 `--workload real` replaces the fixed-shape batches by token-bucketed batches
 of real English-German text (ddtp_en_de + po_all from `--data-dir`, default
 ../shared/data): a SentencePiece model of 8,000 pieces trained on them, then
@@ -46,6 +63,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmarks import _records  # noqa: E402
 CONFIG = dict(vocab=8000, d_model=256, layers=3, heads=4, d_ff=1024, dropout=0.1)
 BATCH, LENGTH = 64, 32
 NUM_BATCHES = 16  # distinct batches, cycled
@@ -290,6 +309,55 @@ def run_keras_hub(batches, steps, warmup, policy=None):
     return timed_fit(model, batches, steps, warmup), "tensorflow"
 
 
+def build_keras_hub_tied(policy=None):
+    """KerasHub layers at our exact size: the like-for-like KerasHub contender.
+
+    As ours: one token embedding (`keras_hub.layers.ReversibleEmbedding`)
+    shared by source and target and tied to the output projection, scaled
+    by sqrt(d_model), plus sinusoidal positions (`SinePositionEncoding`),
+    dropout, post-norm `TransformerEncoder` / `TransformerDecoder` layers,
+    no output bias. Its parameter count equals ours (a test checks it).
+    """
+    import math
+
+    import keras
+    import keras_hub
+    from keras import ops
+
+    if policy:
+        keras.config.set_dtype_policy(policy)
+    d, f, h, v, n = (CONFIG[k] for k in ("d_model", "d_ff", "heads", "vocab", "layers"))
+    embedding = keras_hub.layers.ReversibleEmbedding(v, d, tie_weights=True, name="shared_embedding")
+    positions = keras_hub.layers.SinePositionEncoding(name="positions")
+    scale = math.sqrt(d)
+
+    def embed(ids, name):
+        x = embedding(ids) * scale
+        return keras.layers.Dropout(CONFIG["dropout"], name=f"{name}_dropout")(x + positions(x))
+
+    source = keras.Input((None,), dtype="int32", name="source")
+    target = keras.Input((None,), dtype="int32", name="target")
+    source_padding = ops.not_equal(source, PAD)
+    x = embed(source, "source")
+    for _ in range(n):
+        x = keras_hub.layers.TransformerEncoder(f, h, dropout=CONFIG["dropout"])(x, padding_mask=source_padding)
+    y = embed(target, "target")
+    for _ in range(n):
+        y = keras_hub.layers.TransformerDecoder(f, h, dropout=CONFIG["dropout"])(
+            y, x, decoder_padding_mask=ops.not_equal(target, PAD), encoder_padding_mask=source_padding)
+    logits = keras.layers.Activation("linear", dtype="float32", name="logits")(embedding(y, reverse=True))
+    return keras.Model({"source": source, "target": target}, logits)
+
+
+def run_keras_hub_tied(batches, steps, warmup, policy=None):
+    """`build_keras_hub_tied` with our loss and optimizer: only the layers differ from ours."""
+    from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
+
+    model = build_keras_hub_tied(policy)
+    model.compile(optimizer=paper_optimizer(CONFIG["d_model"]), loss=LabelSmoothedCrossEntropy(0.1))
+    return timed_fit(model, batches, steps, warmup), "tensorflow"
+
+
 def run_torch(batches, steps, warmup):
     import math
 
@@ -420,14 +488,47 @@ train:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1", PYTHONPATH="")
     output = subprocess.run(command, capture_output=True, text=True, env=env, cwd=work)
     log = output.stdout + output.stderr
-    # OpenNMT-tf 2.32 logs "tokens/s = N (S source, T target)" per summary interval.
-    rates = [float(m) for m in re.findall(r"tokens/s = [\d.]+ \([\d.]+ source, ([\d.]+) target\)", log)]
     peak = re.findall(r"PEAK_MB ([\d.]+)", log)
-    if not rates:
+    intervals = opennmt_intervals(log)
+    if not intervals:
         raise RuntimeError("OpenNMT-tf produced no throughput lines:\n" + log[-3000:])
-    # Its log reports one rate per summary interval; drop the first (tracing).
-    rate = sum(rates[1:]) / len(rates[1:]) if len(rates) > 1 else rates[0]
-    return rate, float(peak[0]) if peak else float("nan")
+    return {**opennmt_rate(intervals), "peak_mb": float(peak[0]) if peak else float("nan"), "intervals": intervals}
+
+
+def opennmt_rate(intervals):
+    """Target tokens/s over OpenNMT-tf's logged intervals, the first left out.
+
+    The first interval holds the tracing (our contenders' warm-up). The rate
+    is the total of target tokens over the total time of the others, not the
+    mean of their rates (which would weigh a short interval like a long one).
+    """
+    timed = intervals[1:] or intervals
+    seconds = sum(interval_seconds for _, interval_seconds, _ in timed)
+    tokens = sum(interval_tokens for _, _, interval_tokens in timed)
+    return {"tokens_per_s": tokens / seconds, "seconds": seconds, "target_tokens": tokens,
+            "steps": sum(steps for steps, _, _ in timed)}
+
+
+def opennmt_intervals(log):
+    """(steps, seconds, target tokens) of each summary interval of an OpenNMT-tf 2.x training log.
+
+    OpenNMT-tf 2.32 logs, every `save_summary_steps` steps, "Step = N ;
+    steps/s = R, tokens/s = T (S source, U target) ; ...": the steps since the
+    previous line over R (rounded to hundredths: under 0.5% off at 1 step/s
+    or more) give the interval's seconds, and U times those its target tokens.
+    """
+    import re
+
+    pattern = re.compile(r"Step = (\d+) ; steps/s = ([\d.]+),.*?tokens/s = [\d.]+ \([\d.]+ source, ([\d.]+) target\)")
+    intervals, previous = [], 0
+    for step, steps_per_s, target_rate in pattern.findall(log):
+        step, steps_per_s, target_rate = int(step), float(steps_per_s), float(target_rate)
+        if steps_per_s <= 0:
+            continue
+        seconds = (step - previous) / steps_per_s
+        intervals.append((step - previous, seconds, target_rate * seconds))
+        previous = step
+    return intervals
 
 
 def matmul_peak_flops(size=4096, repeats=5, dtype="float32"):
@@ -449,13 +550,33 @@ CONTENDERS = {
     "ours-tf-xla": ("tensorflow", lambda b, a: run_ours(b, a.steps, a.warmup, jit_compile=True)),
     "ours-jax": ("jax", lambda b, a: run_ours(b, a.steps, a.warmup, jit_compile=True)),
     "keras-hub": ("tensorflow", lambda b, a: run_keras_hub(b, a.steps, a.warmup)),
+    "keras-hub-tied": ("tensorflow", lambda b, a: run_keras_hub_tied(b, a.steps, a.warmup)),
     # Mixed precision (bfloat16 matmuls, float32 weights and loss): AMX/AVX512-BF16
     # CPUs run bfloat16 matmuls ~2x faster. Same model, other numerics, so these
     # rows are compared with each other and with the bfloat16 matmul peak.
     "ours-tf-bf16": ("tensorflow", lambda b, a: run_ours(b, a.steps, a.warmup, jit_compile=False,
                                                          policy="mixed_bfloat16")),
     "keras-hub-bf16": ("tensorflow", lambda b, a: run_keras_hub(b, a.steps, a.warmup, policy="mixed_bfloat16")),
+    "keras-hub-tied-bf16": ("tensorflow", lambda b, a: run_keras_hub_tied(b, a.steps, a.warmup,
+                                                                          policy="mixed_bfloat16")),
     "torch.nn.Transformer": ("torch", lambda b, a: run_torch(b, a.steps, a.warmup)),
+}
+
+
+# What each row is, printed under the table and kept in the record.
+LABELS = {
+    "ours-tf": "ours, TensorFlow, plain graph",
+    "ours-tf-xla": "ours, TensorFlow, XLA",
+    "ours-jax": "ours, JAX (jit)",
+    "keras-hub": "KerasHub layers, keras-io architecture (untied Dense output, learned positions; ~11.9M "
+                 "parameters), stock Adam, no label smoothing",
+    "keras-hub-tied": "KerasHub layers at our exact size (one tied ReversibleEmbedding, sinusoidal positions; "
+                      "our parameter count), our loss and paper_optimizer: like for like",
+    "ours-tf-bf16": "ours, mixed_bfloat16, plain graph",
+    "keras-hub-bf16": "keras-io architecture, mixed_bfloat16",
+    "keras-hub-tied-bf16": "KerasHub layers at our exact size, mixed_bfloat16",
+    "torch.nn.Transformer": "torch.nn.Transformer with a tied embedding, eager",
+    "opennmt-tf": "OpenNMT-tf 2.32 onmt-main (its own trainer; real text: its own batching)",
 }
 
 
@@ -468,6 +589,7 @@ def worker(args):
     print("RESULT " + json.dumps({
         "name": args.worker, "backend": backend, "tokens_per_s": tokens / seconds,
         "steps_per_s": args.steps / seconds, "peak_mb": peak_memory_mb(),
+        "seconds": seconds, "target_tokens": tokens, "steps": args.steps,
     }))
 
 
@@ -489,7 +611,9 @@ def main():
     parser.add_argument("--opennmt-python", default=str(ROOT / ".venv-opennmt" / "bin" / "python"))
     parser.add_argument("--rounds", type=int, default=1,
                         help="run the contenders this many times, taking turns; report medians")
-    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--record", default=_records.default_path("train_throughput"),
+                        help="JSON-lines file the run's record (machine, load, commit, command, every round's "
+                             "seconds and tokens) is appended to (default %(default)s; '' for none)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -520,8 +644,8 @@ def main():
             if not Path(args.opennmt_python).exists():
                 print(f"  skipped: {args.opennmt_python} not found", file=sys.stderr)
                 return None
-            rate, peak_mb = run_opennmt(batches, args.steps, args.warmup, args.opennmt_python, real)
-            return {"name": name, "backend": "tensorflow 2.13", "tokens_per_s": rate, "peak_mb": peak_mb}
+            return {"name": name, "backend": "tensorflow 2.13",
+                    **run_opennmt(batches, args.steps, args.warmup, args.opennmt_python, real)}
         backend = CONTENDERS[name][0]
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
         command = [sys.executable, __file__, "--worker", name, "--workload", args.workload,
@@ -538,6 +662,7 @@ def main():
     # Contenders take turns, round after round: this VM's speed drifts by tens
     # of percent over minutes, and a ratio taken within one round (minutes
     # apart) is steadier than one between runs far apart.
+    record = _records.start("train_throughput")
     rounds = []
     for index in range(args.rounds):
         current = {}
@@ -558,7 +683,8 @@ def main():
         ratios = [r[name]["tokens_per_s"] / r[reference]["tokens_per_s"] for r in rounds]
         results.append({"name": name, "backend": first["backend"], "tokens_per_s": statistics.median(rates),
                         "vs_reference": statistics.median(ratios), "vs_reference_range": [min(ratios), max(ratios)],
-                        "peak_mb": max(r[name]["peak_mb"] for r in rounds), "tokens_per_s_by_round": rates})
+                        "peak_mb": max(r[name]["peak_mb"] for r in rounds), "tokens_per_s_by_round": rates,
+                        "label": LABELS.get(name, name)})
 
     spread = args.rounds > 1
     rounds_note = f", {args.rounds} rounds (medians; vs {reference}: median and range of same-round ratios)"
@@ -575,22 +701,38 @@ def main():
           f"{floor_rate:.0f} tokens/s; '% floor' is each float32 contender's rate against it")
     print(f"{'contender':<22}{'backend':<16}{'tokens/s':>10}{'vs ' + reference:>12}"
           + (f"{'range':>13}" if spread else "") + f"{'peak MB':>10}{'% matmul peak':>15}{'% floor':>9}")
+    # On real text OpenNMT-tf batches the sentences itself, while the floor
+    # (and the FLOPs per token) come from our batches: its shares are marked.
+    ours_batches_only = {"opennmt-tf"} if real else set()
     for r in results:
         bfloat16 = r["name"].endswith("-bf16")  # other arithmetic: its own peak, no float32 floor
         share = 100 * r["tokens_per_s"] * flops_per_token / (peak_bf16 if bfloat16 else peak)
         low, high = r["vs_reference_range"]
+        mark = "*" if r["name"] in ours_batches_only else " "
         print(f"{r['name']:<22}{r['backend']:<16}{r['tokens_per_s']:>10.0f}{r['vs_reference']:>12.2f}"
               + (f"{f'{low:.2f}-{high:.2f}':>13}" if spread else "")
-              + f"{r['peak_mb']:>10.0f}{share:>14.0f}%"
-              + (f"{'-':>9}" if bfloat16 else f"{100 * r['tokens_per_s'] / floor_rate:>8.0f}%"))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"workload": args.workload, "steps": args.steps, "warmup": args.warmup,
-                                               "rounds": args.rounds, "reference": reference,
-                                               "matmul_peak_flops": peak, "bfloat16_matmul_peak_flops": peak_bf16,
-                                               "flops_per_target_token": flops_per_token,
-                                               "matmul_floor_tokens_per_s": floor_rate, "results": results,
-                                               "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
-                                              indent=2))
+              + f"{r['peak_mb']:>10.0f}{share:>13.0f}%{mark}"
+              + (f"{'-':>9}" if bfloat16 else f"{100 * r['tokens_per_s'] / floor_rate:>7.0f}%{mark}"))
+    if ours_batches_only & {r["name"] for r in results}:
+        print("* computed from OUR batches' FLOPs per token and matmul floor; OpenNMT-tf trained on its own "
+              "batches of the same sentences (less padding), so this share is an estimate")
+    for r in results:
+        print(f"  {r['name']}: {r['label']}")
+    record.update({
+        "workload": {"kind": args.workload, "bucket_width": args.bucket_width if real else None,
+                     "batches": len(batches), "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
+                     "config": CONFIG, "target_tokens_per_batch": cycle_tokens / len(batches)},
+        "reference": reference, "matmul_peak_flops": peak, "bfloat16_matmul_peak_flops": peak_bf16,
+        "flops_per_target_token": flops_per_token, "matmul_floor_tokens_per_s": floor_rate,
+        "floor_from_our_batches": sorted(ours_batches_only & {r["name"] for r in results}),
+        "labels": {r["name"]: r["label"] for r in results},
+        # Every contender's raw figures, round by round (OpenNMT-tf's with its logged intervals).
+        "rounds": rounds, "results": results,
+    })
+    _records.finish(record)
+    if args.record:
+        _records.append(args.record, record)
+        print(f"record appended to {os.path.relpath(args.record, ROOT)}")
 
 
 if __name__ == "__main__":

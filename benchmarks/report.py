@@ -1,0 +1,444 @@
+"""Regenerates the benchmark tables of the documentation (and the charts) from the committed records.
+
+Every generated table sits between two marker comments in README.md or
+benchmarks/README.md:
+
+    <!-- table:serve commit=12a761a -->
+    ... (generated; edits here are overwritten) ...
+    <!-- /table -->
+
+The name after "table:" picks the generator (serve, serve-summary,
+train-throughput, quality) and so the records (benchmarks/results/<name>.jsonl);
+the options pick one run: `commit=ABC` (the record of that commit), `time=...`
+(its start time, as written in the record), `run=...` (quality: the start of
+one invocation); without options, the latest record. Medians are over the
+rounds of that record, and a ratio is the median of the ratios taken within
+each round (contenders take turns, so a same-round ratio cancels the
+machine's drift), not the ratio of the medians.
+
+    python benchmarks/report.py            # rewrite the tables in place
+    python benchmarks/report.py --check    # exit 1 and print a diff if they differ from the records
+    python benchmarks/report.py --charts   # also write PNG charts into benchmarks/results/
+
+Standard library only, except matplotlib for --charts.
+"""
+
+import argparse
+import difflib
+import re
+import statistics
+import sys
+import textwrap
+from collections import OrderedDict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from benchmarks import _records  # noqa: E402
+
+DOCUMENTS = (ROOT / "benchmarks" / "README.md", ROOT / "README.md")
+RESULTS = ROOT / "benchmarks" / "results"
+MARKER = re.compile(r"(?P<open><!-- table:(?P<name>[\w-]+)(?P<options>[^>]*?)-->\n)(?P<body>.*?)(?P<close><!-- /table -->)",
+                    re.S)
+SERVE_REFERENCES = ("ours in process, XLA", "CTranslate2 float32")
+
+
+# --------------------------------------------------------------------------- records
+
+
+def parse_options(text):
+    """`commit=ABC time="2026-11-25 03:13:28"` -> {"commit": "ABC", "time": "2026-11-25 03:13:28"}."""
+    options = {}
+    for key, quoted, bare in re.findall(r'(\w+)=(?:"([^"]*)"|(\S+))', text):
+        options[key] = quoted or bare
+    return options
+
+
+def select(records, options, what):
+    """The records matching every option (commit, time, run, benchmark fields); the latest when none is given."""
+    matching = [r for r in records if all(str(r.get(key)) == value for key, value in options.items())]
+    if not matching:
+        raise ValueError(f"{what}: no record matches {options or 'anything'}")
+    return matching
+
+
+def load(name, results=RESULTS):
+    path = Path(results) / f"{name}.jsonl"
+    if not path.is_file():
+        raise ValueError(f"no records: {path} does not exist")
+    return _records.read(path)
+
+
+def median_ratio(values, references):
+    """Median over rounds of values[i] / references[i] (same-round ratios)."""
+    return statistics.median(v / r for v, r in zip(values, references))
+
+
+def machine_text(record):
+    machine = record.get("machine", {})
+    cpu = machine.get("cpu") or machine.get("processor")
+    gpus = machine.get("gpus") or []
+    parts = [f"{machine.get('cpus')} CPUs" + (f" ({cpu})" if cpu else "")]
+    if gpus:
+        parts.append(", ".join(gpus))
+    return ", ".join(parts)
+
+
+def load_text(record):
+    load = record.get("load_average") or {}
+    before, after = load.get("before"), load.get("after")
+    if not before or not after:
+        return "load average not recorded"
+    return f"load average {before[0]:.1f} before and {after[0]:.1f} after"
+
+
+def caption(record, what):
+    return (f"`{record['command']}`, commit {record.get('commit') or 'unknown'}, {record.get('time')}, "
+            f"{machine_text(record)}, {load_text(record)} ({what}):")
+
+
+def markdown_table(header, rows, align=None):
+    align = align or ["---"] * len(header)
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def serve_rates(record):
+    """{search: {contender: [sentences/s per round]}} of a serve.py record."""
+    batch = record["workload"]["batch"]
+    return {search: {name: [batch / s for s in seconds] for name, seconds in contenders.items()}
+            for search, contenders in record["seconds"].items()}
+
+
+def short_name(name):
+    return name.replace(" (translate_ids)", "")
+
+
+def serve_summary_statistics(record):
+    """{search: {contender: (median, min, max, vs ours XLA, vs CTranslate2 float32)}}; ratios None without the reference."""
+    summary = {}
+    for search, rates in serve_rates(record).items():
+        summary[search] = OrderedDict()
+        for name, values in rates.items():
+            ratios = tuple(median_ratio(values, rates[ref]) if ref in rates else None for ref in SERVE_REFERENCES)
+            summary[search][name] = (statistics.median(values), min(values), max(values)) + ratios
+    return summary
+
+
+def search_title(search, record):
+    return f"beam {record['workload']['beam_size']}" if search == "beam" else search
+
+
+def ratio_text(value):
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def serve_table(records, options):
+    record = select(records, options, "table:serve")[-1]
+    summary = serve_summary_statistics(record)
+    searches = list(summary)
+    rounds = len(next(iter(record["seconds"][searches[0]].values())))
+    header = ["contender"]
+    for search in searches:
+        header += [search_title(search, record), "vs ours XLA", "vs CT2 float32"]
+    names = list(OrderedDict.fromkeys(name for search in searches for name in summary[search]))
+    rows = []
+    for name in names:
+        row = [short_name(name)]
+        for search in searches:
+            if name in summary[search]:
+                median, _, _, vs_ours, vs_ct2 = summary[search][name]
+                row += [f"{median:.1f}", ratio_text(vs_ours), ratio_text(vs_ct2)]
+            else:
+                row += ["-", "-", "-"]
+        rows.append(row)
+    return caption(record, f"sentences/s, medians of {rounds} rounds; ratios are medians of the same-round "
+                           "ratios") + "\n\n" + markdown_table(header, rows)
+
+
+def serve_summary(records, options):
+    """The README's short form: each contender's median sentences/s and its same-round ratio to ours XLA."""
+    record = select(records, options, "table:serve-summary")[-1]
+    summary = serve_summary_statistics(record)
+    searches = list(summary)
+    names = list(OrderedDict.fromkeys(name for search in searches for name in summary[search]))
+    header = ["contender"] + [f"{search_title(s, record)}: sent/s (vs ours XLA)" for s in searches]
+    rows = []
+    for name in names:
+        row = [short_name(name)]
+        for search in searches:
+            if name in summary[search]:
+                median, _, _, vs_ours, _ = summary[search][name]
+                row.append(f"{median:.1f} ({ratio_text(vs_ours)})")
+            else:
+                row.append("-")
+        rows.append(row)
+    rounds = len(next(iter(record["seconds"][searches[0]].values())))
+    text = (f"`benchmarks/serve.py`, commit {record.get('commit')}, {machine_text(record)}, medians of {rounds} "
+            "rounds, ratios the medians of same-round ratios; record in `benchmarks/results/serve.jsonl`:")
+    return text + "\n\n" + markdown_table(header, rows)
+
+
+# --------------------------------------------------------------------------- training throughput
+
+
+def throughput_table(records, options):
+    record = select(records, options, "table:train-throughput")[-1]
+    workload = record["workload"]
+    reference = record["reference"]
+    floor = record["matmul_floor_tokens_per_s"]
+    marked = set(record.get("floor_from_our_batches", []))
+    rows = []
+    for result in record["results"]:
+        low, high = result["vs_reference_range"]
+        bfloat16 = result["name"].endswith("-bf16")
+        share = "-" if bfloat16 else f"{100 * result['tokens_per_s'] / floor:.0f}%"
+        if result["name"] in marked and not bfloat16:
+            share += " (our batches)"
+        rates = result["tokens_per_s_by_round"]
+        rows.append([result["name"], result.get("label", ""), f"{result['tokens_per_s']:.0f}",
+                     f"{min(rates):.0f}-{max(rates):.0f}", f"{result['vs_reference']:.2f}x",
+                     f"{low:.2f}-{high:.2f}x", share])
+    header = ["contender", "what", "tokens/s (median)", "range", f"vs {reference}", "range", "% of matmul floor"]
+    what = (f"{workload['kind']} workload, non-pad target tokens/s, medians of {workload['rounds']} rounds with "
+            "the contenders taking turns; ratios are medians of same-round ratios")
+    return caption(record, what) + "\n\n" + markdown_table(header, rows)
+
+
+# --------------------------------------------------------------------------- time to quality
+
+
+def quality_label(record):
+    settings = record.get("settings", {})
+    label = {"ours": "ours", "keras-hub": "KerasHub layers", "opennmt-tf": "OpenNMT-tf"}.get(
+        record["contender"], record["contender"])
+    if record["contender"] == "keras-hub" and settings.get("optimizer") == "stock":
+        label += ", stock Adam"
+    return label
+
+
+def quality_precision(record):
+    precision = record.get("settings", {}).get("mixed_precision", "none")
+    return "float32" if precision in (None, "none") else precision
+
+
+def quality_groups(records):
+    """{(precision, label): [records]} in first-seen order."""
+    groups = OrderedDict()
+    for record in records:
+        groups.setdefault((quality_precision(record), quality_label(record)), []).append(record)
+    return groups
+
+
+def mean_and_range(values, digits=1):
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def quality_table(records, options):
+    options = dict(options)
+    if "run" not in options:  # the latest invocation
+        runs = [r.get("run") for r in records if r.get("run")]
+        if runs:
+            options["run"] = runs[-1]
+    chosen = select(records, options, "table:quality")
+    groups = quality_groups(chosen)
+    header = ["contender", "precision", "seeds", "steps (mean)", "minutes", "BLEU mean (range)", "chrF mean (range)"]
+    main, extra = [], []
+    for (precision, label), group in groups.items():
+        row = [label, precision, " ".join(str(r.get("seed", 0)) for r in group),
+               f"{statistics.mean(r['steps'] for r in group):.0f}",
+               f"{statistics.mean(r['train_minutes'] for r in group):.1f}",
+               mean_and_range([r["bleu"] for r in group]), mean_and_range([r["chrf"] for r in group])]
+        (main if precision == "float32" else extra).append(row)
+    first = chosen[0]
+    text = (f"`{first['command']}`, commit {first.get('commit') or 'unknown'}, {first.get('date')}, "
+            f"{machine_text(first)} (every contender in float32; mean and range over seeds):\n\n"
+            + markdown_table(header, main))
+    if extra:
+        text += "\n\nExtra rows, other precision (not part of the comparison):\n\n" + markdown_table(header, extra)
+    return text
+
+
+GENERATORS = {
+    "serve": ("serve", serve_table),
+    "serve-summary": ("serve", serve_summary),
+    "train-throughput": ("train_throughput", throughput_table),
+    "quality": ("quality", quality_table),
+}
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def render(text, results=RESULTS, source="document"):
+    """`text` with every marked table regenerated from the records under `results`."""
+    cache = {}
+
+    def replace(match):
+        name = match.group("name")
+        if name not in GENERATORS:
+            raise ValueError(f"{source}: unknown table {name!r} (known: {', '.join(GENERATORS)})")
+        records_name, generator = GENERATORS[name]
+        if records_name not in cache:
+            cache[records_name] = load(records_name, results)
+        try:
+            body = generator(cache[records_name], parse_options(match.group("options")))
+        except ValueError as error:
+            raise ValueError(f"{source}: {error}") from None
+        return match.group("open") + body + "\n" + match.group("close")
+
+    return MARKER.sub(replace, text)
+
+
+def check(documents=DOCUMENTS, results=RESULTS):
+    """Unified diffs between each document and its regenerated text; empty when they agree."""
+    diffs = []
+    for path in documents:
+        text = Path(path).read_text(encoding="utf-8")
+        expected = render(text, results, str(path))
+        if expected != text:
+            diffs.append("".join(difflib.unified_diff(
+                text.splitlines(True), expected.splitlines(True), f"{path} (committed)", f"{path} (from records)")))
+    return diffs
+
+
+# --------------------------------------------------------------------------- charts
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def bar_chart(path, panels, title, unit):
+    """Horizontal bars of medians with min-max whiskers: panels = [(panel title, [(label, median, min, max)])]."""
+    plt = _pyplot()
+    height = max(2.5, 0.45 * max(len(bars) for _, bars in panels) + 1.2)
+    width = max(10.0, 6.5 * len(panels))
+    figure, axes = plt.subplots(1, len(panels), figsize=(width, height), squeeze=False)
+    for axis, (panel_title, bars) in zip(axes[0], panels):
+        labels = [label for label, _, _, _ in bars]
+        medians = [median for _, median, _, _ in bars]
+        errors = [[median - low for _, median, low, _ in bars], [high - median for _, median, _, high in bars]]
+        positions = list(range(len(bars)))[::-1]
+        axis.barh(positions, medians, xerr=errors, color="#4c72b0", ecolor="black", capsize=3)
+        axis.set_yticks(positions, labels)
+        for position, median in zip(positions, medians):
+            axis.text(median, position + 0.25, f" {median:.1f}" if median < 1000 else f" {median:.0f}",
+                      va="center", fontsize=8)
+        axis.set_title(panel_title)
+        axis.set_xlabel(f"{unit} (bar: median; whiskers: min-max over rounds)")
+        axis.grid(axis="x", alpha=0.3)
+    figure.suptitle(textwrap.fill(title, int(width * 11)), fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def serve_chart(record, path):
+    panels = []
+    for search, stats in serve_summary_statistics(record).items():
+        panels.append((search_title(search, record),
+                       [(short_name(name), median, low, high) for name, (median, low, high, _, _) in stats.items()]))
+    rounds = len(next(iter(next(iter(record["seconds"].values())).values())))
+    title = (f"Decoding, sentences/s ({record['workload']['batch']} sentences x {record['workload']['steps']} tokens; "
+             f"{rounds} rounds; commit {record.get('commit')}, {machine_text(record)})")
+    return bar_chart(path, panels, title, "sentences/s")
+
+
+def throughput_chart(record, path):
+    bars = [(r["name"], r["tokens_per_s"], min(r["tokens_per_s_by_round"]), max(r["tokens_per_s_by_round"]))
+            for r in record["results"]]
+    title = (f"Training throughput, {record['workload']['kind']} workload ({record['workload']['rounds']} rounds; "
+             f"commit {record.get('commit')}, {machine_text(record)})")
+    return bar_chart(path, [("non-pad target tokens/s", bars)], title, "tokens/s")
+
+
+def quality_chart(records, path):
+    """BLEU and chrF against training minutes, one colour per contender, every seed a point, means joined."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for (precision, label), group in quality_groups(records).items():
+        name = label if precision == "float32" else f"{label} ({precision}, extra)"
+        by_budget = OrderedDict()
+        for record in sorted(group, key=lambda r: r.get("budget_minutes", r["train_minutes"])):
+            by_budget.setdefault(record.get("budget_minutes", record["train_minutes"]), []).append(record)
+        for axis, metric in zip(axes, ("bleu", "chrf")):
+            points = axis.scatter([r["train_minutes"] for r in group], [r[metric] for r in group], alpha=0.5)
+            axis.plot([statistics.mean(r["train_minutes"] for r in rs) for rs in by_budget.values()],
+                      [statistics.mean(r[metric] for r in rs) for rs in by_budget.values()],
+                      marker="o", color=points.get_facecolor()[0][:3], label=name,
+                      linestyle="--" if precision != "float32" else "-")
+    for axis, metric in zip(axes, ("BLEU", "chrF")):
+        axis.set_xlabel("training minutes")
+        axis.set_ylabel(metric)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle("Time to quality (points: seeds; lines: means per budget)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def write_charts(results=RESULTS, out=RESULTS):
+    """Every chart whose records exist; returns the paths written."""
+    results, out = Path(results), Path(out)
+    written = []
+    if (results / "serve.jsonl").is_file():
+        written.append(serve_chart(load("serve", results)[-1], out / "serve.png"))
+    if (results / "train_throughput.jsonl").is_file():
+        for record in load("train_throughput", results):
+            kind = record["workload"]["kind"]
+            written.append(throughput_chart(record, out / f"train_throughput_{kind}.png"))  # latest of each kind
+        written = list(OrderedDict.fromkeys(written))
+    if (results / "quality.jsonl").is_file():
+        records = load("quality", results)
+        written.append(quality_chart(records, out / "quality.png"))
+    return written
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 with a diff if a table differs")
+    parser.add_argument("--charts", action="store_true", help="also write PNG charts into benchmarks/results/")
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            diffs = check()
+            for diff in diffs:
+                print(diff)
+            if diffs:
+                print("tables differ from the records: run python benchmarks/report.py", file=sys.stderr)
+                return 1
+            print("tables agree with the records")
+            return 0
+        for path in DOCUMENTS:
+            text = path.read_text(encoding="utf-8")
+            updated = render(text, RESULTS, str(path))
+            if updated != text:
+                path.write_text(updated, encoding="utf-8")
+                print(f"rewrote {path.relative_to(ROOT)}")
+        if args.charts:
+            for path in write_charts():
+                print(f"wrote {Path(path).relative_to(ROOT)}")
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

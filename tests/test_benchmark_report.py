@@ -1,0 +1,132 @@
+"""benchmarks/report.py: the committed tables are what the committed records give, and its arithmetic is right.
+
+Pure Python (no Keras, no TensorFlow): it reads JSON lines and Markdown only.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import report  # noqa: E402
+
+
+def test_committed_tables_equal_what_the_records_give():
+    diffs = report.check()
+    assert not diffs, "tables differ from benchmarks/results (run python benchmarks/report.py):\n" + "\n".join(diffs)
+
+
+def fixture_record():
+    """Two contenders, three rounds, batch 10: rates are 10 / seconds."""
+    return {
+        "benchmark": "serve", "time": "2026-01-01 00:00:00 UTC", "commit": "abc1234",
+        "command": "python benchmarks/serve.py --rounds 3",
+        "machine": {"cpu": "Test CPU", "cpus": 4, "gpus": []},
+        "load_average": {"before": [1.0, 1.0, 1.0], "after": [2.0, 1.0, 1.0]},
+        "workload": {"batch": 10, "beam_size": 4, "steps": 50},
+        "seconds": {"beam": {
+            # rates 10, 5, 20
+            "ours in process, XLA": [1.0, 2.0, 0.5],
+            # rates 5, 10, 5: same-round ratios to ours 0.5, 2.0, 0.25 -> median 0.5;
+            # the ratio of the medians would be 5 / 10 = 0.5 too, so a third contender tells them apart
+            "CTranslate2 float32": [2.0, 1.0, 2.0],
+            # rates 20, 4, 5: ratios to ours 2.0, 0.8, 0.25 -> median 0.8 (medians 5 / 10 would say 0.5);
+            # to CTranslate2 4.0, 0.4, 1.0 -> median 1.0 (medians 5 / 5 = 1.0)
+            "SavedModel XLA variant (translate_ids)": [0.5, 2.5, 2.0],
+        }},
+    }
+
+
+def test_serve_table_from_a_fixture_matches_hand_computed_medians():
+    text = report.serve_table([fixture_record()], {})
+    assert text.splitlines()[0] == (
+        "`python benchmarks/serve.py --rounds 3`, commit abc1234, 2026-01-01 00:00:00 UTC, 4 CPUs (Test CPU), "
+        "load average 1.0 before and 2.0 after (sentences/s, medians of 3 rounds; ratios are medians of the "
+        "same-round ratios):")
+    assert text.splitlines()[2:] == [
+        "| contender | beam 4 | vs ours XLA | vs CT2 float32 |",
+        "| --- | --- | --- | --- |",
+        "| ours in process, XLA | 10.0 | 1.00x | 2.00x |",
+        "| CTranslate2 float32 | 5.0 | 0.50x | 1.00x |",
+        "| SavedModel XLA variant | 5.0 | 0.80x | 1.00x |",
+    ]
+
+
+def test_markers_select_records_and_check_reports_a_difference(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    older, newer = fixture_record(), fixture_record()
+    newer["commit"] = "def5678"
+    newer["seconds"]["beam"]["ours in process, XLA"] = [0.5, 0.5, 0.5]
+    (results / "serve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (older, newer)))
+    document = tmp_path / "README.md"
+    document.write_text("before\n<!-- table:serve commit=abc1234 -->\nstale\n<!-- /table -->\nafter\n")
+    rendered = report.render(document.read_text(), results)
+    assert "| ours in process, XLA | 10.0 | 1.00x | 2.00x |" in rendered  # the pinned record, not the latest
+    assert rendered.startswith("before\n<!-- table:serve commit=abc1234 -->\n`python")
+    assert rendered.endswith("<!-- /table -->\nafter\n")
+    diffs = report.check([document], results)
+    assert len(diffs) == 1 and "-stale" in diffs[0]
+    document.write_text(rendered)
+    assert report.check([document], results) == []
+    document.write_text("<!-- table:serve commit=nope -->\n<!-- /table -->\n")
+    with pytest.raises(ValueError, match="no record matches"):
+        report.check([document], results)
+
+
+def test_quality_table_averages_seeds_and_keeps_other_precisions_apart():
+    def record(contender, seed, bleu, chrf, precision="none", optimizer=None):
+        settings = {"mixed_precision": precision}
+        if optimizer:
+            settings["optimizer"] = optimizer
+        return {"contender": contender, "seed": seed, "run": "r1", "command": "python benchmarks/quality.py",
+                "commit": "abc1234", "date": "2026-01-01 00:00 UTC", "machine": {"cpus": 2},
+                "settings": settings, "steps": 100 + seed, "train_minutes": 20.0, "bleu": bleu, "chrf": chrf}
+
+    records = [record("ours", 0, 5.0, 19.0), record("keras-hub", 0, 2.0, 13.0, optimizer="densified"),
+               record("ours", 1, 6.0, 20.0), record("keras-hub", 1, 3.0, 14.0, optimizer="densified"),
+               record("keras-hub", 0, 1.0, 12.0, optimizer="stock"),
+               record("ours", 0, 4.0, 18.0, precision="mixed_bfloat16")]
+    lines = report.quality_table(records, {}).splitlines()
+    assert "| ours | float32 | 0 1 | 100 | 20.0 | 5.5 (5.0-6.0) | 19.5 (19.0-20.0) |" in lines
+    assert "| KerasHub layers | float32 | 0 1 | 100 | 20.0 | 2.5 (2.0-3.0) | 13.5 (13.0-14.0) |" in lines
+    assert "| KerasHub layers, stock Adam | float32 | 0 | 100 | 20.0 | 1.0 | 12.0 |" in lines
+    extra = lines.index("Extra rows, other precision (not part of the comparison):")
+    assert lines.index("| ours | mixed_bfloat16 | 0 | 100 | 20.0 | 4.0 | 18.0 |") > extra
+
+
+def test_charts_are_pngs(tmp_path):
+    pytest.importorskip("matplotlib")
+    quality = [{"contender": contender, "seed": seed, "settings": {"mixed_precision": "none"},
+                "budget_minutes": minutes, "train_minutes": minutes + 0.1 * seed, "bleu": bleu + seed,
+                "chrf": 10 + bleu + seed}
+               for contender, bleu in (("ours", 5.0), ("opennmt-tf", 3.0))
+               for minutes in (10, 20) for seed in (0, 1, 2)]
+    paths = [report.serve_chart(fixture_record(), tmp_path / "serve.png"),
+             report.quality_chart(quality, tmp_path / "quality.png")]
+    for path in paths:
+        data = Path(path).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, path
+
+
+def test_opennmt_rate_is_total_tokens_over_total_time():
+    from benchmarks.train_throughput import opennmt_intervals, opennmt_rate
+
+    log = "\n".join([
+        "INFO:tensorflow:Step = 5 ; steps/s = 0.10, tokens/s = 150 (50 source, 100 target) ; Learning rate = 0.1 ; "
+        "Loss = 9.0",
+        "INFO:tensorflow:Saved checkpoint",
+        "INFO:tensorflow:Step = 10 ; steps/s = 2.00, tokens/s = 600 (200 source, 400 target) ; Learning rate = 0.1 ; "
+        "Loss = 8.0",
+        "INFO:tensorflow:Step = 15 ; steps/s = 0.50, tokens/s = 3000 (1000 source, 2000 target) ; Learning rate = 0.1 "
+        "; Loss = 7.0",
+    ])
+    intervals = opennmt_intervals(log)
+    assert intervals == [(5, 50.0, 5000.0), (5, 2.5, 1000.0), (5, 10.0, 20000.0)]
+    rate = opennmt_rate(intervals)  # the first (tracing) interval left out
+    assert rate["target_tokens"] == 21000.0 and rate["seconds"] == 12.5 and rate["steps"] == 10
+    assert rate["tokens_per_s"] == pytest.approx(1680.0)  # the mean of the two rates would say 1200
