@@ -337,7 +337,10 @@ def main(argv=None):
             "samples": scores["samples"],
         }
         records.append(record)
-        with open(results_path, "a") as stream:
+        # Not keras_transformer.data.corpus.append_jsonl: this process never
+        # imports the package (and with it Keras and TensorFlow) beside the
+        # workers it times.
+        with open(results_path, "a", encoding="utf-8") as stream:
             stream.write(json.dumps(record, ensure_ascii=False) + "\n")
         print(f"[{name}] BLEU {record['bleu']:.2f}, chrF {record['chrf']:.2f} after {record['steps']} steps "
               f"in {record['train_minutes']:.1f} min -> {results_path}", flush=True)
