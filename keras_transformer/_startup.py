@@ -1,5 +1,18 @@
 """What happens before Keras is imported: the console script's defaults, and a
-TensorFlow import that honours TF_CPP_MIN_LOG_LEVEL."""
+TensorFlow import that honours TF_CPP_MIN_LOG_LEVEL.
+
+The one place in the package that sets KERAS_BACKEND: `prepare()` runs first
+in `keras_transformer/__init__.py`, before the package imports Keras, and
+defaults the backend to TensorFlow for the command line only (a library
+user's backend, from the environment or ~/.keras/keras.json, is left alone).
+A stand-alone script that needs TensorFlow (the recipes' and benchmarks'
+`run.py`-style scripts, the README's multi-host example) sets
+`os.environ.setdefault("KERAS_BACKEND", "tensorflow")` in its own first
+lines, as Keras documents: Python imports this package, and with it Keras,
+before any function here could be called from such a script.
+How the package keeps TensorFlow out of backend-agnostic modules is said in
+`keras_transformer._tensorflow`.
+"""
 
 import os
 import re

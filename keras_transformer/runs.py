@@ -24,6 +24,7 @@ from pathlib import Path
 import keras
 
 from keras_transformer import config as config_lib
+from keras_transformer._tensorflow import tensorflow
 from keras_transformer.training.progress import read_best
 
 log = logging.getLogger("keras_transformer")
@@ -118,12 +119,10 @@ def build_model(config, vocabulary_size):
 
 def _train_step_uses_xla():
     """Keras' `jit_compile="auto"` rule: XLA under JAX, and under TensorFlow only with a GPU/TPU."""
-    backend = keras.backend.backend()
-    if backend == "jax":
+    if keras.backend.backend() == "jax":
         return True
-    if backend == "tensorflow":
-        import tensorflow as tf
-
+    tf = tensorflow()
+    if tf is not None:
         return any(device.device_type != "CPU" for device in tf.config.list_physical_devices())
     return False
 

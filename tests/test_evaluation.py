@@ -94,3 +94,17 @@ def test_evaluate_scores_what_it_translates():
     assert result["exact_match"] == sum(t == r for t, r in zip(translations, REFERENCES)) / len(REFERENCES)
     assert "bleu_compound_split" in result
     assert decoding.evaluate is evaluate and decoding.corpus_scores is corpus_scores
+
+
+def test_old_import_path_warns_and_gives_the_same_functions(monkeypatch):
+    import importlib
+    import sys
+
+    from keras_transformer import evaluation
+
+    monkeypatch.delitem(sys.modules, "keras_transformer.decoding.evaluation", raising=False)
+    with pytest.warns(DeprecationWarning, match="import from keras_transformer.evaluation"):
+        old = importlib.import_module("keras_transformer.decoding.evaluation")
+    for name in evaluation.__all__:
+        assert getattr(old, name) is getattr(evaluation, name), name
+    assert sorted(old.__all__) == sorted(evaluation.__all__)

@@ -617,3 +617,58 @@ def test_write_jsonl(tmp_path):
                      "category": examples[0].category}
     with pytest.raises(ValueError, match="pair 1"):
         write_jsonl(tmp_path / "bad.jsonl", [("a", "b"), ("only one",)])
+
+
+# The first pairs of seed 0, checked by hand (agreement, case, verb position,
+# numbers and times): a change to the generator that changes the corpus shows
+# here, and the recipes' and benchmarks' data with it.
+SEED_0_TEST = [
+    ("They want to eat sweet cheese when she wants to see a coat.",
+     "Sie wollen süßen Käse essen, wenn sie einen Mantel sehen will."),
+    ("Anna must invite the woman.", "Anna muss die Frau einladen."),
+    ("They worked at quarter past two.", "Sie haben um Viertel nach zwei gearbeitet."),
+    ("You must drive to Cologne on the nineteenth of September.",
+     "Du musst am neunzehnten September nach Köln fahren."),
+    ("The women need nine thousand five hundred and ninety-four letters.",
+     "Die Frauen brauchen neuntausendfünfhundertvierundneunzig Briefe."),
+]
+SEED_0_TRAIN_START = [
+    ("When my mother wants to pick up women, you are sad.",
+     "Wenn meine Mutter Frauen abholen will, bist du traurig."),
+    ("I know that we write the book at five past three.",
+     "Ich weiß, dass wir um fünf nach drei das Buch schreiben."),
+    ("The friendly friends buy the red shoes.", "Die freundlichen Freunde kaufen die roten Schuhe."),
+    ("A child got up at five to nine.", "Ein Kind ist um fünf vor neun aufgestanden."),
+]
+
+
+def test_the_corpus_of_seed_0_stays_the_same():
+    train, test = make_splits(20, 5, seed=0)
+    assert test == SEED_0_TEST
+    assert train[:4] == SEED_0_TRAIN_START
+    assert len(train) == 20
+
+
+def test_command_line_writes_the_splits(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    completed = subprocess.run(
+        [sys.executable, "-m", "keras_transformer.datasets.synthetic_en_de",
+         "--out", str(tmp_path / "data"), "--train", "20", "--test", "5"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.splitlines() == [
+        f"{tmp_path / 'data' / 'train.jsonl.gz'}: 20 pairs", f"{tmp_path / 'data' / 'test.jsonl.gz'}: 5 pairs"]
+    splits = {}
+    for name in ("train", "test"):
+        with gzip.open(tmp_path / "data" / f"{name}.jsonl.gz", "rt", encoding="utf-8") as stream:
+            splits[name] = [json.loads(line) for line in stream]
+    assert [(r["en"], r["de"]) for r in splits["test"]] == SEED_0_TEST
+    assert [(r["en"], r["de"]) for r in splits["train"][:4]] == SEED_0_TRAIN_START
+    assert len(splits["train"]) == 20 and {"en", "de", "category"} <= set(splits["train"][0])

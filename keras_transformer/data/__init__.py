@@ -6,7 +6,7 @@ TensorFlow-specific (tf.data, TensorFlow Text); import it explicitly as
 (under the jax and torch backends nothing else does either).
 """
 
-from keras_transformer._lazy import lazy_exports
+from keras_transformer._tensorflow import lazy_exports
 
 _EXPORTS = {
     "corpus": (

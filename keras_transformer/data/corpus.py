@@ -1,6 +1,7 @@
 """Readers for parallel corpora: two aligned text files, TSV and JSON lines.
 
-Every reader streams `(source, target)` string pairs. Files ending in `.gz`
+Every reader streams `(source, target)` string pairs (`read_jsonl` with
+`extra_keys` adds the values of those keys). Files ending in `.gz`
 are read through gzip. Bad input raises `CorpusError` naming the file and the
 1-based line; empty and over-long pairs are skipped or truncated as
 configured and counted in a `CorpusStats` that is logged at the end of every
@@ -200,10 +201,10 @@ class ParallelCorpus:
     def __iter__(self):
         stats = CorpusStats()
         self.stats = stats
-        for source, target in self._iter_raw_pairs():
+        for source, target, *extra in self._iter_raw_pairs():
             pair = self.pair_filter.apply(source, target, stats)
             if pair is not None:
-                yield pair
+                yield (*pair, *extra) if extra else pair
         logger.info("corpus %s: %s", self.description, stats)
 
     def load(self):
@@ -335,19 +336,28 @@ def read_jsonl(
     on_long="skip",
     skip_empty=True,
     strip=True,
+    extra_keys=(),
 ):
     """JSON lines, one object a line, e.g. `{"en": "...", "de": "..."}`.
 
-    Malformed JSON, a line that is not an object, a missing key, a value
-    that is not a string or one with an unpaired surrogate escape
-    (`"\\ud800"`) raises `CorpusError`. Blank lines count as empty pairs.
+    With `extra_keys` (a tuple of key names, e.g. `("ref",)`) the corpus
+    yields records `(source, target, *values of extra_keys)` instead of
+    pairs; the extra values must be strings too, and are neither stripped
+    nor truncated. Blank lines count as empty pairs (with None for each
+    extra key). Malformed JSON, a line that is not an object, a missing key
+    (extra keys included), a value that is not a string (None counts as ""
+    for the source and target only) or one with an unpaired surrogate
+    escape (`"\\ud800"`) raises `CorpusError` naming the file and line.
     """
     path = _check_file(path)
+    if isinstance(extra_keys, str) or not all(isinstance(key, str) for key in extra_keys):
+        raise ValueError(f"extra_keys must be a tuple of key names (strings), got {extra_keys!r}")
+    extra_keys = tuple(extra_keys)
 
     def iter_raw_pairs():
         for line_number, line in iter_lines(path):
             if not line.strip():
-                yield "", ""
+                yield ("", "") + (None,) * len(extra_keys)
                 continue
             try:
                 record = json.loads(line)
@@ -372,7 +382,7 @@ def read_jsonl(
                     f"expected a JSON object, got {type(record).__name__}",
                 )
             values = []
-            for key in (source_key, target_key):
+            for index, key in enumerate((source_key, target_key) + extra_keys):
                 if key not in record:
                     raise CorpusError(
                         path,
@@ -380,7 +390,7 @@ def read_jsonl(
                         f"missing key {key!r} (keys: {sorted(record)})",
                     )
                 value = record[key]
-                if value is None:
+                if value is None and index < 2:
                     value = ""
                 if not isinstance(value, str):
                     raise CorpusError(
@@ -397,7 +407,7 @@ def read_jsonl(
                             path, line_number, f"value of {key!r} is not valid Unicode: {problem}"
                         )
                 values.append(value)
-            yield values[0], values[1]
+            yield tuple(values)
 
     return ParallelCorpus(
         iter_raw_pairs,
@@ -449,6 +459,16 @@ def write_jsonl(path, records, keys=(DEFAULT_SOURCE_KEY, DEFAULT_TARGET_KEY)):
             os.remove(temporary)
         raise
     return count
+
+
+def append_jsonl(path, record):
+    """Appends `record` (a dict) to `path` as one JSON line, flushed to disk,
+    so that a run killed right after still has the line (a kill during the
+    write leaves at most a torn last line, which readers of logs skip)."""
+    with open(path, "a", encoding="utf-8") as stream:
+        stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+        stream.flush()
+        os.fsync(stream.fileno())
 
 
 def open_corpus(path, target_path=None, *, format=None, **options):

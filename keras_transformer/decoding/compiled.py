@@ -13,18 +13,18 @@ import weakref
 import keras
 from keras import ops
 
+from keras_transformer._tensorflow import tensorflow
+
 # model -> {options: compiled function}; weak so that models can be freed.
 _COMPILED = weakref.WeakKeyDictionary()
 
 
 def in_trace(source_ids):
     """True while a TF graph or a JAX trace is being built."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
+    tf = tensorflow()
+    if tf is not None:
         return tf.inside_function()
-    if backend == "jax":
+    if keras.backend.backend() == "jax":
         import jax
 
         return isinstance(source_ids, jax.core.Tracer)
@@ -43,9 +43,8 @@ def compiled(model, key, search, jit_compile, dtypes=("int32",)):
         return per_model[key]
     model_ref = weakref.ref(model)
     backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
+    tf = tensorflow()
+    if tf is not None:
         function = tf.function(
             lambda *inputs: search(model_ref(), *inputs),
             autograph=False,

@@ -5,7 +5,7 @@ Names load on first use, so `check_serving_ops` (which needs TensorFlow but
 not Keras) can run on its own.
 """
 
-from keras_transformer._lazy import lazy_exports
+from keras_transformer._tensorflow import lazy_exports
 
 _EXPORTS = {
     "saved_model": (

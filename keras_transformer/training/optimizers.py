@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_transformer.training._tf_compat import densify_sparse_gradients, fused_adam_update
+from keras_transformer.training.tensorflow_kernels import densify_sparse_gradients, fused_adam_update
 from keras_transformer.training.schedule import NoamSchedule
 
 

@@ -22,16 +22,10 @@ import time
 
 import keras
 
+from keras_transformer.data.corpus import append_jsonl
+
 PROGRESS_FILE = "progress.jsonl"
 BEST_RECORD_FILE = "best.json"
-
-
-def append_record(path, record):
-    """Appends one JSON line and flushes it to disk."""
-    with open(path, "a", encoding="utf-8") as stream:
-        stream.write(json.dumps(record) + "\n")
-        stream.flush()
-        os.fsync(stream.fileno())
 
 
 def read_records(path):
@@ -137,7 +131,7 @@ class TrainingProgress(keras.callbacks.Callback):
         if not self.live:
             print(self._format(figures), file=self.stream, flush=True)
         if self.path:
-            append_record(self.path, {"time": time.time(), **figures})
+            append_jsonl(self.path, {"time": time.time(), **figures})
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
@@ -149,7 +143,7 @@ class TrainingProgress(keras.callbacks.Callback):
             print("  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
                             if k != "time"), file=self.stream, flush=True)
             if self.path:
-                append_record(self.path, record)
+                append_jsonl(self.path, record)
 
     def _format(self, figures):
         epoch = f"epoch {figures['epoch']}"
@@ -235,7 +229,7 @@ class ValidationTranslation(keras.callbacks.Callback):
         path = os.path.join(self.output_dir, PROGRESS_FILE)
         logged = {r["step"] for r in read_records(path) if "valid_bleu" in r}
         if best["step"] not in logged and "bleu" in best:
-            append_record(path, {"time": time.time(), "step": best["step"], "valid_bleu": best["bleu"],
+            append_jsonl(path, {"time": time.time(), "step": best["step"], "valid_bleu": best["bleu"],
                                  "valid_chrf": best["chrf"], "validation_seconds": None,
                                  "best_step": best["step"], "restored": True})
 
@@ -261,7 +255,7 @@ class ValidationTranslation(keras.callbacks.Callback):
             self._save_best(step, value, scores)
         else:
             self._write_record(validations_since_best=self.waited)
-        append_record(os.path.join(self.output_dir, PROGRESS_FILE), record)
+        append_jsonl(os.path.join(self.output_dir, PROGRESS_FILE), record)
         if logs is not None:
             logs["valid_bleu"], logs["valid_chrf"] = record["valid_bleu"], record["valid_chrf"]
         note = "new best" if improved else f"best {self.best:.2f} at step {self.best_step}"

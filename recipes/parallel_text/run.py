@@ -46,41 +46,6 @@ def is_jsonl(path):
     return corpus_is_jsonl(path)
 
 
-def read_jsonl_records(path, source_key, target_key, ref_key=None):
-    """Yields `(source, target, ref)` from a JSON-lines corpus.
-
-    The project's reader returns only pairs; this one also keeps `ref_key`
-    (None: ref is None). Bad JSON, a missing key or a non-string value raises
-    `CorpusError` naming the file and the 1-based line. Blank lines yield
-    empty pairs (dropped and counted by the pair filter).
-    """
-    from keras_transformer.data.corpus import CorpusError, iter_lines
-
-    keys = [source_key, target_key] + ([ref_key] if ref_key else [])
-    for line_number, line in iter_lines(path):
-        if not line.strip():
-            yield "", "", None
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise CorpusError(path, line_number, f"malformed JSON: {error.msg} (column {error.colno})") from None
-        if not isinstance(record, dict):
-            raise CorpusError(path, line_number, f"expected a JSON object, got {type(record).__name__}")
-        values = []
-        for key in keys:
-            if key not in record:
-                raise CorpusError(path, line_number, f"missing key {key!r} (keys: {sorted(record)})")
-            value = "" if record[key] is None and key != ref_key else record[key]
-            if not isinstance(value, str):
-                raise CorpusError(path, line_number, f"value of {key!r} is {type(value).__name__}, not a string")
-            values.append(value)
-        ref = values[2] if ref_key else None
-        if ref_key and not book_of(ref):
-            raise CorpusError(path, line_number, f"{ref_key!r} is {ref!r}: expected 'BOOK CHAPTER:VERSE'")
-        yield values[0], values[1], ref
-
-
 def book_of(ref):
     """'1 Kings 2:3' -> '1 Kings' (the part before the last space); '' if none."""
     book, space, _ = ref.strip().rpartition(" ")
@@ -92,7 +57,7 @@ def read_records(inputs, text_pairs=(), source_key="en", target_key="de", max_ch
 
     Empty pairs and pairs with a side over `max_chars` are dropped and counted.
     """
-    from keras_transformer.data.corpus import CorpusStats, PairFilter, open_corpus
+    from keras_transformer.data.corpus import CorpusError, CorpusStats, PairFilter, open_corpus, read_jsonl
 
     pair_filter = PairFilter(max_chars=max_chars)
     records, report = [], []
@@ -100,12 +65,17 @@ def read_records(inputs, text_pairs=(), source_key="en", target_key="de", max_ch
     for path, target_path in sources:
         stats = CorpusStats()
         if target_path is None and is_jsonl(path):
-            raw = read_jsonl_records(path, source_key, target_key, "ref" if with_refs else None)
+            # Unfiltered, so that record i is line i + 1 (named by a bad ref).
+            raw = read_jsonl(path, source_key=source_key, target_key=target_key, strip=False, skip_empty=False,
+                             extra_keys=("ref",) if with_refs else ())
         else:
             if with_refs:
                 raise ValueError(f"{path}: --holdout-by ref-book needs JSON lines with a 'ref' field.")
-            raw = ((s, t, None) for s, t in open_corpus(path, target_path, strip=False, skip_empty=False))
-        for source, target, ref in raw:
+            raw = open_corpus(path, target_path, strip=False, skip_empty=False)
+        for line_number, (source, target, *ref) in enumerate(raw, start=1):
+            ref = ref[0] if ref else None
+            if ref is not None and not book_of(ref):
+                raise CorpusError(path, line_number, f"'ref' is {ref!r}: expected 'BOOK CHAPTER:VERSE'")
             pair = pair_filter.apply(source, target, stats)
             if pair is not None:
                 records.append((pair[0], pair[1], ref))

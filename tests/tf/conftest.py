@@ -1,5 +1,11 @@
-"""Helpers shared by the checkpoint and fault tests: a small compiled model and
-checkpoint files whose every weight is a known value."""
+"""Helpers shared by the checkpoint and fault tests: a small compiled model,
+checkpoint files whose every weight is a known value, and the harness that
+runs a test file's training child in a subprocess (to be killed, restarted
+and compared with an uninterrupted run)."""
+
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -53,3 +59,46 @@ def weights_of():
 @pytest.fixture
 def write_known_checkpoints():
     return _write_known_checkpoints
+
+
+def _start_child(test_file, *arguments):
+    """Runs `test_file` as a script (its `if __name__ == "__main__":` child)
+    with `arguments` on the TensorFlow backend; returns the `Popen`, with
+    stderr merged into its stdout."""
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.Popen(
+        [sys.executable, os.path.abspath(test_file), *map(str, arguments)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def _finish_child(process, returncode=0, timeout=240):
+    """Waits for a child; fails with the end of its output unless it exited
+    with `returncode` (e.g. `-signal.SIGKILL` for one that killed itself)."""
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == returncode, output[-5000:]
+    return output
+
+
+def _saved_weights(path):
+    """The weights a child saved with `np.savez(path, *model.get_weights())`, in order."""
+    arrays = np.load(path)
+    return [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+
+
+@pytest.fixture(scope="session")
+def start_child():
+    """`start_child(__file__, *arguments) -> Popen` (see `_start_child`)."""
+    return _start_child
+
+
+@pytest.fixture(scope="session")
+def finish_child():
+    """`finish_child(process, returncode=0, timeout=240) -> output`."""
+    return _finish_child
+
+
+@pytest.fixture(scope="session")
+def saved_weights():
+    """`saved_weights(path)`: the arrays of a child's `final.npz`, in order."""
+    return _saved_weights

@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -94,31 +93,15 @@ def child(work_dir, kill_after):
         json.dump(history, handle)
 
 
-def start_child(work_dir, kill_after):
-    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), str(work_dir), str(kill_after)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-
-
-def finish(process, timeout=240):
-    output, _ = process.communicate(timeout=timeout)
-    assert process.returncode == 0, output[-5000:]
-
-
-def load_weights(path):
-    arrays = np.load(path)
-    return [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
-
-
-def test_resumes_after_sigkill_to_the_same_weights_as_an_uninterrupted_run(tmp_path):
+def test_resumes_after_sigkill_to_the_same_weights_as_an_uninterrupted_run(
+    tmp_path, start_child, finish_child, saved_weights
+):
     uninterrupted, interrupted = tmp_path / "uninterrupted", tmp_path / "interrupted"
     uninterrupted.mkdir()
     interrupted.mkdir()
     # Both start at once (they share nothing but the code).
-    reference = start_child(uninterrupted, kill_after=0)
-    crashing = start_child(interrupted, kill_after=KILL_AFTER)
+    reference = start_child(__file__, uninterrupted, 0)
+    crashing = start_child(__file__, interrupted, KILL_AFTER)
     marker = interrupted / "marker"
     deadline = time.time() + 240
     while not marker.exists() and crashing.poll() is None and time.time() < deadline:
@@ -132,16 +115,16 @@ def test_resumes_after_sigkill_to_the_same_weights_as_an_uninterrupted_run(tmp_p
     assert latest_checkpoint(checkpoints)[0] == 6
     assert [step for step, _ in list_checkpoints(checkpoints)] == [3, 6]
 
-    resumed = start_child(interrupted, kill_after=0)
-    finish(resumed)
-    finish(reference)
+    resumed = start_child(__file__, interrupted, 0)
+    finish_child(resumed)
+    finish_child(reference)
     with open(interrupted / "history.json") as handle:
         resumed_history = json.load(handle)
     assert len(resumed_history["loss"]) == 1  # only the rest of epoch 2 ran
     assert [step for step, _ in list_checkpoints(checkpoints)] == [3, 6, 9, 10]
 
-    expected = load_weights(uninterrupted / "final.npz")
-    actual = load_weights(interrupted / "final.npz")
+    expected = saved_weights(uninterrupted / "final.npz")
+    actual = saved_weights(interrupted / "final.npz")
     assert len(expected) == len(actual)
     for a, b in zip(expected, actual):
         np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)

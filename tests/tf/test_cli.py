@@ -79,6 +79,67 @@ def test_evaluate_translate_attention(trained_run, capsys, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_attention_decodes_its_target_with_the_decoding_flags(trained_run, tmp_path, monkeypatch):
+    """Without --target, `attention` decodes with the decoding flags (the run's
+    own decoding is beam 2, up to 5 extra tokens, alpha 0.6) and plots the
+    translation that `translate` gives with the same flags."""
+    from keras_transformer import plots, runs
+
+    work, _ = trained_run
+    run = str(work / "run")
+    options = ["--beam-size", "1", "--max-extra-length", "2", "--alpha", "0.2"]
+    plotted, searched = [], []
+    plot, translate_texts = plots.plot_cross_attention, runs.translate_texts
+
+    def recording_plot(model, tokenizer, source_text, target_text, path, layer=-1):
+        plotted.append(target_text)
+        return plot(model, tokenizer, source_text, target_text, path, layer=layer)
+
+    def recording_translate(model, tokenizer, texts, decoding, *args, **kwargs):
+        searched.append(decoding)
+        return translate_texts(model, tokenizer, texts, decoding, *args, **kwargs)
+
+    monkeypatch.setattr(plots, "plot_cross_attention", recording_plot)
+    output = tmp_path / "out.txt"
+    assert cli.main(["translate", run, "--text", "two houses", "--output", str(output), *options]) == 0
+    monkeypatch.setattr(runs, "translate_texts", recording_translate)
+    assert cli.main(["attention", run, "--text", "two houses", "--output", str(tmp_path / "a.png"), *options]) == 0
+    assert [(d["beam_size"], d["max_extra_length"], d["alpha"]) for d in searched] == [(1, 2, 0.2)]
+    assert plotted == [output.read_text(encoding="utf-8").rstrip("\n")]
+
+
+def test_train_calls_the_given_callbacks(tmp_path):
+    """`runs.train(config, callbacks=[...])`: the callback sees the run's model,
+    every step, and can stop training (after 2 of at most 6 steps)."""
+    import keras
+
+    from keras_transformer import config as config_lib
+    from keras_transformer import runs
+
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("".join(f"{en}\t{de}\n" for en, de in SENTENCES * 4), encoding="utf-8")
+    config = config_lib.resolve(assignments=[
+        f"output_dir={tmp_path / 'run'}", f"data.train={corpus}", "data.vocabulary_size=60", "data.max_length=16",
+        "model.preset=tiny", "model.d_model=16", "model.d_ff=32", "model.num_heads=2",
+        "model.num_encoder_layers=1", "model.num_decoder_layers=1", "training.tokens_per_batch=128",
+        "training.max_steps=6", "training.save_every_steps=1", "training.warmup_steps=10",
+    ])
+
+    class StopAfterTwoSteps(keras.callbacks.Callback):
+        steps = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps.append(int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)))
+            if len(self.steps) == 2:
+                self.model.stop_training = True
+
+    callback = StopAfterTwoSteps()
+    runs.train(config, callbacks=[callback])
+    assert callback.steps == [1, 2]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*")) == [
+        "ckpt-000000001.weights.h5", "ckpt-000000002.weights.h5"]
+
+
 def test_average_checkpoints_command(trained_run, tmp_path):
     work, _ = trained_run
     output = tmp_path / "averaged.keras"

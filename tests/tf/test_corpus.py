@@ -260,3 +260,60 @@ def test_write_jsonl_round_trips_tuples_and_dicts_and_leaves_no_partial_file(tmp
         write_jsonl(path, failing())
     # The earlier file is intact and no temporary file is left behind.
     assert len(list(read_jsonl(path))) == 2 and sorted(p.name for p in path.parent.iterdir()) == ["pairs.jsonl.gz"]
+
+
+# ---------------------------------------------------------------- extra keys
+
+
+def test_jsonl_extra_keys_yield_records_after_the_filter(tmp_path):
+    rows = [
+        {"ref": "Jude 1:1", "en": "  Hello.  ", "es": "Hola.", "n": 1},
+        "",  # blank: an empty pair, dropped and counted
+        {"ref": "Jude 1:2", "en": "", "es": "nada"},  # empty side: dropped
+        {"ref": "  Jude 1:3 ", "en": "a" * 20, "es": "b", "id": "x"},  # truncated; the ref is kept as written
+    ]
+    path = write_lines(tmp_path / "c.jsonl", [json.dumps(r) if r else "" for r in rows])
+    corpus = read_jsonl(path, source_key="en", target_key="es", max_chars=6, on_long="truncate",
+                        extra_keys=("ref",))
+    assert list(corpus) == [("Hello.", "Hola.", "Jude 1:1"), ("aaaaaa", "b", "  Jude 1:3 ")]
+    assert (corpus.stats.read, corpus.stats.kept, corpus.stats.skipped_empty, corpus.stats.truncated) == (4, 2, 2, 1)
+    # Two extra keys, in the order given; unfiltered, a blank line has None for each.
+    raw = read_jsonl(path, source_key="en", target_key="es", skip_empty=False, extra_keys=("ref", "ref"))
+    assert list(raw)[:2] == [("Hello.", "Hola.", "Jude 1:1", "Jude 1:1"), ("", "", None, None)]
+    # Without extra keys: pairs, as before.
+    assert list(read_jsonl(path, source_key="en", target_key="es"))[0] == ("Hello.", "Hola.")
+
+
+@pytest.mark.parametrize(
+    "row, words",
+    [
+        ({"en": "a", "de": "b"}, "missing key 'ref' (keys: ['de', 'en'])"),
+        ({"en": "a", "de": "b", "ref": None}, "value of 'ref' is a NoneType, not a string"),
+        ({"en": "a", "de": "b", "ref": 3}, "value of 'ref' is a int, not a string"),
+        ({"en": "a", "de": "b", "ref": "\ud800"},
+         "value of 'ref' is not valid Unicode: unpaired surrogate '\\ud800' at character 0"),
+    ],
+)
+def test_jsonl_bad_extra_key_names_file_and_line(tmp_path, row, words):
+    good = json.dumps({"en": "a", "de": "b", "ref": "r"})
+    path = write_lines(tmp_path / "c.jsonl", [good, "", json.dumps(row)])
+    with pytest.raises(CorpusError) as info:
+        list(read_jsonl(path, extra_keys=("ref",)))
+    assert (info.value.path, info.value.line) == (str(path), 3)
+    assert str(info.value) == f"{path}:3: {words}"
+
+
+@pytest.mark.parametrize("extra_keys", ["ref", ("ref", 1), [None]])
+def test_jsonl_extra_keys_must_be_names(tmp_path, extra_keys):
+    path = write_jsonl(tmp_path / "c.jsonl", [{"en": "a", "de": "b", "ref": "r"}])
+    with pytest.raises(ValueError, match="extra_keys must be a tuple of key names"):
+        read_jsonl(path, extra_keys=extra_keys)
+
+
+def test_append_jsonl_appends_whole_lines(tmp_path):
+    from keras_transformer.data.corpus import append_jsonl
+
+    path = tmp_path / "log.jsonl"
+    append_jsonl(path, {"step": 1, "text": "Grüße"})
+    append_jsonl(path, {"step": 2})
+    assert path.read_text(encoding="utf-8") == '{"step": 1, "text": "Grüße"}\n{"step": 2}\n'

@@ -10,7 +10,6 @@ an epoch (the Transformer itself) is tested in test_checkpoints.py.
 import json
 import os
 import signal
-import subprocess
 import sys
 import warnings
 
@@ -123,39 +122,37 @@ def child(work_dir, kill_at):
         json.dump(history, handle)
 
 
-def start_child(work_dir, kill_at):
-    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), str(work_dir), kill_at],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+@pytest.fixture(scope="session")
+def run_child(start_child, finish_child):
+    """`run_child(work_dir, kill_at)`: runs the child to its end ("none") or to its SIGKILL."""
+
+    def run(work_dir, kill_at):
+        finish_child(start_child(__file__, work_dir, kill_at), 0 if kill_at == "none" else -signal.SIGKILL)
+
+    return run
 
 
-def run_child(work_dir, kill_at):
-    process = start_child(work_dir, kill_at)
-    output, _ = process.communicate(timeout=240)
-    expected = 0 if kill_at == "none" else -signal.SIGKILL
-    assert process.returncode == expected, output[-5000:]
+@pytest.fixture(scope="session")
+def results(saved_weights):
+    """`results(work_dir) -> (final weights, history)` of a finished child."""
 
+    def read(work_dir):
+        with open(work_dir / "history.json") as handle:
+            return saved_weights(work_dir / "final.npz"), json.load(handle)
 
-def results(work_dir):
-    arrays = np.load(work_dir / "final.npz")
-    with open(work_dir / "history.json") as handle:
-        history = json.load(handle)
-    return [arrays[f"arr_{i}"] for i in range(len(arrays.files))], history
+    return read
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(tmp_path_factory, start_child, finish_child, results):
     """The uninterrupted run, started at once and awaited on first use (it
     runs beside the first test's subprocess)."""
     work_dir = tmp_path_factory.mktemp("uninterrupted")
-    process = start_child(work_dir, "none")
+    process = start_child(__file__, work_dir, "none")
 
     def wait():
         if process.returncode is None:
-            output, _ = process.communicate(timeout=240)
-            assert process.returncode == 0, output[-5000:]
+            finish_child(process)
         return results(work_dir)
 
     yield wait
@@ -164,7 +161,7 @@ def reference(tmp_path_factory):
         process.communicate()
 
 
-def assert_same_final_weights(work_dir, reference):
+def assert_same_final_weights(work_dir, reference, results):
     expected, expected_history = reference()
     actual, history = results(work_dir)
     assert len(actual) == len(expected) == 3  # embedding, kernel, bias
@@ -179,7 +176,7 @@ def steps(directory):
     return [step for step, _ in list_checkpoints(directory)]
 
 
-def test_sigkill_while_writing_a_checkpoint(tmp_path, reference):
+def test_sigkill_while_writing_a_checkpoint(tmp_path, reference, run_child, results):
     checkpoints = tmp_path / "checkpoints"
     # Killed inside the save of step 4: its temporary file is written but
     # unsealed; latest.json still names step 2.
@@ -198,11 +195,11 @@ def test_sigkill_while_writing_a_checkpoint(tmp_path, reference):
     # Resumed from 6 (the unrecorded 8 is written again), to the end.
     run_child(tmp_path, "none")
     assert steps(checkpoints) == [2, 4, 6, 8, 9]
-    history, _ = assert_same_final_weights(tmp_path, reference)
+    history, _ = assert_same_final_weights(tmp_path, reference, results)
     assert len(history["loss"]) == 1  # only the rest of epoch 2 ran
 
 
-def test_sigkill_during_validation(tmp_path, reference):
+def test_sigkill_during_validation(tmp_path, reference, run_child, results):
     checkpoints = tmp_path / "checkpoints"
     # Validation follows the epoch's last step. Epoch 0 ends on step 3, which
     # is not a checkpoint: killed while validating it, the run resumes from 2
@@ -216,7 +213,7 @@ def test_sigkill_during_validation(tmp_path, reference):
     assert latest_checkpoint(checkpoints)[0] == 6
     run_child(tmp_path, "none")
     assert steps(checkpoints) == [2, 4, 6, 8, 9]
-    history, expected_history = assert_same_final_weights(tmp_path, reference)
+    history, expected_history = assert_same_final_weights(tmp_path, reference, results)
     assert len(history["loss"]) == 1
     # Validation of the last epoch sees the same weights as the reference's.
     np.testing.assert_allclose(history["val_loss"][-1], expected_history["val_loss"][-1], rtol=1e-6)

@@ -1,13 +1,17 @@
-"""Every shell command in README.md runs here, with its words unchanged, in a scratch directory.
+"""Every shell command in README.md runs here, in a scratch directory, or is
+listed in NOT_RUN with the reason; a command in the README that this test
+does not know fails it, so the README cannot gain a command nobody runs.
 
-`keras-transformer` commands run in process through `cli.main`. What changes:
-the data (a small corpus from the package's own generator instead of 30,000
-pairs or ../shared/data, which tests must not need), the size of the job
-(`--set` overrides appended to training commands: a smaller model, a few
-steps; `--beam-size 2` appended to `evaluate`), and the small input files the
-decoding examples name, written first. Commands that cannot run in CI are
-listed in NOT_RUN with the reason; a command in the README that this test does
-not know fails it, so the README cannot gain a command nobody runs.
+A command runs with the README's words, followed by options the test
+appends: `--set` overrides that shrink the job (a smaller model, a few
+steps) for training commands and recipes, `--beam-size 2` for `evaluate`,
+`--print-config` for a first run of the `--preset` command. The one word
+replaced is the corpus path of the `recipes/parallel_text` command
+(../shared/data, which tests must not need, becomes a generated corpus in the
+same format). `keras-transformer` commands run in process through `cli.main`,
+`python` commands as subprocesses. The data around them is small: the
+quickstart recipe on 300 generated pairs instead of 30,000, and the small
+input files the decoding examples name, written first.
 """
 
 import gzip

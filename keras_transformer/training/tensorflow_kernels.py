@@ -1,18 +1,14 @@
-"""The TensorFlow-specific pieces of the training code, kept apart and guarded.
+"""The TensorFlow-only steps of training: a cross-replica token count, dense
+embedding gradients, a fused Adam kernel.
 
-Each function is a no-op on the JAX and torch backends, so the modules that
-use them stay backend-agnostic.
+Each function does nothing on the JAX and torch backends (it gets None from
+`keras_transformer._tensorflow.tensorflow()`), so the losses, metrics and
+optimizer that call them stay backend-agnostic.
 """
 
 import keras
 
-
-def _tensorflow():
-    if keras.backend.backend() != "tensorflow":
-        return None
-    import tensorflow as tf  # only reached on the TensorFlow backend
-
-    return tf
+from keras_transformer._tensorflow import tensorflow as _tensorflow
 
 
 def sum_over_replicas(value):
