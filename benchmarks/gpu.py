@@ -38,7 +38,7 @@ import argparse
 import json
 import math
 import os
-import platform
+import runpy
 import statistics
 import subprocess
 import sys
@@ -46,23 +46,24 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from benchmarks import _records  # noqa: E402
+
+# The model sizes' one home, read without importing the package (and Keras).
+PRESETS = runpy.run_path(str(ROOT / "keras_transformer" / "models" / "presets.py"))["PRESETS"]
 VOCABULARY = 37000
 PAD, BOS, EOS = 0, 2, 3
 # Section 5.2: base steps took about 0.4 s, big steps 1.0 s, on 8 P100s, with
 # batches of about 25,000 source and 25,000 target tokens.
 PAPER_SECONDS_PER_STEP = {"base": 0.4, "big": 1.0}
 PAPER_TARGET_TOKENS = 25000
-
-
-def model_size(preset):
-    from keras_transformer.models.presets import PRESETS
-
-    return PRESETS[preset]
+H100_BF16_PEAK_TFLOPS = 989.0  # dense, SXM
 
 
 def training_matmul_flops(preset, batch, length):
     """FLOPs of the matrix products of one training step (forward and both backward products)."""
-    size = model_size(preset)
+    size = PRESETS[preset]
     # The attention products do not depend on the number of heads.
     d, f, n = size["d_model"], size["d_ff"], size["num_encoder_layers"]
     tokens = batch * length
@@ -98,7 +99,7 @@ def train_ours(args, precision):
     else:
         jax.config.update("jax_default_matmul_precision", "tensorfloat32")
     model = kt.Transformer.from_preset(args.preset, vocabulary_size=VOCABULARY)
-    model.compile(optimizer=paper_optimizer(model_size(args.preset)["d_model"]),
+    model.compile(optimizer=paper_optimizer(PRESETS[args.preset]["d_model"]),
                   loss=LabelSmoothedCrossEntropy(0.1))
     data = batches(args.batch, args.length)
     times = []
@@ -115,7 +116,7 @@ def train_torch(args, precision):
 
     torch.manual_seed(0)
     torch.set_float32_matmul_precision("high")  # TF32 products, as JAX's default
-    size = model_size(args.preset)
+    size = PRESETS[args.preset]
     d, f, h, n, p = (size[k] for k in ("d_model", "d_ff", "num_heads", "num_encoder_layers", "dropout"))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -226,35 +227,6 @@ def run_worker(args, spec):
     return {"error": output.stderr.strip().splitlines()[-1] if output.stderr.strip() else "no result"}
 
 
-def gpu_name():
-    try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                               "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return None
-
-
-def commit():
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=ROOT).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=ROOT).stdout.strip()
-        return head + ("-dirty" if dirty else "") if head else None
-    except OSError:
-        return None
-
-
-def versions():
-    found = {}
-    for name in ("jax", "keras", "torch"):
-        try:
-            found[name] = __import__(name).__version__
-        except Exception:  # noqa: BLE001 - a missing library is recorded as missing
-            found[name] = None
-    return found
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("train", "decode", "all"), default="all")
@@ -268,22 +240,19 @@ def main():
     parser.add_argument("--decode-batch", type=int, default=128)
     parser.add_argument("--decode-steps", type=int, default=50)
     parser.add_argument("--decode-rounds", type=int, default=5)
-    parser.add_argument("--peak-tflops", type=float, default=989.0,
+    parser.add_argument("--peak-tflops", type=float, default=H100_BF16_PEAK_TFLOPS,
                         help="the GPU's dense bf16 peak (H100 SXM: 989)")
-    parser.add_argument("--record", default=str(ROOT / "benchmarks" / "results" / "gpu.jsonl"))
+    parser.add_argument("--record", default=_records.default_path("gpu"))
     parser.add_argument("--preset", default="base", help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
 
-    record = {
-        "benchmark": "gpu", "time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "commit": commit(),
-        "command": " ".join(["KERAS_BACKEND=jax", "python"] + [os.path.relpath(__file__, ROOT)] + sys.argv[1:]),
-        "machine": {"node": platform.node(), "cpus": os.cpu_count(), "gpu": gpu_name()},
-        "versions": versions(), "results": [],
-    }
-    print(f"GPU: {record['machine']['gpu']}; {record['versions']}", flush=True)
+    os.environ.setdefault("KERAS_BACKEND", "jax")  # named in the recorded command
+    record = _records.start("gpu", packages=("jax", "keras", "torch"))
+    record["results"] = []
+    print(f"GPU: {record['machine']['gpus']}; {record['versions']}", flush=True)
     for preset in args.presets:
         args.preset = preset
         tokens = args.batch * args.length
@@ -296,7 +265,7 @@ def main():
                 for contender in args.contenders:
                     result = run_worker(args, f"train:{contender}:{precision}")
                     entry = dict(part="train", preset=preset, contender=contender, precision=precision,
-                                 batch=args.batch, length=args.length, **result)
+                                 batch=args.batch, length=args.length, matmul_flops=flops, **result)
                     record["results"].append(entry)
                     if "error" in result:
                         print(f"  {contender:6} {precision:15} failed: {result['error']}", flush=True)
@@ -322,10 +291,7 @@ def main():
                     print(f"  {kind:7} {precision:15} {args.decode_batch / best:9.1f} sentences/s  "
                           f"{best / args.decode_steps * 1000:6.2f} ms per step (best of "
                           f"{len(result['seconds'])})", flush=True)
-    Path(args.record).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.record, "a", encoding="utf-8") as file:
-        file.write(json.dumps(record) + "\n")
-    print(f"\nrecord: {args.record}")
+    print(f"\nrecord: {_records.append(args.record, _records.finish(record))}")
 
 
 if __name__ == "__main__":

@@ -266,11 +266,72 @@ def quality_table(records, options):
     return text
 
 
+# --------------------------------------------------------------------------- one GPU
+
+
+def gpu_statistics(records):
+    """Per (part, preset, contender, precision): each run's figure (train: median seconds per step;
+    decode: best seconds per batch) with its entry, over every record given."""
+    figures = OrderedDict()
+    for record in records:
+        for entry in record["results"]:
+            if "seconds" not in entry:
+                continue
+            key = (entry["part"], entry["preset"], entry["contender"], entry["precision"])
+            figure = statistics.median(entry["seconds"]) if entry["part"] == "train" else min(entry["seconds"])
+            figures.setdefault(key, []).append((record["time"], figure, entry))
+    return figures
+
+
+def gpu_table(records, options):
+    from benchmarks import gpu
+
+    records = select(records, options, "table:gpu")
+    figures = gpu_statistics(records)
+    train_rows, decode_rows = [], []
+    for (part, preset, contender, precision), runs in figures.items():
+        entry = runs[0][2]
+        if part == "train":
+            tokens = entry["batch"] * entry["length"]
+            rates = [tokens / seconds for _, seconds, _ in runs]
+            paper = gpu.PAPER_TARGET_TOKENS / gpu.PAPER_SECONDS_PER_STEP[preset]
+            peers = {time: seconds for time, seconds, _ in figures.get((part, preset, "torch", precision), [])}
+            versus = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
+            flops = gpu.training_matmul_flops(preset, entry["batch"], entry["length"])
+            step = statistics.median(seconds for _, seconds, _ in runs)
+            train_rows.append([
+                preset, contender, precision, f"{step * 1000:.1f}",
+                f"{statistics.median(rates):,.0f}" + (f" ({min(rates):,.0f}-{max(rates):,.0f})" if min(rates) != max(rates) else ""),
+                f"{statistics.median(rates) / paper:.2f}x",
+                "-" if contender == "torch" or not versus else f"{statistics.median(versus):.2f}x",
+                f"{flops / step / 1e12 / gpu.H100_BF16_PEAK_TFLOPS:.0%}", str(len(runs)),
+            ])
+        else:
+            best = statistics.median(seconds for _, seconds, _ in runs)
+            decode_rows.append([preset, contender, precision, f"{entry['batch'] / best:,.0f}",
+                                f"{best / entry['steps'] * 1000:.2f}", str(len(runs))])
+    first, last = records[0], records[-1]
+    gpus = last["machine"].get("gpus") or [last["machine"].get("gpu", "unknown GPU")]
+    text = (f"{len(records)} invocations of `benchmarks/gpu.py` ({first['time']} to {last['time']}; commits "
+            f"{', '.join(OrderedDict.fromkeys(str(r.get('commit')) for r in records))}; {gpus[0]}; "
+            "records in `benchmarks/results/gpu.jsonl`). Training: target tokens per second from each run's "
+            "median step time, the median over runs (range); ratios to torch are medians of same-run ratios; "
+            "the share is the step's matrix-product FLOPs against the GPU's dense bfloat16 peak.")
+    text += "\n\n" + markdown_table(
+        ["model", "contender", "precision", "ms/step", "target tokens/s", "vs the paper's 8 P100s",
+         "vs torch, same precision", "of bf16 peak", "runs"], train_rows)
+    text += ("\n\nDecoding (ours, `jax.jit`; sentences of 32 tokens, exactly the fixed number of tokens each; "
+             "each run's best of its rounds, the median over runs):\n\n")
+    text += markdown_table(["model", "search", "precision", "sentences/s", "ms per step", "runs"], decode_rows)
+    return text
+
+
 GENERATORS = {
     "serve": ("serve", serve_table),
     "serve-summary": ("serve", serve_summary),
     "train-throughput": ("train_throughput", throughput_table),
     "quality": ("quality", quality_table),
+    "gpu": ("gpu", gpu_table),
 }
 
 

@@ -130,3 +130,41 @@ def test_opennmt_rate_is_total_tokens_over_total_time():
     rate = opennmt_rate(intervals)  # the first (tracing) interval left out
     assert rate["target_tokens"] == 21000.0 and rate["seconds"] == 12.5 and rate["steps"] == 10
     assert rate["tokens_per_s"] == pytest.approx(1680.0)  # the mean of the two rates would say 1200
+
+
+def gpu_record(time, ours_seconds, torch_seconds, decode_seconds):
+    train = dict(part="train", preset="base", precision="float32", batch=10, length=10)
+    return {
+        "benchmark": "gpu", "time": time, "commit": "abc1234", "command": "python benchmarks/gpu.py",
+        "machine": {"cpus": 16, "gpus": ["Test GPU"]},
+        "results": [
+            dict(train, contender="ours", seconds=ours_seconds, parameters=1),
+            dict(train, contender="torch", seconds=torch_seconds, parameters=1),
+            dict(part="decode", preset="base", contender="ours greedy", precision="float32", batch=8, steps=4,
+                 seconds=decode_seconds, parameters=1),
+            dict(train, contender="ours", precision="mixed_bfloat16", error="out of memory"),
+        ],
+    }
+
+
+def test_gpu_table_from_fixtures_matches_hand_computed_figures():
+    records = [
+        # ours: median step 0.1 s -> 100 tokens / 0.1 = 1,000 tokens/s; torch 0.2 s: ratio 2.0
+        gpu_record("t1", [0.1, 0.3, 0.05], [0.2], [0.5, 0.25]),
+        # ours: 0.125 s -> 800 tokens/s; torch 0.2 s: ratio 1.6 (median of 2.0 and 1.6: 1.8)
+        gpu_record("t2", [0.125], [0.2], [1.0]),
+    ]
+    table = report.gpu_table(records, {})
+    rows = {tuple(cell.strip() for cell in line.strip("|").split("|")[:3]): line
+            for line in table.splitlines() if line.startswith("| base")}
+    ours = rows[("base", "ours", "float32")]
+    # Median step over runs: (0.1 + 0.125) / 2 = 112.5 ms; rates 1,000 and 800 -> median 900;
+    # the paper's base rate is 25,000 / 0.4 = 62,500 tokens/s -> 0.01x.
+    assert "| 112.5 | 900 (800-1,000) | 0.01x | 1.80x |" in ours
+    # torch: 0.2 s in both runs -> 500 tokens/s, no range; 500 / 62,500 = 0.008 -> 0.01x.
+    assert "| 200.0 | 500 | 0.01x | - |" in rows[("base", "torch", "float32")]
+    # Decoding: each run's best (0.25 s, 1.0 s), their median 0.625 s: 8 / 0.625 = 12.8 -> "13";
+    # per step 0.625 / 4 = 156.25 ms.
+    assert "| base | ours greedy | float32 | 13 | 156.25 | 2 |" in table
+    # A failed contender is left out, not shown as a figure.
+    assert "mixed_bfloat16" not in table
