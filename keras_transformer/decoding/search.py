@@ -66,6 +66,19 @@ def _check_int(name, value, minimum):
     return value
 
 
+def check_sampling_options(temperature=1.0, top_k=0, top_p=1.0, seed=None):
+    """Raises a ValueError naming the first bad sampling option (also run
+    by `Translator` at construction, before any search)."""
+    _check_int("top_k", top_k, 0)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0 \
+            or not math.isfinite(temperature):
+        raise ValueError(f"`temperature` must be a finite number > 0, got {temperature!r}.")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"`top_p` must be a number in (0, 1], got {top_p!r}.")
+    if seed is not None:
+        _check_int("seed", seed, 0)
+
+
 def _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id):
     _check_int("max_extra_length", max_extra_length, 0)
     _check_int("min_length", min_length, 0)
@@ -628,14 +641,7 @@ def sampling_search(
     cuts).
     """
     max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id)
-    _check_int("top_k", top_k, 0)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0 \
-            or not math.isfinite(temperature):
-        raise ValueError(f"`temperature` must be a finite number > 0, got {temperature!r}.")
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-        raise ValueError(f"`top_p` must be a number in (0, 1], got {top_p!r}.")
-    if seed is not None:
-        _check_int("seed", seed, 0)
+    check_sampling_options(temperature, top_k, top_p, seed)
     rows, width = compiled.as_ids("source_ids", source_ids).shape
     if rows is None or width is None:
         raise ValueError("sampling_search needs `source_ids` of a known shape (it draws its random numbers first).")
