@@ -319,6 +319,26 @@ def _decoder(model, source_ids, beam_size, buffer_length, use_cache, xla_ops):
     )
 
 
+# Why not KerasHub's samplers (keras_hub.samplers.RandomSampler, TopKSampler,
+# TopPSampler)? Their `get_next_token(probabilities)` draws with
+# `keras.random.categorical(seed=self.seed_generator)`, and keras.random takes
+# only an int or a `SeedGenerator` (a variable), never a seed tensor. Inside
+# this search's `ops.while_loop`, compiled as `compiled.py` does:
+# - JAX (`jax.jit` in a StatelessScope): the generator's advance is not
+#   carried through our loop (their `Sampler.run_loop` threads it through
+#   their own loop only); tried with keras-hub 0.32.0, every step drew the
+#   same token and every call the same draws;
+# - TensorFlow: the seed is a variable that each call advances, so a seed
+#   cannot reproduce a call, and an exported graph would fix it at export;
+# - PyTorch: their draw builds a torch.Generator from a concrete seed.
+# Their combined top-k + top-p (`TopPSampler(k=...)`) also measures p against
+# the whole distribution's mass of the k best, where ours (as HF
+# transformers' warpers) renormalises the k best first. So the draw below is
+# ours: the same semantics otherwise (temperature before the cuts, a token
+# kept while the mass before it is below p), the CDF inverted at uniforms
+# that numpy draws from the seed and that enter the compiled search as an
+# input: one seed gives the same random numbers on every backend, in a
+# plain graph and under XLA, and a new seed needs no recompilation.
 def _sampled_tokens(allowed, uniforms, temperature, top_k, top_p):
     """One token per row of (rows, V) `allowed` logits (-inf: not allowed),
     drawn from softmax(logits / temperature) restricted to the `top_k` best
