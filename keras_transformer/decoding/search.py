@@ -66,6 +66,19 @@ def _check_int(name, value, minimum):
     return value
 
 
+def check_sampling_options(temperature=1.0, top_k=0, top_p=1.0, seed=None):
+    """Raises a ValueError naming the first bad sampling option (also run
+    by `Translator` at construction, before any search)."""
+    _check_int("top_k", top_k, 0)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0 \
+            or not math.isfinite(temperature):
+        raise ValueError(f"`temperature` must be a finite number > 0, got {temperature!r}.")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"`top_p` must be a number in (0, 1], got {top_p!r}.")
+    if seed is not None:
+        _check_int("seed", seed, 0)
+
+
 def _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id):
     _check_int("max_extra_length", max_extra_length, 0)
     _check_int("min_length", min_length, 0)
@@ -306,6 +319,26 @@ def _decoder(model, source_ids, beam_size, buffer_length, use_cache, xla_ops):
     )
 
 
+# Why not KerasHub's samplers (keras_hub.samplers.RandomSampler, TopKSampler,
+# TopPSampler)? Their `get_next_token(probabilities)` draws with
+# `keras.random.categorical(seed=self.seed_generator)`, and keras.random takes
+# only an int or a `SeedGenerator` (a variable), never a seed tensor. Inside
+# this search's `ops.while_loop`, compiled as `compiled.py` does:
+# - JAX (`jax.jit` in a StatelessScope): the generator's advance is not
+#   carried through our loop (their `Sampler.run_loop` threads it through
+#   their own loop only); tried with keras-hub 0.32.0, every step drew the
+#   same token and every call the same draws;
+# - TensorFlow: the seed is a variable that each call advances, so a seed
+#   cannot reproduce a call, and an exported graph would fix it at export;
+# - PyTorch: their draw builds a torch.Generator from a concrete seed.
+# Their combined top-k + top-p (`TopPSampler(k=...)`) also measures p against
+# the whole distribution's mass of the k best, where ours (as HF
+# transformers' warpers) renormalises the k best first. So the draw below is
+# ours: the same semantics otherwise (temperature before the cuts, a token
+# kept while the mass before it is below p), the CDF inverted at uniforms
+# that numpy draws from the seed and that enter the compiled search as an
+# input: one seed gives the same random numbers on every backend, in a
+# plain graph and under XLA, and a new seed needs no recompilation.
 def _sampled_tokens(allowed, uniforms, temperature, top_k, top_p):
     """One token per row of (rows, V) `allowed` logits (-inf: not allowed),
     drawn from softmax(logits / temperature) restricted to the `top_k` best
@@ -628,14 +661,7 @@ def sampling_search(
     cuts).
     """
     max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id)
-    _check_int("top_k", top_k, 0)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0 \
-            or not math.isfinite(temperature):
-        raise ValueError(f"`temperature` must be a finite number > 0, got {temperature!r}.")
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-        raise ValueError(f"`top_p` must be a number in (0, 1], got {top_p!r}.")
-    if seed is not None:
-        _check_int("seed", seed, 0)
+    check_sampling_options(temperature, top_k, top_p, seed)
     rows, width = compiled.as_ids("source_ids", source_ids).shape
     if rows is None or width is None:
         raise ValueError("sampling_search needs `source_ids` of a known shape (it draws its random numbers first).")

@@ -15,7 +15,7 @@ from keras import ops
 from keras_transformer.data.corpus import unpaired_surrogate
 from keras_transformer.decoding.alignment import attention_alignments, words_alignment
 from keras_transformer.decoding.scoring import score_translations
-from keras_transformer.decoding.search import beam_search, greedy_search, sampling_search
+from keras_transformer.decoding.search import beam_search, check_sampling_options, greedy_search, sampling_search
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -105,6 +105,8 @@ class Translator:
         ):
             raise ValueError(f"`max_source_length` must be an int >= 2 (a token and EOS) or None, "
                              f"got {max_source_length!r}.")
+        # Bad sampling options fail here, naming the argument, not at the first search.
+        check_sampling_options(temperature, top_k, top_p, seed)
         if search is None:
             search = "greedy" if beam_size == 1 else "beam"
         if search not in ("beam", "greedy", "sampling"):
@@ -395,12 +397,23 @@ def translate(
     alpha=0.6,
     max_extra_length=50,
     batch_size=32,
+    *,
+    return_scores=False,
+    n_best=None,
+    prefixes=None,
+    return_alignments=False,
     **options,
 ):
-    """Translates strings with beam search (greedy with `beam_size=1`).
+    """Translates strings with beam search (greedy with `beam_size=1`):
+    `Translator(model, tokenizer, ...).translate(texts, ...)` in one call.
 
-    See `Translator` for the options; returns a list of strings in input
-    order (a string for a string).
+    `options` are `Translator`'s (search, sampling, limits, ...);
+    `return_scores`, `n_best`, `prefixes` and `return_alignments` are
+    `Translator.translate`'s and shape the result as there: a list of
+    strings in input order (a string for a string), `(translations,
+    scores)` with `return_scores`, `Hypothesis` records with `n_best` or
+    `return_alignments`. To translate several times or to score given
+    translations, build a `Translator` once (each call here builds one).
     """
     translator = Translator(
         model,
@@ -411,4 +424,5 @@ def translate(
         batch_size=batch_size,
         **options,
     )
-    return translator.translate(texts)
+    return translator.translate(texts, return_scores, n_best=n_best, prefixes=prefixes,
+                                return_alignments=return_alignments)

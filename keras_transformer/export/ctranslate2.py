@@ -22,11 +22,16 @@ vocabulary, the SentencePiece model (`sentencepiece.model`) and
 engine takes SentencePiece pieces, appends EOS to the source itself and
 starts the target with BOS, as our search does.
 
-Two documented differences in the engine's beam search (see the README):
-its length penalty is `score / length ** alpha` without EOS in the length,
-ours GNMT's `((5 + length) / 6) ** alpha` with EOS; and with a length
-penalty it stops a sentence once `beam_size` hypotheses have finished.
-Greedy search, and beam search with no length penalty, agree with ours.
+Documented differences in the engine's beam search (see the README; the
+first two are checked against its own scores in tests/tf/test_ctranslate2.py):
+it normalises log-probabilities over the tokens it has not suppressed (all
+but pad and BOS with `ctranslate2_options`), ours over the whole vocabulary;
+its length penalty is `log P / length ** alpha`, ours GNMT's
+`((5 + length) / 6) ** alpha`, both counting EOS; and its finished
+hypotheses compete with live ones for beam slots (with a length penalty it
+stops a sentence once `beam_size` hypotheses have finished). Greedy search
+agrees with ours token for token; beam search without a length penalty
+almost always does on a trained model.
 
 Needs the optional `ctranslate2` package (`pip install
 "keras-transformer-nmt[ctranslate2]"`); the rest of the package does not.
@@ -285,8 +290,8 @@ def export_ctranslate2(
                 "max_input_length": max_input_length,
             },
             "length_penalty_note": (
-                "CTranslate2 divides by length ** alpha (EOS not counted); keras_transformer "
-                "by ((5 + length) / 6) ** alpha (EOS counted). Greedy and alpha=0 agree."
+                "CTranslate2 divides by length ** alpha, keras_transformer by "
+                "((5 + length) / 6) ** alpha (both count EOS). Greedy agrees token for token."
             ),
             "model": {key: value for key, value in model.get_config().items()
                       if isinstance(value, (int, float, str, bool, type(None)))},

@@ -1,6 +1,9 @@
 """Word alignments from cross-attention on trained tiny models of two tasks
 whose true alignments are known: copying (the diagonal) and reversing (the
-anti-diagonal)."""
+anti-diagonal), both from the shared reversal task (`tests/reversal_task.py`)."""
+
+import os
+import sys
 
 import keras
 import numpy as np
@@ -11,23 +14,8 @@ from keras_transformer.decoding import attention_alignments, greedy_search
 from keras_transformer.decoding.alignment import words_alignment
 from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
 
-PAD, BOS, EOS, FIRST_SYMBOL = 0, 1, 2, 3
-VOCABULARY_SIZE, MAX_LENGTH = 16, 8
-
-
-def task(count, reverse, seed):
-    rng = np.random.default_rng(seed)
-    source = np.zeros((count, MAX_LENGTH + 1), "int32")
-    target_in = np.zeros((count, MAX_LENGTH + 1), "int32")
-    labels = np.zeros((count, MAX_LENGTH + 1), "int32")
-    for row in range(count):
-        length = int(rng.integers(MAX_LENGTH // 2, MAX_LENGTH + 1))
-        symbols = rng.integers(FIRST_SYMBOL, VOCABULARY_SIZE, size=length)
-        output = symbols[::-1] if reverse else symbols
-        source[row, :length], source[row, length] = symbols, EOS
-        target_in[row, 0], target_in[row, 1 : length + 1] = BOS, output
-        labels[row, :length], labels[row, length] = output, EOS
-    return {"source": source, "target": target_in}, labels
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: reversal_task
+from reversal_task import BOS, EOS, PAD, VOCABULARY_SIZE, reversal_pairs  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=["copy", "reverse"])
@@ -40,14 +28,14 @@ def trained(request):
     )
     model.compile(optimizer=paper_optimizer(64, warmup_steps=100, scale=0.3),
                   loss=LabelSmoothedCrossEntropy(label_smoothing=0.1))
-    x, y = task(4096, reverse, seed=0)
+    x, y = reversal_pairs(4096, seed=0, reverse=reverse)
     model.fit(x, y, batch_size=64, epochs=5, verbose=0)
     return request.param, model
 
 
 def test_alignments_follow_the_task(trained):
     name, model = trained
-    inputs, _ = task(256, name == "reverse", seed=1)
+    inputs, _ = reversal_pairs(256, seed=1, reverse=name == "reverse")
     source = inputs["source"]
     lengths = (source != PAD).sum(1) - 1  # symbols, EOS excluded
     output = keras.ops.convert_to_numpy(

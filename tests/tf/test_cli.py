@@ -160,19 +160,34 @@ def test_errors_name_the_key_or_file(tmp_path, capsys):
     assert "no-run" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["train", "evaluate", "translate", "export", "average-checkpoints", "attention"])
+def subcommands():
+    """Every subcommand the parser defines (read from it, so a new one is tested too)."""
+    import argparse
+
+    actions = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sorted(actions[0].choices)
+
+
+def test_the_subcommand_list_is_read_from_the_parser():
+    assert {"train", "evaluate", "translate", "score", "export", "average-checkpoints", "attention",
+            "plot"} <= set(subcommands())
+
+
+@pytest.mark.parametrize("command", subcommands())
 def test_every_subcommand_has_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main([command, "--help"])
     assert exit_info.value.code == 0
-    assert f"usage: keras-transformer {command}" in capsys.readouterr().out
+    output = capsys.readouterr().out
+    assert f"usage: keras-transformer {command}" in output
+    assert "--help" in output
 
 
 def test_console_script_runs():
     result = subprocess.run([sys.executable, "-m", "keras_transformer.cli", "--help"],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    for command in ("train", "evaluate", "translate", "export", "average-checkpoints", "attention"):
+    for command in subcommands():
         assert command in result.stdout
 
 

@@ -6,10 +6,19 @@ weights, it must:
   model (the conversion is right: layouts, norms, positions, tied softmax);
 - give the same greedy translations, on random and trained models;
 - give the same beam-4 translations without a length penalty on at least 99%
-  of a trained model's held-out sentences, each difference explained;
+  of a trained model's held-out sentences (120; all of them on the machines
+  this was written on), each difference explained from forced-decoding
+  scores under both rules (`explain`);
 - with alpha = 0.6, where the length penalties differ (the engine divides
-  by length ** alpha without EOS, ours is GNMT's with EOS), lose to ours on
-  average under our own scoring.
+  log P by length ** alpha, ours by GNMT's ((5 + length) / 6) ** alpha, EOS
+  counted in both), never beat ours under our own scoring, sentence by
+  sentence.
+
+Two rules of the engine are checked on its own scores rather than assumed:
+its beam search normalises log-probabilities over the tokens it has not
+suppressed (all but pad and BOS), ours over the whole vocabulary; and its
+length penalty is length ** alpha with EOS counted (the issue's "no EOS" was
+wrong: its scores match only with EOS counted).
 """
 
 import json
@@ -37,24 +46,72 @@ MAX_EXTRA = 8
 EASY_CATEGORIES = ("noun_phrases", "modal_verbs", "perfect_tense", "times")
 
 
+PAD, BOS = 0, 2
+TIE = 1e-4  # float32 search against float64 rescoring
+
+
+def forced_log_probs(model, sources, targets, engine_rule=False):
+    """log P of each target token (then EOS) of each pair, from full forward
+    passes (one padded batch per 64 pairs): no cache, no search. Normalised
+    over the whole vocabulary, as our search does; with `engine_rule`, over
+    the vocabulary without pad and BOS, as the engine's beam search does (it
+    masks the tokens it suppresses, `ctranslate2_options`' pad and BOS,
+    before its log-softmax)."""
+    results = []
+    for start in range(0, len(sources), 64):
+        chunk = list(zip(sources[start : start + 64], targets[start : start + 64]))
+        source_ids = np.zeros((len(chunk), max(len(s) for s, _ in chunk) + 1), "int32")
+        target_ids = np.zeros((len(chunk), max(len(t) for _, t in chunk) + 1), "int32")
+        for row, (source, target) in enumerate(chunk):
+            source_ids[row, : len(source) + 1] = source + [EOS]
+            target_ids[row, : len(target) + 1] = [BOS] + target
+        logits = keras.ops.convert_to_numpy(
+            model({"source": source_ids, "target": target_ids}, training=False)).astype("float64")
+        if engine_rule:
+            logits[..., [PAD, BOS]] = -np.inf
+        top = logits.max(-1, keepdims=True)
+        log_probs = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+        for row, (_, target) in enumerate(chunk):
+            results.append([log_probs[row, i, t] for i, t in enumerate(target + [EOS])])
+    return results
+
+
 def full_forward_log_probs(model, source, target):
-    """log P of each target token (then EOS) from one full forward pass: no cache, no search."""
-    inputs = {"source": np.array([source + [EOS]], "int32"),
-              "target": np.array([[2] + target], "int32")}
-    logits = keras.ops.convert_to_numpy(model(inputs, training=False))[0].astype("float64")
-    log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
-        - logits.max(-1, keepdims=True)
-    return [log_probs[i, t] for i, t in enumerate(target + [EOS])]
+    return forced_log_probs(model, [source], [target])[0]
 
 
-def our_score(model, source, target, alpha, limit):
-    """Our search's final score of `target`: log P with EOS, or without it at the limit."""
-    log_probs = full_forward_log_probs(model, source, target)
-    if len(target) >= limit:  # ended by the limit, no EOS
-        log_probs, length = log_probs[: len(target)], len(target)
-    else:
-        length = len(target) + 1
-    return sum(log_probs) / float(keras.ops.convert_to_numpy(length_penalty(length, alpha)))
+def rescored(model, sources, targets, alpha, engine_rule=False):
+    """Each target's final score: ours (whole-vocabulary log P over GNMT's
+    ((5 + length) / 6) ** alpha), or with `engine_rule` the engine's (log P
+    without pad and BOS over length ** alpha). Both count EOS in the length;
+    a hypothesis that reached its limit has no EOS."""
+    scores = []
+    for source, target, log_probs in zip(sources, targets, forced_log_probs(model, sources, targets, engine_rule)):
+        limit = len(source) + 1 + MAX_EXTRA
+        length = len(target) if len(target) >= limit else len(target) + 1
+        log_p = sum(log_probs[:length])
+        if engine_rule:
+            scores.append(log_p / max(length, 1) ** alpha)
+        else:
+            scores.append(log_p / float(keras.ops.convert_to_numpy(length_penalty(length, alpha))))
+    return scores
+
+
+def explain(ours_mine, ours_theirs, engine_mine, engine_theirs):
+    """Why our translation and the engine's differ, from forced-decoding
+    scores of both under our rule and the engine's: "rules part" (each is
+    the better one under its own search's rule), "engine pruned" (ours is
+    better under both rules, so the engine's search lost it: its finished
+    hypotheses compete with live ones for `beam_size` slots, and with a
+    length penalty it stops once `beam_size` hypotheses have finished;
+    `BeamSearch::search` in its src/decoding.cc), or "ours lost" (the
+    engine's is better under our own rule: a search error of ours, never
+    explained)."""
+    if ours_mine < ours_theirs - TIE:
+        return "ours lost"
+    if engine_theirs >= engine_mine - TIE:
+        return "rules part"
+    return "engine pruned"
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +153,13 @@ def engine(translator, pieces, tokenizer, source, beam_size, alpha):
     return engine_all(translator, pieces, tokenizer, [source], beam_size, alpha)[0]
 
 
-def engine_all(translator, pieces, tokenizer, sources, beam_size, alpha):
-    """The engine's tokens for each source; sources of one length share a call (and a length limit)."""
+def engine_all(translator, pieces, tokenizer, sources, beam_size, alpha, scores=None):
+    """The engine's tokens for each source; sources of one length share a
+    call (and a length limit). `scores`, a list, receives the engine's own
+    score of each output."""
     outputs = [None] * len(sources)
+    if scores is not None:
+        scores[:] = [None] * len(sources)
     by_length = {}
     for index, source in enumerate(sources):
         by_length.setdefault(len(source), []).append(index)
@@ -109,6 +170,8 @@ def engine_all(translator, pieces, tokenizer, sources, beam_size, alpha):
         )
         for index, result in zip(indices, results):
             outputs[index] = [tokenizer.piece_to_id(p) for p in result.hypotheses[0]]
+            if scores is not None:
+                scores[index] = result.scores[0]
     return outputs
 
 
@@ -197,57 +260,71 @@ def test_trained_model_greedy_and_beam_without_penalty_agree(trained, float32_ex
     translator_ours = Translator(model, tokenizer)
     sources = translator_ours.token_ids([en for en, _ in test])
     assert engine_all(translator, pieces, tokenizer, sources, 1, 0.0) == ours_all(model, sources, 1, 0.0)
-    differences = []
-    beam_theirs = engine_all(translator, pieces, tokenizer, sources, 4, 0.0)
-    for source, theirs, mine in zip(sources, beam_theirs, ours_all(model, sources, 4, 0.0)):
-        if theirs != mine:
-            limit = len(source) + 1 + MAX_EXTRA
-            differences.append((our_score(model, source, mine, 0.0, limit),
-                                our_score(model, source, theirs, 0.0, limit)))
-    # This model trained for a minute; the quickstart model (5 minutes) gives
-    # 500 identical of 500 (benchmarks/README.md, "CTranslate2 agreement").
-    assert len(differences) <= 0.04 * len(sources), differences
-    # Each difference is explained: a tie, or ours is more probable. The
-    # engine registers a finished hypothesis only when its EOS ranks among
-    # the best `beam_size` extensions of the step (`BeamSearch::search` in
-    # its src/decoding.cc); the standard search keeps those among the best
-    # 2 * beam_size, so it can return a short, more probable hypothesis the
-    # engine never saw.
-    for mine, theirs in differences:
-        assert mine >= theirs - 1e-4, (mine, theirs)
+    engine_scores = []
+    beam_theirs = engine_all(translator, pieces, tokenizer, sources, 4, 0.0, engine_scores)
+    beam_mine = ours_all(model, sources, 4, 0.0)
+    ours_rule = [rescored(model, sources, outputs, 0.0) for outputs in (beam_mine, beam_theirs)]
+    engine_rule = [rescored(model, sources, outputs, 0.0, engine_rule=True)
+                   for outputs in (beam_mine, beam_theirs)]
+    # The engine's rule, checked on its own scores: log P normalised without
+    # the suppressed pad and BOS (ours normalises over the whole vocabulary).
+    np.testing.assert_allclose(engine_scores, engine_rule[1], atol=1e-3)
+    assert np.abs(np.subtract(engine_scores, ours_rule[1])).max() > 1e-3  # not over the whole vocabulary
+    differences = [
+        (explain(ours_rule[0][i], ours_rule[1][i], engine_rule[0][i], engine_rule[1][i]),
+         beam_mine[i], beam_theirs[i])
+        for i in range(len(sources)) if beam_mine[i] != beam_theirs[i]
+    ]
+    # Every difference is explained: the two normalisations rank the two
+    # outputs apart, or the engine's search lost ours; never ours losing
+    # under our own rule. Where this was written all 120 agreed.
+    assert all(reason != "ours lost" for reason, _, _ in differences), differences
+    assert len(differences) <= 0.01 * len(sources), differences
 
 
 def test_with_length_penalty_ours_scores_at_least_as_well_under_our_rule(trained, float32_export):
+    """alpha 0.6: the engine's penalty is log P / length ** alpha (EOS
+    counted, checked on its own scores), ours GNMT's. Rescored under our
+    rule, every output of ours is at least as good as the engine's (a
+    sentence where the engine's wins would be a search error of ours), and
+    the differences are counted by cause."""
     _, model, tokenizer, test = trained
     translator = ctranslate2.Translator(str(float32_export))
     pieces = tokenizer.vocabulary()
     sources = Translator(model, tokenizer).token_ids([en for en, _ in test])
-    mine_scores, their_scores, parted = [], [], 0
+    engine_scores = []
     all_mine = ours_all(model, sources, 4, 0.6)
-    all_theirs = engine_all(translator, pieces, tokenizer, sources, 4, 0.6)
-    for source, mine, theirs in zip(sources, all_mine, all_theirs):
-        limit = len(source) + 1 + MAX_EXTRA
-        mine_scores.append(our_score(model, source, mine, 0.6, limit))
-        their_scores.append(our_score(model, source, theirs, 0.6, limit))
-        parted += mine != theirs
-        # Under our rule, ours is never beaten by more than rounding: our
-        # search returns the best finished hypothesis it has seen.
-        assert mine_scores[-1] >= their_scores[-1] - 1e-4 or mine != theirs
-    assert np.mean(mine_scores) >= np.mean(their_scores) - 1e-6
-    print(f"alpha 0.6: {parted} of {len(sources)} translations differ; mean score ours "
-          f"{np.mean(mine_scores):.4f}, engine's {np.mean(their_scores):.4f} (our rule)")
+    all_theirs = engine_all(translator, pieces, tokenizer, sources, 4, 0.6, engine_scores)
+    mine_scores, their_scores = (rescored(model, sources, outputs, 0.6) for outputs in (all_mine, all_theirs))
+    engine_mine, engine_theirs = (rescored(model, sources, outputs, 0.6, engine_rule=True)
+                                  for outputs in (all_mine, all_theirs))
+    np.testing.assert_allclose(engine_scores, engine_theirs, atol=1e-3)  # the engine's rule, on its own scores
+    reasons = {}
+    for i in range(len(sources)):
+        if all_mine[i] != all_theirs[i]:
+            reason = explain(mine_scores[i], their_scores[i], engine_mine[i], engine_theirs[i])
+            reasons[reason] = reasons.get(reason, 0) + 1
+            if mine_scores[i] > their_scores[i] + TIE:  # the check has power: swapped, it fails
+                assert explain(their_scores[i], mine_scores[i], engine_theirs[i], engine_mine[i]) == "ours lost"
+    wins = sum(m > t + TIE for m, t in zip(mine_scores, their_scores))
+    losses = sum(m < t - TIE for m, t in zip(mine_scores, their_scores))
+    print(f"alpha 0.6: {sum(reasons.values())} of {len(sources)} translations differ {reasons}; under our "
+          f"rule ours wins {wins}, loses {losses}; mean ours {np.mean(mine_scores):.4f}, "
+          f"engine's {np.mean(their_scores):.4f}")
+    assert losses == 0 and "ours lost" not in reasons, reasons
+    assert np.mean(mine_scores) >= np.mean(their_scores)
 
 
 def test_the_rules_part_on_length_alone():
     """Where the two penalties part, by hand: log P -2.0 over 3 tokens plus
-    EOS against -2.6 over 7 plus EOS, alpha 0.6. GNMT's penalty (EOS counted)
-    prefers the short one, the engine's (length ** alpha, EOS not counted)
-    the long one."""
+    EOS against -2.6 over 7 plus EOS, alpha 0.6. GNMT's penalty prefers the
+    short one, the engine's (length ** alpha, EOS counted in both) the long
+    one."""
     def gnmt(log_p, tokens):
         return log_p / ((5 + tokens + 1) / 6) ** 0.6
 
     def engine_rule(log_p, tokens):
-        return log_p / tokens ** 0.6
+        return log_p / (tokens + 1) ** 0.6
 
     short, long = (-2.0, 3), (-2.6, 7)
     assert gnmt(*short) > gnmt(*long)
@@ -268,8 +345,8 @@ def test_texts_translate_alike_in_process_and_through_the_engine(trained, float3
         engine_translator = CTranslate2Translator(float32_export)
         got = engine_translator.translate(texts, beam_size=beam_size, alpha=alpha)
         same = sum(a == b for a, b in zip(expected, got))
-        # Greedy: identical. Beam: the search differences explained above.
-        minimum = len(texts) if beam_size == 1 else 0.96 * len(texts)
+        # Greedy: identical. Beam: at most the differences explained above.
+        minimum = len(texts) if beam_size == 1 else 0.99 * len(texts)
         assert same >= minimum, [(a, b) for a, b in zip(expected, got) if a != b]
         assert got[-4:] == ["", "", "", ""] and expected[-4:] == ["", "", "", ""]
     float32_bleu = sacrebleu.corpus_bleu(got[: len(references)], [references]).score

@@ -81,6 +81,30 @@ def test_translator_rejects_bad_input(model, tokenizer):
         translate(model, tokenizer, ["a", b"b"])
     with pytest.raises(ValueError, match="batch_size"):
         Translator(model, tokenizer, batch_size=0)
+    # Sampling options fail when the translator is built, not at its first search.
+    for name, value in [("temperature", -0.5), ("temperature", 0.0), ("top_p", 0.0), ("top_p", 1.2),
+                        ("top_k", -1), ("seed", -1)]:
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            Translator(model, tokenizer, search="sampling", **{name: value})
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            translate(model, tokenizer, [], search="sampling", **{name: value})
+
+
+def test_the_translate_function_reaches_every_translate_option(model, tokenizer):
+    """`translate(...)` is `Translator(...).translate(...)` in one call: the
+    call's options (scores, n-best lists, prefixes, alignments) go through."""
+    translator = Translator(model, tokenizer, beam_size=3, max_extra_length=5)
+    texts = [t for t in TEXTS if t.strip()]
+    options = dict(beam_size=3, max_extra_length=5)
+    assert translate(model, tokenizer, texts, return_scores=True, **options) == translator.translate(
+        texts, return_scores=True)
+    assert translate(model, tokenizer, texts, n_best=2, **options) == translator.translate(texts, n_best=2)
+    prefixes = ["Die"] * len(texts)
+    assert translate(model, tokenizer, texts, prefixes=prefixes, **options) == translator.translate(
+        texts, prefixes=prefixes)
+    aligned = translate(model, tokenizer, texts, return_alignments=True, **options)
+    assert aligned == translator.translate(texts, return_alignments=True)
+    assert all(isinstance(h, kt.decoding.Hypothesis) and h.alignment for h in aligned)
 
 
 def graph_op_types(concrete_function):
