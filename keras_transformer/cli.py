@@ -1,7 +1,7 @@
 """The `keras-transformer` command line.
 
-    keras-transformer train --config run.yaml [--preset wmt14-base|wmt14-big|wmt14-en-fr-base|wmt14-en-fr-big]
-        [--set training.epochs=3]
+    keras-transformer train --config run.yaml [--preset NAME] [--set training.epochs=3]
+        (NAME: wmt14-base, wmt14-big, wmt14-en-fr-base, wmt14-en-fr-big, wsj-parsing)
     keras-transformer evaluate RUN_DIR [--corpus test.jsonl.gz]
     keras-transformer translate RUN_DIR [--input FILE | --text "..."] [--output FILE]
         [--n-best N] [--scores] [--alignments] [--format jsonl] [--prefix FILE]

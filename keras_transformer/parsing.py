@@ -341,6 +341,12 @@ def sentence_score(gold, test, index=0):
     return BracketScore(matched, sum(gold_brackets.values()), sum(test_brackets.values()), 1)
 
 
+def tree_record(tree, source_key="en", target_key="tree"):
+    """A JSON-lines record for training and scoring: the sentence (words joined by
+    spaces), its linear form (the target) and the tree itself under `ptb`."""
+    return {source_key: " ".join(tree.words()), target_key: " ".join(linearize(tree)), "ptb": str(tree)}
+
+
 def bracket_scores(gold_trees, test_trees):
     """Corpus-level labelled bracket precision, recall and F1 (counts summed over sentences, as EVALB)."""
     gold_trees, test_trees = list(gold_trees), list(test_trees)
