@@ -41,7 +41,6 @@ class _Grammar:
         self.nouns = [n for n in lexicon.NOUNS.values() if " " not in n.en]
         self.verbs = [v for v in lexicon.VERBS.values()
                       if " " not in v.en and v.objects and "person" in v.subjects]
-        self.people = [n for n in self.nouns if "person" in n.kinds]
 
     def noun_phrase(self, kinds=None, depth=0, allow_pp=True, subject=False):
         rng = self.rng
