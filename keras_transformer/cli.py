@@ -1,6 +1,7 @@
 """The `keras-transformer` command line.
 
-    keras-transformer train --config run.yaml [--preset wmt14-base] [--set training.epochs=3]
+    keras-transformer train --config run.yaml [--preset NAME] [--set training.epochs=3]
+        (NAME: wmt14-base, wmt14-big, wmt14-en-fr-base, wmt14-en-fr-big, wsj-parsing)
     keras-transformer evaluate RUN_DIR [--corpus test.jsonl.gz]
     keras-transformer translate RUN_DIR [--input FILE | --text "..."] [--output FILE]
         [--n-best N] [--scores] [--alignments] [--format jsonl] [--prefix FILE]
@@ -27,9 +28,12 @@ import sys
 
 
 def _config_arguments(parser):
+    from keras_transformer import config as config_lib
+
     parser.add_argument("--config", action="append", default=[], metavar="FILE",
                         help="YAML or JSON configuration file (repeatable; later files win)")
-    parser.add_argument("--preset", help="a named setup: wmt14-base or wmt14-big (the paper's)")
+    parser.add_argument("--preset", metavar="PRESET",
+                        help="a named setup, the paper's: " + ", ".join(sorted(config_lib.RUN_PRESETS)))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="assignments",
                         help="override one key, e.g. --set training.epochs=3 (repeatable)")
     parser.add_argument("--output-dir", help="same as --set output_dir=DIR")

@@ -23,6 +23,24 @@ def test_paper_presets_follow_the_paper():
     assert base["data"]["vocabulary_size"] == 37000
 
 
+def test_english_french_presets_follow_the_paper():
+    """Section 5: 32k shared word pieces; Table 3's notes: the En-Fr big model drops out 0.1, not 0.3."""
+    base = config_lib.resolve(preset="wmt14-en-fr-base")
+    big = config_lib.resolve(preset="wmt14-en-fr-big")
+    en_de_big = config_lib.resolve(preset="wmt14-big")
+    assert (base["model"]["preset"], big["model"]["preset"]) == ("base", "big")
+    assert big["model"]["dropout"] == 0.1 and en_de_big["model"]["dropout"] is None  # the preset's 0.3
+    assert base["model"]["dropout"] is None  # the base preset's 0.1
+    for config in (base, big):
+        assert config["data"]["vocabulary_size"] == 32000
+        assert (config["data"]["source_key"], config["data"]["target_key"]) == ("en", "fr")
+        assert config["training"]["tokens_per_batch"] == 25000 and config["training"]["warmup_steps"] == 4000
+        assert config["decoding"]["beam_size"] == 4 and config["decoding"]["alpha"] == 0.6
+    assert (base["training"]["average_last"], big["training"]["average_last"]) == (5, 20)
+    assert (base["training"]["max_steps"], big["training"]["max_steps"]) == (100000, 300000)
+    assert big["training"]["keep_checkpoints"] >= 20
+
+
 def test_files_then_assignments_override_in_order(tmp_path):
     yaml_file = tmp_path / "a.yaml"
     yaml_file.write_text("training:\n  epochs: 3\n  warmup_steps: 100\nmodel:\n  d_model: 64\n")

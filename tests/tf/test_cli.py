@@ -183,6 +183,21 @@ def test_every_subcommand_has_help(command, capsys):
     assert "--help" in output
 
 
+def test_train_accepts_every_run_preset(capsys):
+    """The help lists the presets from config.RUN_PRESETS, English-French included, and each resolves."""
+    from keras_transformer.config import RUN_PRESETS
+
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for name in RUN_PRESETS:
+        assert name in help_text
+    assert cli.main(["train", "--preset", "wmt14-en-fr-big", "--print-config"]) == 0
+    config = json.loads(capsys.readouterr().out)
+    assert config["model"] == dict(config["model"], preset="big", dropout=0.1)
+    assert config["data"]["target_key"] == "fr" and config["data"]["vocabulary_size"] == 32000
+
+
 def test_console_script_runs():
     result = subprocess.run([sys.executable, "-m", "keras_transformer.cli", "--help"],
                             capture_output=True, text=True, cwd=ROOT)

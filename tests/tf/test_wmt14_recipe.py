@@ -63,15 +63,25 @@ def test_prepare_local_files(fixture_dir):
 
 
 def test_prepare_names_bad_files(fixture_dir, tmp_path):
+    from keras_transformer.data import CorpusError
+
     prepare = load("prepare")
     broken = tmp_path / "broken.sgm"
     broken.write_text('<seg id="1">no closing tag\n', encoding="utf-8")
-    with pytest.raises(SystemExit, match=r"broken.sgm:1: malformed <seg>"):
+    with pytest.raises(CorpusError, match=r"broken.sgm:1: malformed <seg>"):
         prepare.read_sgm(broken)
     short = tmp_path / "short.sgm"
     write_sgm(short, ["only one"], "refset")
-    with pytest.raises(SystemExit, match="has 4 segments but .*short.sgm has 1"):
+    with pytest.raises(CorpusError, match="has 4 segments but .*short.sgm has 1"):
         prepare.local_pairs(fixture_dir / "test.en.sgm", short)
+    with pytest.raises(CorpusError, match="only one of them is a .sgm file"):
+        prepare.local_pairs(fixture_dir / "train.en", short)
+    # The command line prints the same message and exits with status 1.
+    files = ["--train", str(fixture_dir / "train.en"), str(fixture_dir / "train.de"),
+             "--valid", str(fixture_dir / "test.en.sgm"), str(short),
+             "--test", str(fixture_dir / "test.en.sgm"), str(fixture_dir / "test.de.sgm")]
+    with pytest.raises(SystemExit, match="has 4 segments but .*short.sgm has 1"):
+        prepare.main(["local", "--out", str(tmp_path / "out")] + files)
 
 
 def test_accumulation_reaches_the_papers_batch():

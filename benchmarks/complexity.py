@@ -1,0 +1,396 @@
+"""The paper's Table 1, measured: how the time of a self-attention, a recurrent
+and a convolutional layer grows with the sequence length n and the width d.
+
+Table 1 gives the complexity per layer (per sequence): self-attention
+O(n^2 * d), recurrent O(n * d^2), convolutional O(k * n * d^2). This script
+times one forward and backward pass (gradients for the inputs and the
+weights) of each layer on the TensorFlow backend, compiled with
+`tf.function`:
+
+- `self-attention`: our `keras_transformer.layers.MultiHeadAttention` used as
+  self-attention (query = key = value = x), with its Q/K/V/O projections
+  (4 n d^2 of the work) and `--heads` heads;
+- `attention core`: its `ScaledDotProductAttention` alone, softmax(QK^T)V on x
+  split into the same heads, no projections: the term Table 1 counts;
+- `LSTM`, `GRU`: `keras.layers.LSTM` / `GRU` with d units, whole sequences;
+- `Conv1D k=3`: `keras.layers.Conv1D` with d filters, kernel 3, "same" padding.
+
+Every (n, d) cell has the same number of tokens per batch (`--tokens`): the
+batch holds tokens / n sequences. Times are reported per sequence (batch
+time / batch size), the unit of Table 1. The layers take turns: each round
+visits every cell and times every layer in it, in an order rotated from round
+to round, so that load from other jobs hits them alike; a cell's time is the
+median over rounds of the best of `--repeats` calls.
+
+The exponents come from a least-squares fit of log(time per sequence) =
+a + p log n + q log d over all cells, and again over the upper half of the
+grid (n and d at or above their middle values), where fixed per-call costs
+weigh less. For each d the script also finds where self-attention becomes
+slower than the recurrent layer (log-linear interpolation between grid
+points) and reports that n against n = d, the paper's rule of thumb
+("self-attention layers are faster than recurrent layers when n < d").
+
+Outputs under `--out-dir` (default benchmarks/results/): complexity-DATE.md
+(the tables), complexity-DATE.png (log-log plots) and a JSON line appended to
+complexity.jsonl (machine, load, commit, command, settings, raw timings).
+
+Usage:
+    python benchmarks/complexity.py                # n 16..2048, d 64..1024 (long; a quiet machine)
+    python benchmarks/complexity.py --quick        # tiny sizes, seconds: checks that it works
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+# The paper's complexity per layer and sequence, as exponents of (n, d).
+PAPER_EXPONENTS = {
+    "self-attention": (2, 1),
+    "attention core": (2, 1),
+    "LSTM": (1, 2),
+    "GRU": (1, 2),
+    "Conv1D k=3": (1, 2),
+}
+LAYERS = tuple(PAPER_EXPONENTS)
+RECURRENT = ("LSTM", "GRU")
+
+FULL = dict(lengths=[16, 32, 64, 128, 256, 512, 1024, 2048], widths=[64, 128, 256, 512, 1024],
+            tokens=4096, heads=8, rounds=3, repeats=3)
+QUICK = dict(lengths=[8, 16, 32], widths=[16, 32], tokens=128, heads=2, rounds=2, repeats=1)
+
+
+def build_layer(name, d, heads):
+    """The Keras layer `name` of width d, mapping (batch, n, d) to (batch, n, d)."""
+    import keras
+    from keras import ops
+
+    from keras_transformer.layers import MultiHeadAttention, ScaledDotProductAttention
+
+    class SelfAttention(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.attention = MultiHeadAttention(d, heads)
+
+        def call(self, x):
+            return self.attention(x, x)
+
+    class AttentionCore(keras.layers.Layer):
+        """softmax(QK^T / sqrt(d_k))V with Q = K = V = x split into heads: no projections."""
+
+        def __init__(self):
+            super().__init__()
+            self.core = ScaledDotProductAttention()
+
+        def call(self, x):
+            batch, length = ops.shape(x)[0], ops.shape(x)[1]
+            split = ops.transpose(ops.reshape(x, (batch, length, heads, d // heads)), (0, 2, 1, 3))
+            return self.core(split, split, split)
+
+    layers = {
+        "self-attention": SelfAttention,
+        "attention core": AttentionCore,
+        "LSTM": lambda: keras.layers.LSTM(d, return_sequences=True),
+        "GRU": lambda: keras.layers.GRU(d, return_sequences=True),
+        "Conv1D k=3": lambda: keras.layers.Conv1D(d, 3, padding="same"),
+    }
+    if name not in layers:
+        raise ValueError(f"unknown layer {name!r}; choose from {LAYERS}")
+    return layers[name]()
+
+
+def make_step(name, n, d, batch, heads, seed=0):
+    """A compiled forward + backward pass (gradients for the input and the weights) of
+    layer `name` on a fixed (batch, n, d) input; returns a function that runs it once."""
+    import tensorflow as tf
+
+    layer = build_layer(name, d, heads)
+    x = tf.random.stateless_normal((batch, n, d), seed=(seed, n * 10007 + d))
+    layer(x)  # creates the weights outside the compiled step
+    weights = layer.trainable_variables
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(tf.cast(layer(x), tf.float32))
+        return tape.gradient(loss, [x] + list(weights))
+
+    def run():
+        gradients = step(x)
+        # Read a result back: a call may return before the device has finished.
+        float(tf.reduce_sum(gradients[0]).numpy())
+
+    run()  # traces and compiles
+    return run
+
+
+def time_call(run, repeats):
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure(layers, lengths, widths, tokens, heads, rounds, repeats, log=print):
+    """{layer: {(n, d): [seconds per batch, one per round]}}, the layers taking turns in each cell."""
+    cells = [(n, d) for d in widths for n in lengths]
+    steps = {}
+    for n, d in cells:
+        batch = max(1, tokens // n)
+        for name in layers:
+            steps[name, n, d] = make_step(name, n, d, batch, min(heads, d))
+    seconds = {name: {cell: [] for cell in cells} for name in layers}
+    for round_index in range(rounds):
+        for cell_index, (n, d) in enumerate(cells):
+            shift = (round_index + cell_index) % len(layers)
+            for name in layers[shift:] + layers[:shift]:
+                seconds[name][n, d].append(time_call(steps[name, n, d], repeats))
+        log(f"round {round_index + 1}/{rounds} done")
+    return seconds
+
+
+def per_sequence(seconds, tokens):
+    """{layer: {(n, d): median seconds per sequence}}."""
+    return {name: {(n, d): float(np.median(values)) / max(1, tokens // n) for (n, d), values in cells.items()}
+            for name, cells in seconds.items()}
+
+
+def fit_exponents(times, min_n=None, min_d=None):
+    """(p, q, points): least squares of log t = a + p log n + q log d over the cells with
+    n >= min_n and d >= min_d; None for p or q when the cells do not vary in n or d."""
+    cells = [(n, d, t) for (n, d), t in times.items()
+             if (min_n is None or n >= min_n) and (min_d is None or d >= min_d) and t > 0]
+    if len(cells) < 2:
+        return None, None, len(cells)
+    logs = np.log(np.array([(n, d, t) for n, d, t in cells], dtype=float))
+    columns = [np.ones(len(cells))]
+    varying = [len(set(logs[:, i])) > 1 for i in (0, 1)]
+    columns += [logs[:, i] for i in (0, 1) if varying[i]]
+    solution, *_ = np.linalg.lstsq(np.stack(columns, axis=1), logs[:, 2], rcond=None)
+    coefficients = iter(solution[1:])
+    p = float(next(coefficients)) if varying[0] else None
+    q = float(next(coefficients)) if varying[1] else None
+    return p, q, len(cells)
+
+
+def crossover(attention, recurrent, lengths, d):
+    """The n at width d where self-attention becomes slower than the recurrent layer,
+    interpolated on log n; ("below", first n) if it is slower already at the shortest n,
+    ("above", last n) if it is still faster at the longest."""
+    ratios = [math.log(attention[n, d] / recurrent[n, d]) for n in lengths]
+    if ratios[0] >= 0:
+        return "below", lengths[0]
+    for (n0, r0), (n1, r1) in zip(zip(lengths, ratios), zip(lengths[1:], ratios[1:])):
+        if r0 < 0 <= r1:
+            fraction = -r0 / (r1 - r0)
+            return "at", math.exp(math.log(n0) + fraction * (math.log(n1) - math.log(n0)))
+    return "above", lengths[-1]
+
+
+def middle(values):
+    """The grid value nearest the geometric middle."""
+    centre = math.exp(np.mean(np.log(values)))
+    return min(values, key=lambda v: abs(math.log(v / centre)))
+
+
+def commit():
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("-dirty" if changed else "")
+
+
+def machine():
+    import tensorflow as tf
+
+    gpus = [device.name for device in tf.config.list_physical_devices("GPU")]
+    return {"node": platform.node(), "cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "platform": platform.platform(), "gpus": gpus, "tensorflow": tf.__version__}
+
+
+def report(times, settings, info, load):
+    """The markdown report: times, fitted exponents against the paper's, crossovers."""
+    lengths, widths, layers = settings["lengths"], settings["widths"], settings["layers"]
+    upper_n, upper_d = middle(lengths), middle(widths)
+    lines = [f"# Table 1, measured ({settings['date']})", "",
+             f"Machine: {info['cpu']}, {info['cpus']} CPUs, GPUs {info['gpus'] or 'none'}, {info['platform']}, "
+             f"TensorFlow {info['tensorflow']}; load average {load['before'][0]:.2f} before, "
+             f"{load['after'][0]:.2f} after; commit {settings['commit']}.", "",
+             f"Command: `{settings['command']}`", "",
+             f"Forward + backward pass, {settings['tokens']} tokens per batch (batch = tokens / n), "
+             f"{settings['heads']} heads, median over {settings['rounds']} rounds of the best of "
+             f"{settings['repeats']} calls; milliseconds per sequence.", ""]
+    for d in widths:
+        lines += [f"## d = {d}", "", "| n | " + " | ".join(layers) + " |",
+                  "|---:|" + "---:|" * len(layers)]
+        for n in lengths:
+            lines.append(f"| {n} | " + " | ".join(f"{times[name][n, d] * 1e3:.4g}" for name in layers) + " |")
+        lines.append("")
+    lines += ["## Fitted exponents", "",
+              "time per sequence ~ n^p d^q, least squares on logs; the paper's per-layer complexity in brackets.",
+              "", f"| layer | paper (p, q) | p, all cells | q, all cells | p, n >= {upper_n}, d >= {upper_d} "
+              f"| q, n >= {upper_n}, d >= {upper_d} |", "|---|---|---:|---:|---:|---:|"]
+    fits = {}
+    for name in layers:
+        p, q, _ = fit_exponents(times[name])
+        p_upper, q_upper, _ = fit_exponents(times[name], upper_n, upper_d)
+        fits[name] = {"all": [p, q], "upper": [p_upper, q_upper]}
+        paper = PAPER_EXPONENTS[name]
+
+        def show(value):
+            return "-" if value is None else f"{value:.2f}"
+
+        lines.append(f"| {name} | ({paper[0]}, {paper[1]}) | {show(p)} | {show(q)} | {show(p_upper)} | "
+                     f"{show(q_upper)} |")
+    lines.append("")
+    crossings = {}
+    for recurrent in [name for name in RECURRENT if name in layers]:
+        if "self-attention" not in layers:
+            break
+        lines += [f"## Self-attention against {recurrent}", "",
+                  "| d | self-attention slower from n | that n / d |", "|---:|---:|---:|"]
+        for d in widths:
+            where, n = crossover(times["self-attention"], times[recurrent], lengths, d)
+            crossings.setdefault(recurrent, {})[d] = [where, n]
+            if where == "at":
+                lines.append(f"| {d} | {n:.0f} | {n / d:.2f} |")
+            elif where == "below":
+                lines.append(f"| {d} | slower already at n = {n} | <= {n / d:.2f} |")
+            else:
+                lines.append(f"| {d} | faster up to n = {n} | > {n / d:.2f} |")
+        lines += ["", "The paper's rule of thumb puts the crossover at n / d = 1 (operation counts, "
+                  "not time on a given machine).", ""]
+    return "\n".join(lines), fits, crossings
+
+
+def plot(times, settings, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lengths, widths, layers = settings["lengths"], settings["widths"], settings["layers"]
+    n_ref, d_ref = middle(lengths), middle(widths)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for name in layers:
+        left.plot(lengths, [times[name][n, d_ref] * 1e3 for n in lengths], marker="o", label=name)
+        right.plot(widths, [times[name][n_ref, d] * 1e3 for d in widths], marker="o", label=name)
+    left.axvline(d_ref, color="grey", linestyle=":", label=f"n = d = {d_ref}")
+    right.axvline(n_ref, color="grey", linestyle=":", label=f"d = n = {n_ref}")
+    for axes, xlabel, title in ((left, "sequence length n", f"d = {d_ref}"),
+                                (right, "width d", f"n = {n_ref}")):
+        axes.set_xscale("log", base=2)
+        axes.set_yscale("log")
+        axes.set_xlabel(xlabel)
+        axes.set_ylabel("ms per sequence (forward + backward)")
+        axes.set_title(title)
+        axes.grid(True, which="both", alpha=0.3)
+    left.legend(fontsize=8)
+    figure.suptitle(f"Table 1, measured: {settings['tokens']} tokens per batch")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def parse_sizes(text):
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return sorted(set(values))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and one repeat: checks that it runs")
+    parser.add_argument("--lengths", type=parse_sizes, help="sequence lengths n (default 16,32,...,2048)")
+    parser.add_argument("--widths", type=parse_sizes, help="widths d (default 64,128,...,1024)")
+    parser.add_argument("--tokens", type=int, help="tokens per batch in every cell (default 4096)")
+    parser.add_argument("--heads", type=int, help="attention heads (default 8, at most d)")
+    parser.add_argument("--rounds", type=int, help="rounds over all cells (default 3)")
+    parser.add_argument("--repeats", type=int, help="calls per layer and cell in a round; the best counts")
+    parser.add_argument("--layers", default=",".join(LAYERS), help=f"comma-separated, from: {', '.join(LAYERS)}")
+    parser.add_argument("--out-dir", default=str(HERE / "results"), help="where the report files go")
+    args = parser.parse_args(argv)
+
+    import keras
+    import tensorflow as tf
+
+    tf.get_logger().setLevel("ERROR")  # one compiled step per layer and cell is the plan, not retracing
+    if keras.backend.backend() != "tensorflow":
+        raise SystemExit(f"benchmarks/complexity.py times TensorFlow graphs; KERAS_BACKEND is "
+                         f"{keras.backend.backend()!r}, set it to tensorflow.")
+    settings = dict(QUICK if args.quick else FULL)
+    for key in ("lengths", "widths", "tokens", "heads", "rounds", "repeats"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
+    layers = tuple(name.strip() for name in args.layers.split(",") if name.strip())
+    unknown = [name for name in layers if name not in LAYERS]
+    if unknown:
+        parser.error(f"--layers: unknown {unknown}; choose from {list(LAYERS)}")
+    bad_widths = [d for d in settings["widths"] if d % min(settings["heads"], d)]
+    if bad_widths:
+        parser.error(f"--widths {bad_widths} are not multiples of --heads {settings['heads']}")
+    if settings["tokens"] < max(settings["lengths"]):
+        parser.error(f"--tokens {settings['tokens']} is less than the longest n {max(settings['lengths'])}")
+    settings.update(layers=list(layers), date=time.strftime("%Y-%m-%d %H:%M:%S"), commit=commit(),
+                    command=shlex.join(["python", "benchmarks/complexity.py",
+                                        *(sys.argv[1:] if argv is None else argv)]))
+
+    load = {"before": list(os.getloadavg())}
+    started = time.perf_counter()
+    seconds = measure(layers, settings["lengths"], settings["widths"], settings["tokens"], settings["heads"],
+                      settings["rounds"], settings["repeats"])
+    load["after"] = list(os.getloadavg())
+    times = per_sequence(seconds, settings["tokens"])
+    info = machine()
+    text, fits, crossings = report(times, settings, info, load)
+    print(text)
+
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = settings["date"].replace(" ", "-").replace(":", "")
+    (out / f"complexity-{stamp}.md").write_text(text + "\n", encoding="utf-8")
+    plot(times, settings, out / f"complexity-{stamp}.png")
+    record = {"benchmark": "complexity", "time": settings["date"], "commit": settings["commit"],
+              "command": settings["command"], "machine": info, "load_average": load,
+              "wall_seconds": round(time.perf_counter() - started, 1),
+              "settings": {k: settings[k] for k in ("lengths", "widths", "tokens", "heads", "rounds", "repeats",
+                                                     "layers")},
+              "exponents": fits, "crossovers": {name: {str(d): v for d, v in by_d.items()}
+                                                 for name, by_d in crossings.items()},
+              "seconds_per_batch": {name: {f"n={n},d={d}": values for (n, d), values in cells.items()}
+                                    for name, cells in seconds.items()}}
+    with open(out / "complexity.jsonl", "a", encoding="utf-8") as stream:
+        stream.write(json.dumps(record) + "\n")
+    print(f"\nwrote {out / f'complexity-{stamp}.md'}, {out / f'complexity-{stamp}.png'}, "
+          f"{out / 'complexity.jsonl'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""benchmarks/complexity.py (the paper's Table 1, measured): the exponent fit and the
+crossover against known power laws, and a run at tiny sizes that writes its three files."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def complexity():
+    spec = importlib.util.spec_from_file_location("benchmark_complexity", ROOT / "benchmarks" / "complexity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+LENGTHS = [16, 32, 64, 128, 256, 512]
+WIDTHS = [64, 128, 256]
+
+
+def test_fit_recovers_the_exponents_of_known_power_laws(complexity):
+    attention = {(n, d): 3e-9 * n**2 * d for n in LENGTHS for d in WIDTHS}
+    recurrent = {(n, d): 5e-8 * n * d**2 for n in LENGTHS for d in WIDTHS}
+    p, q, points = complexity.fit_exponents(attention)
+    assert points == 18 and p == pytest.approx(2) and q == pytest.approx(1)
+    p, q, points = complexity.fit_exponents(recurrent, min_n=64, min_d=128)
+    assert points == 8 and p == pytest.approx(1) and q == pytest.approx(2)
+    # One width only: no exponent in d, and the one in n still comes out.
+    p, q, _ = complexity.fit_exponents({(n, 64): n**1.5 for n in LENGTHS})
+    assert p == pytest.approx(1.5) and q is None
+
+
+def test_crossover_is_at_n_equals_d_for_the_papers_operation_counts(complexity):
+    """n^2 d against n d^2 (same constant): equal exactly where n = d."""
+    attention = {(n, d): n**2 * d for n in LENGTHS for d in WIDTHS}
+    recurrent = {(n, d): n * d**2 for n in LENGTHS for d in WIDTHS}
+    assert complexity.crossover(attention, recurrent, LENGTHS, 128) == ("at", pytest.approx(128))
+    # Four times the constant on attention: it gets slower at n = d / 4 (interpolated between grid points).
+    slower = {cell: 4 * t for cell, t in attention.items()}
+    assert complexity.crossover(slower, recurrent, LENGTHS, 256) == ("at", pytest.approx(64))
+    assert complexity.crossover(slower, recurrent, LENGTHS, 64)[0] == "below"
+    faster = {cell: t / 100 for cell, t in attention.items()}
+    assert complexity.crossover(faster, recurrent, LENGTHS, 64) == ("above", 512)
+
+
+def test_quick_run_writes_the_table_the_plot_and_the_record(complexity, tmp_path, capsys):
+    layers = "self-attention,LSTM,Conv1D k=3"
+    assert complexity.main(["--quick", "--lengths", "8,16", "--widths", "8,16", "--tokens", "32",
+                            "--layers", layers, "--out-dir", str(tmp_path)]) == 0
+    (table,) = tmp_path.glob("complexity-*.md")
+    (png,) = tmp_path.glob("complexity-*.png")
+    text = table.read_text()
+    assert "## Fitted exponents" in text and "| LSTM | (1, 2) |" in text and "load average" in text
+    assert "## Self-attention against LSTM" in text and "GRU" not in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (line,) = (tmp_path / "complexity.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert record["settings"]["layers"] == layers.split(",") and record["command"].endswith(str(tmp_path))
+    assert set(record["seconds_per_batch"]["LSTM"]) == {"n=8,d=8", "n=16,d=8", "n=8,d=16", "n=16,d=16"}
+    assert all(len(v) == 2 and min(v) > 0 for v in record["seconds_per_batch"]["LSTM"].values())  # 2 rounds
+    assert set(record["load_average"]) == {"before", "after"} and record["machine"]["cpus"] >= 1
+
+
+def test_bad_settings_are_refused_with_the_flag(complexity, tmp_path):
+    with pytest.raises(SystemExit):
+        complexity.main(["--quick", "--layers", "Transformer-XL", "--out-dir", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        complexity.main(["--quick", "--tokens", "8", "--out-dir", str(tmp_path)])
+    assert not list(tmp_path.iterdir())
