@@ -40,12 +40,8 @@ Usage:
 """
 
 import argparse
-import json
 import math
 import os
-import platform
-import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,6 +54,7 @@ import numpy as np  # noqa: E402
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+from benchmarks import _records  # noqa: E402
 
 # The paper's complexity per layer and sequence, as exponents of (n, d).
 PAPER_EXPONENTS = {
@@ -211,25 +208,6 @@ def middle(values):
     return min(values, key=lambda v: abs(math.log(v / centre)))
 
 
-def commit():
-    try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        changed = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                                 capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("-dirty" if changed else "")
-
-
-def machine():
-    import tensorflow as tf
-
-    gpus = [device.name for device in tf.config.list_physical_devices("GPU")]
-    return {"node": platform.node(), "cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "platform": platform.platform(), "gpus": gpus, "tensorflow": tf.__version__}
-
-
 def report(times, settings, info, load):
     """The markdown report: times, fitted exponents against the paper's, crossovers."""
     lengths, widths, layers = settings["lengths"], settings["widths"], settings["layers"]
@@ -357,36 +335,32 @@ def main(argv=None):
         parser.error(f"--widths {bad_widths} are not multiples of --heads {settings['heads']}")
     if settings["tokens"] < max(settings["lengths"]):
         parser.error(f"--tokens {settings['tokens']} is less than the longest n {max(settings['lengths'])}")
-    settings.update(layers=list(layers), date=time.strftime("%Y-%m-%d %H:%M:%S"), commit=commit(),
-                    command=shlex.join(["python", "benchmarks/complexity.py",
-                                        *(sys.argv[1:] if argv is None else argv)]))
+    record = _records.start("complexity", argv=argv, packages=("tensorflow", "keras"))
+    settings.update(layers=list(layers), date=record["time"], commit=record["commit"], command=record["command"])
 
-    load = {"before": list(os.getloadavg())}
     started = time.perf_counter()
     seconds = measure(layers, settings["lengths"], settings["widths"], settings["tokens"], settings["heads"],
                       settings["rounds"], settings["repeats"])
-    load["after"] = list(os.getloadavg())
+    load = _records.finish(record)["load_average"]
     times = per_sequence(seconds, settings["tokens"])
-    info = machine()
+    info = dict(record["machine"], tensorflow=record["versions"].get("tensorflow"))
     text, fits, crossings = report(times, settings, info, load)
     print(text)
 
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stamp = settings["date"].replace(" ", "-").replace(":", "")
+    stamp = settings["date"].replace(" UTC", "").replace(" ", "-").replace(":", "")
     (out / f"complexity-{stamp}.md").write_text(text + "\n", encoding="utf-8")
     plot(times, settings, out / f"complexity-{stamp}.png")
-    record = {"benchmark": "complexity", "time": settings["date"], "commit": settings["commit"],
-              "command": settings["command"], "machine": info, "load_average": load,
-              "wall_seconds": round(time.perf_counter() - started, 1),
-              "settings": {k: settings[k] for k in ("lengths", "widths", "tokens", "heads", "rounds", "repeats",
-                                                     "layers")},
-              "exponents": fits, "crossovers": {name: {str(d): v for d, v in by_d.items()}
-                                                 for name, by_d in crossings.items()},
-              "seconds_per_batch": {name: {f"n={n},d={d}": values for (n, d), values in cells.items()}
-                                    for name, cells in seconds.items()}}
-    with open(out / "complexity.jsonl", "a", encoding="utf-8") as stream:
-        stream.write(json.dumps(record) + "\n")
+    record.update(
+        wall_seconds=round(time.perf_counter() - started, 1),
+        settings={k: settings[k] for k in ("lengths", "widths", "tokens", "heads", "rounds", "repeats", "layers")},
+        exponents=fits,
+        crossovers={name: {str(d): v for d, v in by_d.items()} for name, by_d in crossings.items()},
+        seconds_per_batch={name: {f"n={n},d={d}": values for (n, d), values in cells.items()}
+                           for name, cells in seconds.items()},
+    )
+    _records.append(out / "complexity.jsonl", record)
     print(f"\nwrote {out / f'complexity-{stamp}.md'}, {out / f'complexity-{stamp}.png'}, "
           f"{out / 'complexity.jsonl'}")
     return 0
