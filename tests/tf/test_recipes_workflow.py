@@ -201,6 +201,32 @@ def test_back_translation_argument_errors(back_translation, bt_corpora, tmp_path
     assert message in capsys.readouterr().err
 
 
+def test_back_translation_monolingual_file_and_too_little_data(back_translation, bt_corpora, tmp_path, capsys):
+    """--monolingual FILE: its sentences, less the empty ones and those equal to a test or
+    validation reference (which would leak it); a split left empty is an error naming the options."""
+    corpus = str(bt_corpora / "first.jsonl.gz")
+    test_german = [row["de"] for row in lines(corpus)]
+    output = tmp_path / "run"
+    common = ["--output-dir", str(output), "--test-size", "20", "--valid-size", "10", "--set", "training.max_steps=1"]
+    assert back_translation.main([corpus, "--monolingual-size", "150", *common]) == 2
+    assert "the training split is empty (160 pairs in all); lower --test-size, --valid-size or --monolingual-size" \
+        in capsys.readouterr().err
+    # Data stage only: a reverse run that is not one stops the recipe right after it.
+    news = tmp_path / "news.de.txt"
+    news.write_text("Der Hund schläft.\n\n  Die Katze isst.  \n" + "\n".join(test_german) + "\n", encoding="utf-8")
+    args = back_translation.parse_arguments([corpus, "--monolingual", str(news), *common])
+    from keras_transformer import config as config_lib
+
+    config = config_lib.resolve([back_translation.PARALLEL_TEXT / "config.yaml"])
+    sizes = back_translation.prepare_data(args, config, back_translation.parallel_text_recipe(), output / "data")
+    assert sizes == {"train": 130, "valid": 10, "test": 20, "monolingual": 2 + 130}
+    monolingual = [row["de"] for row in lines(output / "data" / "monolingual.jsonl.gz")]
+    assert monolingual[:2] == ["Der Hund schläft.", "Die Katze isst."]
+    held_out = {row["de"] for name in ("test", "valid") for row in lines(output / "data" / f"{name}.jsonl.gz")}
+    assert not held_out & set(monolingual)
+    assert "30 equal to a test or validation reference dropped" in capsys.readouterr().out
+
+
 def test_back_translation_missing_corpus(back_translation, tmp_path, capsys):
     with pytest.raises(SystemExit):
         back_translation.main([str(tmp_path / "nowhere.jsonl.gz")])
