@@ -84,20 +84,23 @@ def file_digest(path):
     return digest.hexdigest()
 
 
-def train_stage(label, config, callbacks=()):
+def train_stage(label, config, inputs=None, callbacks=()):
     """`runs.train(config)` into config["output_dir"], unless its record
-    (RUN/stage.json) says it finished with this configuration; returns the
-    run directory. An unfinished run resumes from its checkpoints."""
+    (RUN/stage.json) says it finished with this configuration and these
+    `inputs` (digests of the files an earlier stage made: a redone earlier
+    stage must not leave a model trained on its old output looking finished);
+    returns the run directory. An unfinished run resumes from its checkpoints."""
     from keras_transformer import runs
 
     run_dir = Path(config["output_dir"])
     record_path = run_dir / "stage.json"
-    if finished(record_path, config) is not None:
+    settings = {"config": config, "inputs": inputs or {}}
+    if finished(record_path, settings) is not None:
         print(f"{label}: finished before, skipping ({record_path})", flush=True)
         return run_dir
     start = time.time()
     runs.train(config, callbacks=callbacks)
-    mark_finished(record_path, config, seconds=round(time.time() - start, 1))
+    mark_finished(record_path, settings, seconds=round(time.time() - start, 1))
     print(f"{label}: trained in {time.time() - start:.0f}s -> {run_dir}", flush=True)
     return run_dir
 
@@ -115,7 +118,7 @@ def score_stage(label, run_dir, corpus, record_path, decoding=None):
     if not model_path.is_file():
         raise StageError(f"{model_path}: no trained model to score.")
     settings = {"model": str(model_path.resolve()), "model_sha256": file_digest(model_path),
-                "corpus": str(Path(corpus).resolve()), "decoding": decoding or {}}
+                "corpus": str(Path(corpus).resolve()), "corpus_sha256": file_digest(corpus), "decoding": decoding or {}}
     record = finished(record_path, settings)
     if record is not None:
         print(f"{label}: scored before, BLEU {record['result']['bleu']:.1f}, chrF {record['result']['chrf']:.1f} "

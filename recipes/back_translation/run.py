@@ -34,8 +34,9 @@ configuration's training.max_minutes) or --set training.max_steps=N.
 
 A rerun skips every stage that finished with the same settings (a record,
 stage.json, says which); an interrupted training resumes from its
-checkpoints. A stage that finished with other settings stops the recipe
-with an error naming it: delete its directory to redo it.
+checkpoints. A stage that finished with other settings, or (a training)
+with other inputs from an earlier stage, stops the recipe with an error
+naming it: delete its directory to redo it.
 """
 
 import argparse
@@ -360,6 +361,7 @@ def main(argv=None):
         if not sizes["valid"]:
             files["valid"] = None
         plain = {"train_target": None, "valid_target": None, "test_target": None}
+        real_inputs = {"train_sha256": stages.file_digest(files["train"])}
 
         if args.reverse_run:
             reverse_dir = Path(args.reverse_run)
@@ -377,7 +379,7 @@ def main(argv=None):
                                                   origin=f"--reverse-set {text}")
             print(f"[2/6] reverse model {target_key}->{source_key}: {sizes['train']} real pairs -> "
                   f"{reverse_config['output_dir']}", flush=True)
-            reverse_dir = stages.train_stage("reverse", reverse_config)
+            reverse_dir = stages.train_stage("reverse", reverse_config, real_inputs)
 
         print(f"[3/6] synthetic {source_key}: back-translating {sizes['monolingual']} {target_key} sentences",
               flush=True)
@@ -400,13 +402,14 @@ def main(argv=None):
         print(f"[4/6] forward model {source_key}->{target_key}: {real} real + {synthetic_pairs} synthetic pairs"
               + (f" ({empty} empty translations left out)" if empty else "")
               + (f", synthetic sources tagged {tag}" if tag else "") + f" -> {forward_dir}", flush=True)
-        stages.train_stage("forward", forward_config)
+        stages.train_stage("forward", forward_config, {
+            **real_inputs, "synthetic_sha256": stages.file_digest(synthetic_dir / "synthetic.jsonl.gz")})
 
         baseline_config = config_lib.merge(config, {"output_dir": str(output / "baseline"),
                                                     "data": {**files, **plain}}, origin="recipe")
         print(f"[5/6] baseline {source_key}->{target_key}: the {real} real pairs alone, same budget -> "
               f"{baseline_config['output_dir']}", flush=True)
-        baseline_dir = stages.train_stage("baseline", baseline_config)
+        baseline_dir = stages.train_stage("baseline", baseline_config, real_inputs)
 
         print(f"[6/6] scoring both on the test split ({sizes['test']} pairs, beam {config['decoding']['beam_size']})",
               flush=True)

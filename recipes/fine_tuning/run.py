@@ -155,7 +155,8 @@ def main(argv=None):
             print(f"[1/5] base model on {args.base_corpus} -> {base_config['output_dir']}", flush=True)
             base_files, _ = split_corpus(pt, args.base_corpus, base_config, args, "base data")
             base_config = config_lib.merge(base_config, {"data": base_files}, origin="recipe")
-            base_dir = stages.train_stage("base", base_config)
+            base_dir = stages.train_stage("base", base_config,
+                                          {"train_sha256": stages.file_digest(base_files["train"])})
 
         # The fine-tuned model has the base model's architecture (its weights are the start).
         tuned_config = config_lib.merge(config, {"output_dir": str(output / "fine_tuned"),
@@ -179,7 +180,9 @@ def main(argv=None):
                                             origin=f"--finetune-set {text}")
         print(f"[4/5] fine-tuning {base_dir} on the new domain's {new_sizes['train']} training pairs "
               f"(training.init_from) -> {tuned_config['output_dir']}", flush=True)
-        tuned_dir = stages.train_stage("fine-tuning", tuned_config)
+        tuned_dir = stages.train_stage("fine-tuning", tuned_config, {
+            "train_sha256": stages.file_digest(new_files["train"]),
+            "base_model_sha256": stages.file_digest(base_dir / runs.MODEL_FILE)})
 
         print("[5/5] after: the fine-tuned model on the same test split" + (
             "s" if base_files else ""), flush=True)

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -173,7 +174,14 @@ def test_back_translation_end_to_end(back_translation, bt_corpora, tmp_path, mon
     # Other settings for a finished stage: an error naming it, nothing redone.
     assert back_translation.main(words + ["--set", "training.max_steps=3"]) == 2
     error = capsys.readouterr().err
-    assert "reverse/stage.json: this stage finished with other settings (training.max_steps: 2 then, 3 now)" in error
+    assert "reverse/stage.json: this stage finished with other settings (config.training.max_steps: 2 then, 3 now)" in error
+    # A redone earlier stage: the later one that used its old output refuses to count as finished.
+    shutil.rmtree(run / "synthetic")
+    assert back_translation.main(words + ["--top-k", "5"]) == 2
+    captured = capsys.readouterr()
+    assert "with sampling (top-k 5, seed 0)" in captured.out
+    assert json.loads((run / "synthetic" / "stage.json").read_text())["settings"]["options"]["top_k"] == 5
+    assert "forward/stage.json: this stage finished with other settings (inputs.synthetic_sha256: " in captured.err
 
 
 @pytest.mark.parametrize("extra, message", [
