@@ -66,9 +66,12 @@ def parallel_text_recipe():
 def parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpora", nargs="+", metavar="CORPUS", help="parallel corpora: .jsonl[.gz] or .tsv[.gz]")
-    parser.add_argument("--source-key", help="JSON lines: key of the source (English) side (default: data.source_key, en)")
-    parser.add_argument("--target-key", help="JSON lines: key of the target (German) side (default: data.target_key, de)")
-    parser.add_argument("--output-dir", default="runs/back_translation", help="directory of all stages (default %(default)s)")
+    parser.add_argument("--source-key",
+                        help="JSON lines: key of the source (English) side (default: data.source_key, en)")
+    parser.add_argument("--target-key",
+                        help="JSON lines: key of the target (German) side (default: data.target_key, de)")
+    parser.add_argument("--output-dir", default="runs/back_translation",
+                        help="directory of all stages (default %(default)s)")
     parser.add_argument("--test-size", type=int, default=1000, help="held-out test pairs (default %(default)s)")
     parser.add_argument("--valid-size", type=int, default=500, help="validation pairs; 0: none (default %(default)s)")
     mono = parser.add_argument_group("monolingual target-side text")
@@ -79,7 +82,8 @@ def parse_arguments(argv):
                       help="sentences held out of the corpora as monolingual text (default 20000), or the first N "
                            "sentences of --monolingual FILE (default: all)")
     reverse = parser.add_argument_group("reverse model and its translations")
-    reverse.add_argument("--reverse-run", metavar="DIR", help="a trained target->source run to use instead of training one")
+    reverse.add_argument("--reverse-run", metavar="DIR",
+                         help="a trained target->source run to use instead of training one")
     reverse.add_argument("--reverse-set", action="append", default=[], metavar="KEY=VALUE",
                          help="a configuration override for the reverse model only (not with --reverse-run)")
     reverse.add_argument("--search", choices=["sampling", "beam"], default="sampling",
@@ -301,7 +305,8 @@ def back_translate(args, reverse_dir, data_dir, synthetic_dir, source_key, targe
     for en, de in list(zip(english, german))[:3]:
         print(f"  DE {de}\n  EN {en}", flush=True)
     return stages.mark_finished(record_path, settings, sentences=len(german), empty_translations=empty,
-                                seconds=round(seconds, 1), sentences_per_second=round(len(german) / max(seconds, 1e-9), 2))
+                                seconds=round(seconds, 1),
+                                sentences_per_second=round(len(german) / max(seconds, 1e-9), 2))
 
 
 def write_forward_corpus(path, data_dir, synthetic_dir, source_key, target_key, tag):

@@ -65,9 +65,12 @@ def parse_arguments(argv):
                         help="corpus of the new domain (default %(default)s)")
     parser.add_argument("--source-key", help="JSON lines: key of the source side (default: data.source_key, en)")
     parser.add_argument("--target-key", help="JSON lines: key of the target side (default: data.target_key, de)")
-    parser.add_argument("--output-dir", default="runs/fine_tuning", help="directory of all stages (default %(default)s)")
-    parser.add_argument("--test-size", type=int, default=1000, help="held-out test pairs per corpus (default %(default)s)")
-    parser.add_argument("--valid-size", type=int, default=500, help="validation pairs per corpus; 0: none (default %(default)s)")
+    parser.add_argument("--output-dir", default="runs/fine_tuning",
+                        help="directory of all stages (default %(default)s)")
+    parser.add_argument("--test-size", type=int, default=1000,
+                        help="held-out test pairs per corpus (default %(default)s)")
+    parser.add_argument("--valid-size", type=int, default=500,
+                        help="validation pairs per corpus; 0: none (default %(default)s)")
     parser.add_argument("--minutes-per-stage", type=float, metavar="M", help="training budget of each model")
     parser.add_argument("--config", action="append", default=[], help="extra YAML/JSON configuration (repeatable)")
     parser.add_argument("--set", action="append", default=[], dest="assignments", metavar="KEY=VALUE",

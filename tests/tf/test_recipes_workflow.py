@@ -142,7 +142,8 @@ def test_back_translation_end_to_end(back_translation, bt_corpora, tmp_path, mon
     assert set(report["scores"]) == {"baseline", "forward"} and report["test_sentences"] == 20
     for name in ("baseline", "forward"):
         score = json.loads((run / "scores" / f"{name}.json").read_text())
-        assert score["result"]["sentences"] == 20 and score["result"]["corpus"] == "runs/back_translation/data/test.jsonl.gz"
+        assert score["result"]["sentences"] == 20
+        assert score["result"]["corpus"] == "runs/back_translation/data/test.jsonl.gz"
         assert 0 <= score["result"]["bleu"] <= 100
         assert not (run / name / "eval.json").exists()
     assert re.search(r"baseline \(190 real pairs\) +BLEU +[\d.]+, chrF +[\d.]+\n +forward \(\+ \d+ synthetic", out)
@@ -174,7 +175,8 @@ def test_back_translation_end_to_end(back_translation, bt_corpora, tmp_path, mon
     # Other settings for a finished stage: an error naming it, nothing redone.
     assert back_translation.main(words + ["--set", "training.max_steps=3"]) == 2
     error = capsys.readouterr().err
-    assert "reverse/stage.json: this stage finished with other settings (config.training.max_steps: 2 then, 3 now)" in error
+    assert ("reverse/stage.json: this stage finished with other settings "
+            "(config.training.max_steps: 2 then, 3 now)") in error
     # A redone earlier stage: the later one that used its old output refuses to count as finished.
     shutil.rmtree(run / "synthetic")
     assert back_translation.main(words + ["--top-k", "5"]) == 2
@@ -335,7 +337,9 @@ def test_a_reused_tokenizer_without_the_user_defined_symbols_is_refused(tmp_path
     write_jsonl(tmp_path / "train.jsonl.gz", pairs)
     (tmp_path / "run").mkdir()
     SubwordTokenizer.train(pairs, 100, hard_vocab_limit=False).save(tmp_path / "run" / "tokenizer.model")
-    config = config_lib.resolve(assignments=[f"output_dir={tmp_path / 'run'}", f"data.train={tmp_path / 'train.jsonl.gz'}",
+    config = config_lib.resolve(assignments=[f"output_dir={tmp_path / 'run'}",
+                                             f"data.train={tmp_path / 'train.jsonl.gz'}",
                                              "data.user_defined_symbols=<BT> <2de>"])
-    with pytest.raises(runs.RunError, match=r"run/tokenizer.model: no piece for <BT> <2de> \(data.user_defined_symbols\)"):
+    with pytest.raises(runs.RunError,
+                       match=r"run/tokenizer.model: no piece for <BT> <2de> \(data.user_defined_symbols\)"):
         runs.train(config)
