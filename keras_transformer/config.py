@@ -39,6 +39,8 @@ SCHEMA = {
         "max_chars": (1000, int, "pairs with a side longer than this are skipped"),
         "vocabulary_size": (8000, int, "joint subword vocabulary size"),
         "tokenizer_model_type": ("unigram", ("unigram", "bpe"), "SentencePiece model type"),
+        "user_defined_symbols": (None, str, "space-separated strings the tokenizer keeps as one piece each "
+                                 "(e.g. the tag <BT> of back-translated sources)"),
         "max_length": (128, int, "longest tokenized sentence used in training (longer pairs are dropped)"),
         "bucket_width": (None, int, "batch lengths are padded to multiples of this (default: 1 without "
                          "XLA, else the geometric buckets 8, 16, 24, 32, 40, 48, 64, ...)"),

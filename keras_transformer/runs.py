@@ -200,9 +200,14 @@ def train(config, verbose="auto", callbacks=()):
     if training["init_from"]:
         init_model_path, init_tokenizer_path = _init_source(training["init_from"])
         _adopt_tokenizer(init_tokenizer_path, tokenizer_path)
+    symbols = (config["data"]["user_defined_symbols"] or "").split()
     if tokenizer_path.is_file():
         tokenizer = SubwordTokenizer.load(str(tokenizer_path))
         print(f"tokenizer: reusing {tokenizer_path} ({tokenizer.vocabulary_size} pieces)", flush=True)
+        missing = [s for s in symbols if tokenizer.id_to_piece(tokenizer.piece_to_id(s)) != s]
+        if missing:
+            raise RunError(f"{tokenizer_path}: no piece for {' '.join(missing)} (data.user_defined_symbols); "
+                           "it was trained without them. Use a new output_dir.")
     else:
         start = time.time()
         tokenizer = SubwordTokenizer.train(
@@ -210,6 +215,7 @@ def train(config, verbose="auto", callbacks=()):
             vocabulary_size=config["data"]["vocabulary_size"],
             model_type=config["data"]["tokenizer_model_type"],
             seed=training["seed"],
+            user_defined_symbols=symbols,
         )
         tokenizer.save(str(tokenizer_path))
         print(f"tokenizer: trained {tokenizer.vocabulary_size} pieces in {time.time() - start:.0f}s "
@@ -467,8 +473,10 @@ def translate_texts(model, tokenizer, texts, decoding, progress=False, max_sourc
     return outputs
 
 
-def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=True, decoding=None):
-    """Translates a test corpus and scores it with sacreBLEU; writes eval.json.
+def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=True, decoding=None,
+             result_path=None):
+    """Translates a test corpus and scores it with sacreBLEU; writes the
+    result to `result_path` (default: RUN/eval.json).
 
     `decoding` overrides the run's decoding settings (beam_size, alpha, ...).
     """
@@ -506,6 +514,6 @@ def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=T
         "decoding": config["decoding"],
         **scores,
     }
-    (Path(output_dir) / "eval.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    Path(result_path or Path(output_dir) / "eval.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
     samples = list(zip(sources, hypotheses, references))[:5]
     return result, samples

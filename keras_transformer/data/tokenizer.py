@@ -62,6 +62,27 @@ def _iter_training_sentences(texts_or_pairs):
                 yield sentence
 
 
+_SPECIAL_PIECES = (PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE)
+
+
+def _check_user_defined_symbols(symbols):
+    """A list of distinct, non-empty, whitespace-free strings other than the special pieces."""
+    if isinstance(symbols, (str, bytes)):
+        raise TypeError(f"user_defined_symbols must be a list of strings, got the string {symbols!r}")
+    symbols = list(symbols)
+    for symbol in symbols:
+        if not isinstance(symbol, str) or not symbol:
+            raise ValueError(f"user_defined_symbols: {symbol!r} is not a non-empty string")
+        if symbol != "".join(symbol.split()):
+            # SentencePiece splits text on whitespace first: such a symbol never matches.
+            raise ValueError(f"user_defined_symbols: {symbol!r} contains whitespace")
+        if symbol in _SPECIAL_PIECES:
+            raise ValueError(f"user_defined_symbols: {symbol!r} is a special piece already")
+    if len(set(symbols)) != len(symbols):
+        raise ValueError(f"user_defined_symbols: {symbols!r} holds a symbol twice")
+    return symbols
+
+
 class SubwordTokenizer(tf.Module):
     """SentencePiece subword tokenizer with fixed special ids.
 
@@ -136,6 +157,7 @@ class SubwordTokenizer(tf.Module):
         max_sentence_length=4192,
         seed=None,
         num_threads=None,
+        user_defined_symbols=(),
         name="subword_tokenizer",
     ):
         """Trains a joint vocabulary on source and target sentences.
@@ -161,6 +183,11 @@ class SubwordTokenizer(tf.Module):
                 training.
             seed: seed of SentencePiece's sentence sampling.
             num_threads: training threads (default: CPU count, at most 16).
+            user_defined_symbols: strings that always become one piece of
+                their own wherever they occur in a text, e.g. the tag that
+                marks back-translated sources (`<BT>`). They take the ids
+                right after the 4 special ones, count towards
+                `vocabulary_size`, and detokenize to themselves.
         """
         if model_type not in _MODEL_TYPES:
             raise ValueError(
@@ -175,6 +202,7 @@ class SubwordTokenizer(tf.Module):
                 f"vocabulary_size must be an int > 4 (4 ids are special), "
                 f"got {vocabulary_size!r}"
             )
+        user_defined_symbols = _check_user_defined_symbols(user_defined_symbols)
         sentences = list(_iter_training_sentences(texts_or_pairs))
         if not sentences:
             raise ValueError("texts_or_pairs holds no non-empty sentence")
@@ -205,6 +233,7 @@ class SubwordTokenizer(tf.Module):
                 unk_piece=UNK_PIECE,
                 bos_piece=BOS_PIECE,
                 eos_piece=EOS_PIECE,
+                user_defined_symbols=user_defined_symbols,
                 minloglevel=2,
             )
         except RuntimeError as error:

@@ -38,6 +38,11 @@ NOT_RUN = {
     "docker run": "no TensorFlow Serving binary or docker daemon in CI; tests/tf/test_export.py runs the stand-ins",
     "curl": "needs the TensorFlow Serving server above",
     "TF_CONFIG=": "needs two hosts; tests/tf/test_multi_worker.py runs the same training as two workers on localhost",
+    # Three (two) trainings each: a second run here would add about a minute.
+    "python recipes/back_translation/run.py": "tests/tf/test_recipes_workflow.py runs these very words in process, "
+                                              "on generated corpora, shrunk with --set",
+    "python recipes/fine_tuning/run.py": "tests/tf/test_recipes_workflow.py runs these very words in process, "
+                                         "on generated corpora, shrunk with --set",
 }
 
 # Appended to every training command: a small model, a few steps.

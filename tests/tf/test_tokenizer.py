@@ -214,3 +214,30 @@ def test_keras_export_archive_accepts_it(tokenizer):
 
     archive = keras.export.ExportArchive()
     archive.track(tokenizer)  # raises for untrackable objects
+
+
+def test_user_defined_symbols_stay_one_piece(pairs):
+    """A back-translation tag: one piece of its own, here and in SentencePiece's own encoder,
+    where a plain vocabulary spells it with unknown pieces."""
+    plain = SubwordTokenizer.train(pairs, 100, model_type="unigram", seed=1)
+    assert plain.unk_id in plain.tokenize(["<BT> The cat"]).to_list()[0]
+    tagged = SubwordTokenizer.train(pairs, 100, model_type="unigram", seed=1, user_defined_symbols=["<BT>", "<2de>"])
+    assert tagged.vocabulary_size == 100
+    tag = tagged.piece_to_id("<BT>")
+    assert tag == 4 and tagged.piece_to_id("<2de>") == 5  # right after the special ids
+    texts = ["<BT> The cat sees a dog.", "The<BT>dog"]
+    ids = tagged.tokenize(texts).to_list()
+    assert [tagged.id_to_piece(i) for i in ids[0][:2]] == ["▁", "<BT>"] and tagged.unk_id not in ids[0]
+    assert ids[1].count(tag) == 1
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tagged.proto)
+    assert processor.encode(texts) == ids
+    assert [t.decode() for t in tagged.detokenize(ids).numpy()] == texts
+
+
+@pytest.mark.parametrize("symbols, words", [
+    ("<BT>", "list of strings"), (["<BT>", ""], "not a non-empty string"), (["<B T>"], "whitespace"),
+    (["</s>"], "special piece"), (["<BT>", "<BT>"], "twice"),
+])
+def test_user_defined_symbols_errors(pairs, symbols, words):
+    with pytest.raises((TypeError, ValueError), match=f"user_defined_symbols.*{words}|{words}"):
+        SubwordTokenizer.train(pairs, 100, user_defined_symbols=symbols)
