@@ -19,6 +19,8 @@ SCHEMA = {
         "preset": ("tiny", ("tiny", "base", "big"), "model size (paper, Table 3; tiny for CPUs)"),
         "d_model": (None, int, "override the preset's d_model"),
         "num_heads": (None, int, "override the preset's number of heads"),
+        "key_dim": (None, int, "d_k, the width of each head's queries and keys (default d_model / num_heads; "
+                    "d_v stays d_model / num_heads)"),
         "d_ff": (None, int, "override the preset's feed-forward width"),
         "num_encoder_layers": (None, int, "override the preset's encoder depth"),
         "num_decoder_layers": (None, int, "override the preset's decoder depth"),

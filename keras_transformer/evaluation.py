@@ -12,14 +12,20 @@
   in one table.
 - `evaluate`: translate sources with a model (or any translate function) and
   score them; `keras_transformer.runs.evaluate` calls it for a run.
+- `perplexity`: exp of the token-mean cross-entropy of a model over batches
+  (no label smoothing, padding masked), the "PPL (dev)" of the paper's
+  Table 3; `keras_transformer.runs.validation_perplexity` calls it for a run.
 """
 
+import math
 import re
 
+import numpy as np
 import sacrebleu
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-__all__ = ["COMPOUND_SPLIT_LABEL", "compound_split_bleu", "corpus_scores", "evaluate", "split_compounds"]
+__all__ = ["COMPOUND_SPLIT_LABEL", "compound_split_bleu", "corpus_scores", "evaluate", "perplexity",
+           "split_compounds"]
 
 # tensor2tensor's get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'
 _COMPOUND = re.compile(r"(\S)-(\S)")
@@ -113,3 +119,32 @@ def evaluate(model, tokenizer, sources, references, *, compound_split=True, tran
     )
     scores["translations"] = translations
     return scores
+
+
+def perplexity(model, batches, pad_id=0):
+    """Perplexity of `model` on `batches` of `(inputs, labels)`, labels (B, T) ids.
+
+    `model(inputs, training=False)` gives logits (B, T, V). The cross-entropy
+    -log softmax(logits)[label] is summed in float64 over every label that is
+    not `pad_id` and divided by their count, over all batches together (a
+    token mean, not a mean of batch means); no label smoothing. Returns a dict:
+    "perplexity" (exp of that mean), "cross_entropy" (nats per token) and
+    "tokens".
+    """
+    import keras
+
+    total, tokens = 0.0, 0
+    for inputs, labels in batches:
+        logits = keras.ops.convert_to_numpy(keras.ops.cast(model(inputs, training=False), "float32"))
+        labels = np.asarray(keras.ops.convert_to_numpy(labels))
+        logits = logits.astype("float64")
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        picked = np.take_along_axis(log_probs, labels[..., None].astype("int64"), axis=-1)[..., 0]
+        real = labels != pad_id
+        total -= float(picked[real].sum())
+        tokens += int(real.sum())
+    if not tokens:
+        raise ValueError("perplexity: the batches hold no target token that is not padding.")
+    mean = total / tokens
+    return {"perplexity": math.exp(mean), "cross_entropy": mean, "tokens": tokens}

@@ -473,6 +473,25 @@ def translate_texts(model, tokenizer, texts, decoding, progress=False, max_sourc
     return outputs
 
 
+def validation_perplexity(output_dir, corpus=None, corpus_target=None):
+    """Perplexity of the run's model on its validation split (or `corpus`):
+    `evaluation.perplexity` over the run's batching (pairs longer than
+    data.max_length tokens are left out, as in training). Returns its dict
+    with "corpus" and "sentences" added."""
+    from keras_transformer import evaluation
+    from keras_transformer.data import make_dataset
+
+    model, tokenizer, config = load_run(output_dir)
+    if corpus:
+        config["data"]["valid"], config["data"]["valid_target"] = corpus, corpus_target
+    pairs = _read_pairs(config, "valid")
+    batches = make_dataset(pairs, tokenizer, tokens_per_batch=config["training"]["tokens_per_batch"],
+                           max_length=config["data"]["max_length"], bucket_boundaries=bucket_boundaries(config),
+                           training=False)
+    result = evaluation.perplexity(model, batches, pad_id=model.pad_id)
+    return {"corpus": config["data"]["valid"], "sentences": len(pairs), **result}
+
+
 def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=True, decoding=None,
              result_path=None):
     """Translates a test corpus and scores it with sacreBLEU; writes the

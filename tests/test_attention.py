@@ -72,6 +72,40 @@ def test_multi_head_attention_matches_per_head_reference(rng):
     np.testing.assert_allclose(out, expected, atol=1e-5)
 
 
+def test_key_dim_shrinks_queries_and_keys_only(rng):
+    """d_k = key_dim (3) != d_model / heads (4), d_v stays 4: against numpy
+    projections and per-head attention scaled by 1/sqrt(3)."""
+    layer = kt.MultiHeadAttention(d_model=8, num_heads=2, key_dim=3)
+    query = rng.normal(size=(2, 5, 8)).astype("float32")
+    memory = rng.normal(size=(2, 6, 8)).astype("float32")
+    mask = rng.random((2, 5, 6)) > 0.3
+    mask[..., 0] = True
+    out = to_numpy(layer(query, memory, attention_mask=mask))
+    assert to_numpy(layer.query_projection.kernel).shape == (8, 6)
+    assert to_numpy(layer.key_projection.kernel).shape == (8, 6)
+    assert to_numpy(layer.value_projection.kernel).shape == (8, 8)
+
+    def dense(d, h):
+        return h @ to_numpy(d.kernel) + to_numpy(d.bias)
+
+    q, k, v = (dense(layer.query_projection, query), dense(layer.key_projection, memory),
+               dense(layer.value_projection, memory))
+    heads = []
+    for h in range(2):
+        qk, vv = slice(3 * h, 3 * h + 3), slice(4 * h, 4 * h + 4)
+        scores = q[..., qk] @ np.swapaxes(k[..., qk], -1, -2) / np.sqrt(3.0)
+        scores = np.where(mask, scores, -np.inf)
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        heads.append(weights @ v[..., vv])
+    expected = dense(layer.output_projection, np.concatenate(heads, -1))
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+    assert layer.get_config()["key_dim"] == 3
+    assert kt.MultiHeadAttention.from_config(layer.get_config()).key_depth == 3
+    with pytest.raises(ValueError, match="key_dim"):
+        kt.MultiHeadAttention(d_model=8, num_heads=2, key_dim=0)
+
+
 def test_d_model_must_divide_into_heads():
     with pytest.raises(ValueError, match="num_heads"):
         kt.MultiHeadAttention(d_model=10, num_heads=3)

@@ -108,3 +108,38 @@ def test_old_import_path_warns_and_gives_the_same_functions(monkeypatch):
     for name in evaluation.__all__:
         assert getattr(old, name) is getattr(evaluation, name), name
     assert sorted(old.__all__) == sorted(evaluation.__all__)
+
+
+def test_perplexity_is_exp_of_the_token_mean_cross_entropy_by_hand():
+    """Two batches of different sizes; padding (0) ignored; a token mean over
+    all real tokens together, checked against math.log of a hand softmax."""
+    import math
+
+    import numpy as np
+
+    from keras_transformer.evaluation import perplexity
+
+    rng = np.random.default_rng(3)
+    batches = [(rng.normal(size=(2, 3, 5)).astype("float32"), np.array([[1, 4, 0], [2, 0, 0]])),
+               (rng.normal(size=(1, 4, 5)).astype("float32"), np.array([[3, 3, 1, 2]]))]
+
+    def model(inputs, training=False):
+        assert training is False
+        return inputs  # the "inputs" are the logits
+
+    nll = []
+    for logits, labels in batches:
+        for row, label_row in zip(logits, labels):
+            for scores, label in zip(row, label_row):
+                if label:
+                    exps = [math.exp(float(s)) for s in scores]
+                    nll.append(-math.log(exps[label] / sum(exps)))
+    result = perplexity(model, batches)
+    assert result["tokens"] == len(nll) == 7
+    assert result["cross_entropy"] == pytest.approx(sum(nll) / 7, rel=1e-6)
+    assert result["perplexity"] == pytest.approx(math.exp(sum(nll) / 7), rel=1e-6)
+    # Uniform logits over V classes: perplexity V.
+    uniform = [(np.zeros((1, 2, 5), "float32"), np.array([[1, 2]]))]
+    assert perplexity(model, uniform)["perplexity"] == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="no target token"):
+        perplexity(model, [(np.zeros((1, 2, 5), "float32"), np.zeros((1, 2), int))])

@@ -69,9 +69,10 @@ def test_encode_decode_equal_call(rng):
 
 
 @pytest.mark.parametrize("xla_layout", [False, True], ids=["graph-layout", "xla-layout"])
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_incremental_decoder_equals_full_decoding(norm_first, xla_layout, rng):
-    model = small_model(norm_first=norm_first)
+@pytest.mark.parametrize("norm_first,key_dim", [(False, None), (True, None), (False, 2)],
+                         ids=["post_ln", "pre_ln", "key_dim_2"])
+def test_incremental_decoder_equals_full_decoding(norm_first, key_dim, xla_layout, rng):
+    model = small_model(norm_first=norm_first, key_dim=key_dim)
     inputs = batch(rng)
     inputs["target"][2, 3:] = 7  # decoding never sees padding
     source, target = inputs["source"], inputs["target"]
@@ -84,10 +85,11 @@ def test_incremental_decoder_equals_full_decoding(norm_first, xla_layout, rng):
     np.testing.assert_allclose(np.stack(steps, axis=1), full, atol=1e-4)
 
 
-def test_incremental_decoder_reorders_beams(rng):
+@pytest.mark.parametrize("key_dim", [None, 6])
+def test_incremental_decoder_reorders_beams(key_dim, rng):
     """Two beams per sentence that swap hypotheses after the first step: each
     row's logits must follow its new hypothesis (its parent's keys and values)."""
-    model = small_model()
+    model = small_model(key_dim=key_dim)
     inputs = batch(rng)
     source, target = inputs["source"], inputs["target"][:, :3]
     target[2, :] = [2, 5, 6]  # no padding inside the prefixes
@@ -153,8 +155,8 @@ def test_separate_source_vocabulary(rng):
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"norm_first": True}, {"positional_encoding": "learned", "max_length": 16}],
-    ids=["post_ln", "pre_ln", "learned_positions"],
+    [{}, {"norm_first": True}, {"positional_encoding": "learned", "max_length": 16}, {"key_dim": 2}],
+    ids=["post_ln", "pre_ln", "learned_positions", "key_dim"],
 )
 def test_keras_file_round_trip(overrides, rng, tmp_path):
     model = small_model(**overrides)
@@ -166,6 +168,9 @@ def test_keras_file_round_trip(overrides, rng, tmp_path):
     assert isinstance(restored, kt.Transformer)
     assert restored.get_config() == model.get_config()
     np.testing.assert_allclose(to_numpy(restored(inputs)), expected, atol=1e-6)
+    if overrides.get("key_dim"):
+        attention = restored.decoder.stacked_layers[0].cross_attention
+        assert (attention.key_depth, attention.depth) == (overrides["key_dim"], 16 // 4)
 
 
 def test_config_round_trip_gives_identical_outputs(rng):

@@ -11,9 +11,10 @@ from keras_transformer.evaluation import COMPOUND_SPLIT_LABEL
 from keras_transformer.evaluation import compound_split_bleu
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.evaluation import evaluate
+from keras_transformer.evaluation import perplexity
 from keras_transformer.evaluation import split_compounds
 
-__all__ = ["COMPOUND_SPLIT_LABEL", "compound_split_bleu", "corpus_scores", "evaluate", "split_compounds"]
+__all__ = ["COMPOUND_SPLIT_LABEL", "compound_split_bleu", "corpus_scores", "evaluate", "perplexity", "split_compounds"]
 
 warnings.warn(
     "keras_transformer.decoding.evaluation is deprecated and will be removed in the next release; "

@@ -137,6 +137,16 @@ def _check_activation(model):
         )
 
 
+def _check_key_dim(model):
+    key_dim = getattr(model, "key_dim", None)
+    if key_dim is not None and key_dim * model.num_heads != model.d_model:
+        raise ValueError(
+            f"the CTranslate2 export needs d_k = d_model / num_heads ({model.d_model // model.num_heads}); "
+            f"the model sets key_dim {key_dim}, which CTranslate2's TransformerSpec cannot express "
+            f"(its query/key width is d_model)."
+        )
+
+
 def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=None):
     """The `ctranslate2.specs.TransformerSpec` holding `model`'s weights
     (float32), with the tokenizer's pieces as its vocabulary (or `pieces`,
@@ -144,6 +154,7 @@ def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=N
     ctranslate2 = _import_ctranslate2()
     specs = ctranslate2.specs
     _check_activation(model)
+    _check_key_dim(model)
     if not model.built:
         model.build()
     spec = specs.TransformerSpec.from_config(

@@ -59,36 +59,44 @@ class ScaledDotProductAttention(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
-    """Multi-head attention with Q/K/V/O projections, d_k = d_v = d_model / h.
+    """Multi-head attention with Q/K/V/O projections, d_v = d_model / h.
+
+    d_k (the width of each head's queries and keys) is d_model / h unless
+    `key_dim` sets it: the paper's Table 3 row (B) shrinks d_k alone, keeping
+    h and d_v. `depth` is d_v and `key_depth` is d_k.
 
     `call(query, value, key=None, attention_mask=None)`. Incremental decoding
     (keys and values cached across steps) uses the projections and the
     `attention` sub-layer directly: see `keras_transformer.models.incremental`.
     """
 
-    def __init__(self, d_model, num_heads, dropout=0.0, use_bias=True, **kwargs):
+    def __init__(self, d_model, num_heads, dropout=0.0, use_bias=True, key_dim=None, **kwargs):
         super().__init__(**kwargs)
         if d_model % num_heads:
             raise ValueError(
                 f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads})."
             )
+        if key_dim is not None and int(key_dim) < 1:
+            raise ValueError(f"`key_dim` must be a positive int or None, got {key_dim!r}.")
         self.d_model = int(d_model)
         self.num_heads = int(num_heads)
         self.depth = self.d_model // self.num_heads
+        self.key_dim = None if key_dim is None else int(key_dim)
+        self.key_depth = self.depth if self.key_dim is None else self.key_dim
         self.dropout = float(dropout)
         self.use_bias = bool(use_bias)
 
-        def projection(name):
+        def projection(name, width=self.d_model):
             return keras.layers.Dense(
-                self.d_model,
+                width,
                 use_bias=self.use_bias,
                 kernel_initializer="glorot_uniform",
                 dtype=self.dtype_policy,
                 name=name,
             )
 
-        self.query_projection = projection("query")
-        self.key_projection = projection("key")
+        self.query_projection = projection("query", self.num_heads * self.key_depth)
+        self.key_projection = projection("key", self.num_heads * self.key_depth)
         self.value_projection = projection("value")
         self.output_projection = projection("output")
         self.attention = ScaledDotProductAttention(
@@ -104,10 +112,11 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_projection.build(tuple(query_shape[:-1]) + (self.d_model,))
         self.built = True
 
-    def split_heads(self, x):
-        """(batch, length, d_model) -> (batch, length, heads, depth)."""
+    def split_heads(self, x, depth=None):
+        """(batch, length, heads * depth) -> (batch, length, heads, depth); `depth`
+        defaults to d_v (pass `key_depth` for queries and keys)."""
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        return ops.reshape(x, (batch, length, self.num_heads, self.depth))
+        return ops.reshape(x, (batch, length, self.num_heads, depth or self.depth))
 
     def call(
         self,
@@ -121,8 +130,8 @@ class MultiHeadAttention(keras.layers.Layer):
         if key is None:
             key = value
         # (batch, length, heads, depth) -> (batch, heads, length, depth)
-        q = ops.transpose(self.split_heads(self.query_projection(query)), (0, 2, 1, 3))
-        k = ops.transpose(self.split_heads(self.key_projection(key)), (0, 2, 1, 3))
+        q = ops.transpose(self.split_heads(self.query_projection(query), self.key_depth), (0, 2, 1, 3))
+        k = ops.transpose(self.split_heads(self.key_projection(key), self.key_depth), (0, 2, 1, 3))
         v = ops.transpose(self.split_heads(self.value_projection(value)), (0, 2, 1, 3))
         if attention_mask is not None and len(attention_mask.shape) == 3:
             attention_mask = ops.expand_dims(attention_mask, axis=1)  # broadcast over heads
@@ -147,6 +156,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "num_heads": self.num_heads,
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
+                "key_dim": self.key_dim,
             }
         )
         return config

@@ -30,12 +30,13 @@ class DecoderLayer(ResidualSublayers, keras.layers.Layer):
         activation="relu",
         norm_first=False,
         layer_norm_epsilon=1e-6,
+        key_dim=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self._init_sublayer_config(
             d_model, num_heads, d_ff, dropout, attention_dropout,
-            activation_dropout, activation, norm_first, layer_norm_epsilon,
+            activation_dropout, activation, norm_first, layer_norm_epsilon, key_dim,
         )
         self.self_attention = self._make_attention("self_attention")
         self.self_attention_norm = self._make_norm("self_attention_norm")
@@ -127,12 +128,13 @@ class Decoder(ResidualSublayers, keras.layers.Layer):
         activation="relu",
         norm_first=False,
         layer_norm_epsilon=1e-6,
+        key_dim=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self._init_sublayer_config(
             d_model, num_heads, d_ff, dropout, attention_dropout,
-            activation_dropout, activation, norm_first, layer_norm_epsilon,
+            activation_dropout, activation, norm_first, layer_norm_epsilon, key_dim,
         )
         self.num_layers = int(num_layers)
         self.stacked_layers = [

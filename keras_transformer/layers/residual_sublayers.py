@@ -27,6 +27,7 @@ class ResidualSublayers:
         activation,
         norm_first,
         layer_norm_epsilon,
+        key_dim=None,
     ):
         self.d_model = int(d_model)
         self.num_heads = int(num_heads)
@@ -37,6 +38,7 @@ class ResidualSublayers:
         self.activation = activation
         self.norm_first = bool(norm_first)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.key_dim = None if key_dim is None else int(key_dim)
 
     def _sublayer_config(self):
         return {
@@ -49,6 +51,7 @@ class ResidualSublayers:
             "activation": self.activation,
             "norm_first": self.norm_first,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "key_dim": self.key_dim,
         }
 
     def _make_attention(self, name):
@@ -56,6 +59,7 @@ class ResidualSublayers:
             self.d_model,
             self.num_heads,
             dropout=self.attention_dropout,
+            key_dim=self.key_dim,
             dtype=self.dtype_policy,
             name=name,
         )

@@ -83,8 +83,8 @@ class IncrementalDecoder:
         self.cross = []
         for layer in self.layers:
             attention = layer.cross_attention
-            keys = self._heads(attention, attention.key_projection(memory))
-            values = self._heads(attention, attention.value_projection(memory))
+            keys = self._heads(attention, attention.key_projection(memory), attention.key_depth)
+            values = self._heads(attention, attention.value_projection(memory), attention.depth)
             if self.keys_transposed:
                 keys = ops.swapaxes(keys, -1, -2)
             self.cross.append((keys, values))
@@ -92,9 +92,9 @@ class IncrementalDecoder:
         self.fused_projections = [self._fuse(layer.self_attention) for layer in self.layers]
         first = self.layers[0].self_attention
         value_shape = (self.batch, first.num_heads, max_length * beam_size, first.depth)
-        key_shape = value_shape
+        key_shape = (self.batch, first.num_heads, max_length * beam_size, first.key_depth)
         if self.keys_transposed:
-            key_shape = (self.batch, first.num_heads, first.depth, max_length * beam_size)
+            key_shape = (self.batch, first.num_heads, first.key_depth, max_length * beam_size)
         dtype = first.compute_dtype
         state = ()
         for _ in self.layers:
@@ -137,17 +137,17 @@ class IncrementalDecoder:
         projected = ops.matmul(h, kernel)
         if bias is not None:
             projected = projected + bias
-        width = attention.d_model
+        width = attention.num_heads * attention.key_depth  # of the queries and of the keys
         return projected[..., :width], projected[..., width : 2 * width], projected[..., 2 * width :]
 
     @staticmethod
-    def _heads(attention, x):
-        """(rows, length, d_model) -> (rows, heads, length, depth)."""
-        return ops.transpose(attention.split_heads(x), (0, 2, 1, 3))
+    def _heads(attention, x, depth):
+        """(rows, length, heads * depth) -> (rows, heads, length, depth)."""
+        return ops.transpose(attention.split_heads(x, depth), (0, 2, 1, 3))
 
-    def _step_heads(self, attention, x):
-        """(rows, 1, d_model) -> (batch, heads, beams, depth): one step of every beam."""
-        x = ops.reshape(x, (self.batch, self.beams, attention.num_heads, attention.depth))
+    def _step_heads(self, attention, x, depth):
+        """(rows, 1, heads * depth) -> (batch, heads, beams, depth): one step of every beam."""
+        x = ops.reshape(x, (self.batch, self.beams, attention.num_heads, depth))
         return ops.transpose(x, (0, 2, 1, 3))
 
     def _merge_step_heads(self, attention, x):
@@ -196,9 +196,10 @@ class IncrementalDecoder:
             def self_attend(h, index=index, layer=layer, keys=keys, values=values):
                 attention = layer.self_attention
                 query, key, value = self._project_query_key_value(index, attention, h)
-                query = self._step_heads(attention, query)
-                keys = self._write(keys, self._step_heads(attention, key), step, self.keys_transposed)
-                values = self._write(values, self._step_heads(attention, value), step)
+                query = self._step_heads(attention, query, attention.key_depth)
+                keys = self._write(keys, self._step_heads(attention, key, attention.key_depth), step,
+                                   self.keys_transposed)
+                values = self._write(values, self._step_heads(attention, value, attention.depth), step)
                 # Each row attends over every slot's entries; the mask keeps
                 # those of its own hypothesis.
                 attended = attention.attention(
@@ -208,7 +209,7 @@ class IncrementalDecoder:
 
             def cross_attend(h, layer=layer, keys=cross_keys, values=cross_values):
                 attention = layer.cross_attention
-                query = self._step_heads(attention, attention.query_projection(h))
+                query = self._step_heads(attention, attention.query_projection(h), attention.key_depth)
                 attended = attention.attention(
                     query, self._keys_for_attention(keys), values, attention_mask=self.source_mask
                 )

@@ -37,6 +37,8 @@ class Transformer(keras.Model):
             when source and target do not share a vocabulary. By default one
             embedding serves source, target and the output projection.
         pad_id: id of the padding token.
+        key_dim: d_k, the width of each head's queries and keys; None (the
+            paper's base) for d_model / num_heads. d_v stays d_model / num_heads.
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class Transformer(keras.Model):
         max_length=1024,
         source_vocabulary_size=None,
         pad_id=PAD_ID,
+        key_dim=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -83,6 +86,7 @@ class Transformer(keras.Model):
             None if source_vocabulary_size is None else int(source_vocabulary_size)
         )
         self.pad_id = int(pad_id)
+        self.key_dim = None if key_dim is None else int(key_dim)
 
         policy = self.dtype_policy
         self.target_embedding = SharedEmbedding(
@@ -112,6 +116,7 @@ class Transformer(keras.Model):
             activation=self.activation,
             norm_first=self.norm_first,
             layer_norm_epsilon=self.layer_norm_epsilon,
+            key_dim=self.key_dim,
             dtype=policy,
         )
         self.encoder = Encoder(self.num_encoder_layers, name="encoder", **stack_config)
@@ -237,6 +242,7 @@ class Transformer(keras.Model):
                 "max_length": self.max_length,
                 "source_vocabulary_size": self.source_vocabulary_size,
                 "pad_id": self.pad_id,
+                "key_dim": self.key_dim,
             }
         )
         return config

@@ -216,6 +216,14 @@ def test_export_refuses_to_overwrite_and_checks_quantization(tokenizer, tmp_path
         export_ctranslate2(small, tokenizer, tmp_path / "small")
 
 
+def test_export_refuses_a_key_dim_the_spec_cannot_hold(tokenizer, tmp_path):
+    model = kt.Transformer(vocabulary_size=tokenizer.vocabulary_size, d_model=16, num_heads=4, d_ff=32,
+                           num_encoder_layers=1, num_decoder_layers=1, key_dim=2)
+    model.build()
+    with pytest.raises(ValueError, match="key_dim 2"):
+        export_ctranslate2(model, tokenizer, tmp_path / "ct2")
+
+
 def test_missing_extra_names_it(tokenizer, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)
     with pytest.raises(ImportError, match=r"keras-transformer-nmt\[ctranslate2\]"):
