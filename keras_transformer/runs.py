@@ -290,6 +290,7 @@ def train(config, verbose="auto", callbacks=()):
         save_every_steps=training["save_every_steps"],
         keep_last=max(training["keep_checkpoints"], training["average_last"]),
         callbacks=callbacks,
+        max_steps=training["max_steps"],
         validation_data=validation,
         shuffle=False,  # the pipeline shuffles (Keras would only warn that it ignores this)
         verbose=0 if verbose == "auto" else verbose,  # TrainingProgress reports by default

@@ -335,6 +335,7 @@ def fit_resumable(
     save_every_steps,
     keep_last=2,
     callbacks=None,
+    max_steps=None,
     **fit_kwargs,
 ):
     """`model.fit` that resumes exactly from the newest checkpoint after a crash.
@@ -364,6 +365,9 @@ def fit_resumable(
             callback stopped training in the first. A
             `TerminateOnNonFiniteLoss` among them is given this run's
             `StepCheckpoint` (steps counted as checkpoint names count them).
+        max_steps: optional cap on the optimizer steps: a run resumed at or
+            past it trains nothing (a callback stops a run that reaches it;
+            without this cap, resuming would still run one step).
         **fit_kwargs: passed to `model.fit` (not `x`, `epochs`,
             `steps_per_epoch`, `initial_epoch`).
 
@@ -386,6 +390,8 @@ def fit_resumable(
     start_step = checkpoint.restore(model)
     total_steps = epochs * steps_per_epoch
     history = {}
+    if max_steps is not None and start_step >= max_steps:
+        return history
 
     def run(dataset, initial_epoch, last_epoch, steps):
         result = model.fit(

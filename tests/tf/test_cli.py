@@ -108,22 +108,28 @@ def test_attention_decodes_its_target_with_the_decoding_flags(trained_run, tmp_p
     assert plotted == [output.read_text(encoding="utf-8").rstrip("\n")]
 
 
+def tiny_run_config(tmp_path, max_steps):
+    """A run of a 1+1-layer model on the test sentences, a checkpoint every step, at most `max_steps`."""
+    from keras_transformer import config as config_lib
+
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("".join(f"{en}\t{de}\n" for en, de in SENTENCES * 4), encoding="utf-8")
+    return config_lib.resolve(assignments=[
+        f"output_dir={tmp_path / 'run'}", f"data.train={corpus}", "data.vocabulary_size=60", "data.max_length=16",
+        "model.preset=tiny", "model.d_model=16", "model.d_ff=32", "model.num_heads=2",
+        "model.num_encoder_layers=1", "model.num_decoder_layers=1", "training.tokens_per_batch=128",
+        f"training.max_steps={max_steps}", "training.save_every_steps=1", "training.warmup_steps=10",
+    ])
+
+
 def test_train_calls_the_given_callbacks(tmp_path):
     """`runs.train(config, callbacks=[...])`: the callback sees the run's model,
     every step, and can stop training (after 2 of at most 6 steps)."""
     import keras
 
-    from keras_transformer import config as config_lib
     from keras_transformer import runs
 
-    corpus = tmp_path / "corpus.tsv"
-    corpus.write_text("".join(f"{en}\t{de}\n" for en, de in SENTENCES * 4), encoding="utf-8")
-    config = config_lib.resolve(assignments=[
-        f"output_dir={tmp_path / 'run'}", f"data.train={corpus}", "data.vocabulary_size=60", "data.max_length=16",
-        "model.preset=tiny", "model.d_model=16", "model.d_ff=32", "model.num_heads=2",
-        "model.num_encoder_layers=1", "model.num_decoder_layers=1", "training.tokens_per_batch=128",
-        "training.max_steps=6", "training.save_every_steps=1", "training.warmup_steps=10",
-    ])
+    config = tiny_run_config(tmp_path, max_steps=6)
 
     class StopAfterTwoSteps(keras.callbacks.Callback):
         steps = []
@@ -138,6 +144,18 @@ def test_train_calls_the_given_callbacks(tmp_path):
     assert callback.steps == [1, 2]
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*")) == [
         "ckpt-000000001.weights.h5", "ckpt-000000002.weights.h5"]
+
+
+def test_a_run_resumed_at_its_max_steps_trains_no_further(tmp_path):
+    """training.max_steps=3, run twice: the second run loads step 3 and stops there (it used to
+    train a fourth step before the step limit looked)."""
+    from keras_transformer import runs
+
+    config = tiny_run_config(tmp_path, max_steps=3)
+    runs.train(config)
+    runs.train(config)
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*")) == [
+        "ckpt-000000001.weights.h5", "ckpt-000000002.weights.h5", "ckpt-000000003.weights.h5"]
 
 
 def test_average_checkpoints_command(trained_run, tmp_path):
