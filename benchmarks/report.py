@@ -8,7 +8,7 @@ benchmarks/README.md:
     <!-- /table -->
 
 The name after "table:" picks the generator (serve, serve-summary,
-train-throughput, quality) and so the records (benchmarks/results/<name>.jsonl);
+train-throughput, quality, gpu, complexity) and so the records (benchmarks/results/<name>.jsonl);
 the options pick one run: `commit=ABC` (the record of that commit), `time=...`
 (its start time, as written in the record), `run=...` (quality: the start of
 one invocation); without options, the latest record. Medians are over the
@@ -326,12 +326,64 @@ def gpu_table(records, options):
     return text
 
 
+# --------------------------------------------------------------------------- complexity
+
+
+def milliseconds(seconds):
+    value = seconds * 1000
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def complexity_table(records, options):
+    """Table 1 measured: fitted exponents against the paper's, the self-attention / LSTM
+    crossover per width, and times per sequence on the diagonal n = d, all recomputed
+    from the record's raw per-round seconds."""
+    from benchmarks import complexity
+
+    record = select(records, options, "table:complexity")[-1]
+    settings = record["settings"]
+    tokens, lengths, widths = settings["tokens"], settings["lengths"], settings["widths"]
+    seconds = {name: {tuple(int(part.split("=")[1]) for part in key.split(",")): values
+                      for key, values in cells.items()}
+               for name, cells in record["seconds_per_batch"].items()}
+    times = complexity.per_sequence(seconds, tokens)
+    upper_n, upper_d = complexity.middle(lengths), complexity.middle(widths)
+    exponent_rows = []
+    for name, cells in times.items():
+        p, q, _ = complexity.fit_exponents(cells)
+        p_upper, q_upper, _ = complexity.fit_exponents(cells, upper_n, upper_d)
+        paper = complexity.PAPER_EXPONENTS.get(name)
+        exponent_rows.append([name, f"({paper[0]}, {paper[1]})" if paper else "-", f"{p:.2f}", f"{q:.2f}",
+                              f"{p_upper:.2f}", f"{q_upper:.2f}"])
+    text = caption(record, f"forward + backward, {tokens} tokens per batch in every cell, the median of "
+                           f"{settings['rounds']} rounds of the best of {settings['repeats']} calls") + "\n\n"
+    text += markdown_table(
+        ["layer", "paper (p, q)", "p (n), all cells", "q (d), all cells", f"p, n >= {upper_n}, d >= {upper_d}",
+         f"q, n >= {upper_n}, d >= {upper_d}"], exponent_rows, ["---", "---", "---:", "---:", "---:", "---:"])
+    diagonal = [n for n in lengths if n in widths]
+    names = list(times)
+    text += "\n\nMilliseconds per sequence where n = d:\n\n" + markdown_table(
+        ["n = d", *names], [[str(n), *(milliseconds(times[name][n, n]) for name in names)] for n in diagonal],
+        ["---:"] * (len(names) + 1))
+    if "self-attention" in times and "LSTM" in times:
+        rows = []
+        for d in widths:
+            where, n = complexity.crossover(times["self-attention"], times["LSTM"], lengths, d)
+            rows.append([str(d), {"at": f"{n:.0f} (n/d {n / d:.1f})", "below": f"below {n}",
+                                  "above": f"never up to n = {n} (n/d > {n // d})"}[where]])
+        text += ("\n\nFrom which n self-attention (with its projections) is slower than the LSTM; "
+                 "the paper's rule of thumb says n = d:\n\n") + markdown_table(
+            ["d", "self-attention slower than LSTM from n"], rows, ["---:", "---"])
+    return text
+
+
 GENERATORS = {
     "serve": ("serve", serve_table),
     "serve-summary": ("serve", serve_summary),
     "train-throughput": ("train_throughput", throughput_table),
     "quality": ("quality", quality_table),
     "gpu": ("gpu", gpu_table),
+    "complexity": ("complexity", complexity_table),
 }
 
 

@@ -168,3 +168,31 @@ def test_gpu_table_from_fixtures_matches_hand_computed_figures():
     assert "| base | ours greedy | float32 | 13 | 156.25 | 2 |" in table
     # A failed contender is left out, not shown as a figure.
     assert "mixed_bfloat16" not in table
+
+
+def complexity_record():
+    """A 2 x 2 grid (n 16, 64; d 32, 128; 64 tokens per batch) whose times follow exact power laws:
+    attention core t = c n^2 d per sequence, LSTM t = c n d^2, so the fits must give (2, 1) and (1, 2)."""
+    tokens, seconds = 64, {"attention core": {}, "LSTM": {}}
+    for n in (16, 64):
+        for d in (32, 128):
+            batch = tokens // n
+            # three rounds; the median is the middle value (the others are noise around it)
+            seconds["attention core"][f"n={n},d={d}"] = [1e-9 * n * n * d * batch * f for f in (1.0, 3.0, 0.5)]
+            seconds["LSTM"][f"n={n},d={d}"] = [4e-9 * n * d * d * batch * f for f in (2.0, 1.0, 0.9)]
+    return {"benchmark": "complexity", "time": "2026-11-25 10:00:00 UTC", "commit": "abc1234",
+            "command": "python benchmarks/complexity.py", "machine": {"cpus": 2},
+            "load_average": {"before": [0.1], "after": [0.2]},
+            "settings": {"lengths": [16, 64], "widths": [32, 128], "tokens": tokens, "rounds": 3, "repeats": 3},
+            "seconds_per_batch": seconds}
+
+
+def test_complexity_table_recovers_hand_made_exponents():
+    text = report.complexity_table([complexity_record()], {})
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert rows["attention core"] == "| attention core | (2, 1) | 2.00 | 1.00 | 2.00 | 1.00 |"
+    assert rows["LSTM"] == "| LSTM | (1, 2) | 1.00 | 2.00 | 1.00 | 2.00 |"
+    # Where n = d is not on the grid there is no diagonal row.
+    # Per sequence at n=16, d=32: core 1e-9*16*16*32 s = 0.008192 ms.
+    assert report.milliseconds(1e-9 * 16 * 16 * 32) == "0.00819"
+    assert report.milliseconds(0.1234) == "123"
