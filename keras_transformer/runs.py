@@ -96,18 +96,6 @@ class _TimeLimit(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-class _StepLimit(keras.callbacks.Callback):
-    """Stops training once the optimizer has made `max_steps` updates."""
-
-    def __init__(self, max_steps):
-        super().__init__()
-        self.max_steps = max_steps
-
-    def on_train_batch_end(self, batch, logs=None):
-        if int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) >= self.max_steps:
-            self.model.stop_training = True
-
-
 def build_model(config, vocabulary_size):
     import keras_transformer as kt
 
@@ -275,8 +263,7 @@ def train(config, verbose="auto", callbacks=()):
                                                  update_freq=training["progress_every_steps"]))
     if time_limit is not None:
         callbacks.append(time_limit)
-    if training["max_steps"]:
-        callbacks.append(_StepLimit(training["max_steps"]))
+    if training["max_steps"]:  # fit_resumable stops there
         epochs = min(epochs, math.ceil(training["max_steps"] / steps_per_epoch))
     callbacks.extend(extra_callbacks)
     print(f"model: {model.count_params():,} parameters; {steps_per_epoch} steps per epoch, "

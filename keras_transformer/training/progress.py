@@ -46,6 +46,19 @@ def _step(model):
     return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
 
 
+class _CountsRunSteps:
+    """Steps as the run's `StepCheckpoint` counts them (the steps of its file
+    names and of `max_steps`), when `fit_resumable` gave it one as
+    `checkpoint`; else the optimizer's iteration count. The two differ when
+    the optimizer state, with its count, came from another run
+    (`training.init_optimizer: keep`)."""
+
+    checkpoint = None
+
+    def _run_step(self):
+        return self.checkpoint.step if self.checkpoint is not None else _step(self.model)
+
+
 def _learning_rate(model):
     try:
         return float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
@@ -53,7 +66,7 @@ def _learning_rate(model):
         return None
 
 
-class TrainingProgress(keras.callbacks.Callback):
+class TrainingProgress(_CountsRunSteps, keras.callbacks.Callback):
     """Progress lines and records inside an epoch (see the module docstring).
 
     Args:
@@ -93,14 +106,14 @@ class TrainingProgress(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         # The last step is always reported, however short the run.
-        if self.last_step is not None and self.last_logs is not None and _step(self.model) > self.last_step:
+        if self.last_step is not None and self.last_logs is not None and self._run_step() > self.last_step:
             self._maybe_report(self.last_logs, force=True)
         if self.live:
             self.stream.write("\n")
 
     def _maybe_report(self, logs, force=False):
         self.last_logs = logs
-        step = _step(self.model)
+        step = self._run_step()
         if self.last_step is None:
             self.last_step = step - 1
         now = time.monotonic()
@@ -135,7 +148,7 @@ class TrainingProgress(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
-        record = {"time": time.time(), "step": _step(self.model), "epoch": epoch + 1}
+        record = {"time": time.time(), "step": self._run_step(), "epoch": epoch + 1}
         record.update({key: float(value) for key, value in logs.items() if key.startswith("val_")})
         if len(record) > 3:
             if self.live:
@@ -181,7 +194,7 @@ def read_best(output_dir):
     return {**record, "weights": weights} if os.path.isfile(weights) else None
 
 
-class ValidationTranslation(keras.callbacks.Callback):
+class ValidationTranslation(_CountsRunSteps, keras.callbacks.Callback):
     """Validation BLEU/chrF every `every_steps`, early stopping, best weights kept.
 
     Args:
@@ -234,7 +247,7 @@ class ValidationTranslation(keras.callbacks.Callback):
                                  "best_step": best["step"], "restored": True})
 
     def on_train_batch_end(self, batch, logs=None):
-        step = _step(self.model)
+        step = self._run_step()
         if step % self.every_steps or step == self.best_step:
             return
         from keras_transformer.evaluation import corpus_scores
