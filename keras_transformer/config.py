@@ -71,7 +71,11 @@ SCHEMA = {
         "early_stopping_patience": (None, int, "stop after N validations without a gain (default: never)"),
         "early_stopping_min_delta": (0.0, float, "the least gain that counts as one"),
         "init_from": (None, str, "fine-tune: start from this run directory's model.keras and tokenizer (or "
-                      "a .keras file with tokenizer.model beside it); optimizer and schedule start afresh"),
+                      "a .keras file with tokenizer.model beside it)"),
+        "init_optimizer": ("reset", ("reset", "keep"), "with init_from: reset starts the optimizer and the "
+                           "learning-rate schedule afresh (a new warm-up of training.warmup_steps); keep takes "
+                           "the optimizer state (moments, iteration count) from the source run's newest "
+                           "checkpoint, so the schedule continues where that run stopped"),
         "final_model": ("auto", ("auto", "best", "average"), "model.keras: the best validated weights "
                         "(auto: when validate_every_steps is set) or the average of the last checkpoints"),
     },

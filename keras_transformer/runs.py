@@ -184,9 +184,11 @@ def train(config, verbose="auto", callbacks=()):
 
     pairs = _read_pairs(config, "train")
     tokenizer_path = output_dir / TOKENIZER_FILE
-    init_model_path = None
+    init_model_path = init_optimizer_path = None
     if training["init_from"]:
         init_model_path, init_tokenizer_path = _init_source(training["init_from"])
+        if training["init_optimizer"] == "keep":
+            init_optimizer_path = _init_optimizer_source(training["init_from"])
         _adopt_tokenizer(init_tokenizer_path, tokenizer_path)
     symbols = (config["data"]["user_defined_symbols"] or "").split()
     if tokenizer_path.is_file():
@@ -249,7 +251,7 @@ def train(config, verbose="auto", callbacks=()):
             if list_checkpoints(str(output_dir / CHECKPOINT_DIR)):
                 print(f"init_from: {output_dir} has checkpoints; resuming them instead", flush=True)
             else:
-                _load_initial_weights(model, init_model_path)
+                _load_initial_weights(model, init_model_path, init_optimizer_path)
 
     epochs = training["epochs"]
     nan_guard = TerminateOnNonFiniteLoss()
@@ -325,6 +327,24 @@ def _init_source(init_from):
     return model_path, tokenizer_path
 
 
+def _init_optimizer_source(init_from):
+    """The checkpoint whose optimizer state `training.init_optimizer: keep`
+    takes: the newest one of the run directory `init_from`."""
+    from keras_transformer.training import latest_checkpoint
+
+    path = Path(init_from)
+    if not path.is_dir():
+        raise RunError(f"training.init_optimizer keep: training.init_from {init_from} is a model file, which "
+                       "holds no optimizer state; name the run directory it came from (its checkpoints/ hold "
+                       "the state), or use training.init_optimizer reset.")
+    newest = latest_checkpoint(str(path / CHECKPOINT_DIR))
+    if newest is None:
+        raise RunError(f"training.init_optimizer keep: {path / CHECKPOINT_DIR} holds no checkpoint "
+                       "(ckpt-<step>.weights.h5) to take the optimizer state from; use training.init_optimizer "
+                       "reset.")
+    return Path(newest[1])
+
+
 def _adopt_tokenizer(source, destination):
     """The fine-tuned run uses the initial model's tokenizer: copied in, or
     checked against the one the run already has."""
@@ -345,7 +365,9 @@ _INIT_KEYS = ("vocabulary_size", "source_vocabulary_size", "d_model", "num_heads
               "num_decoder_layers", "norm_first", "positional_encoding", "max_length", "activation")
 
 
-def _load_initial_weights(model, model_path):
+def _load_initial_weights(model, model_path, optimizer_checkpoint=None):
+    """The weights of `model_path` and, with `optimizer_checkpoint`, the
+    optimizer state (moments and iteration count) of that checkpoint."""
     initial = keras.saving.load_model(str(model_path), compile=False)
     mine, theirs = model.get_config(), initial.get_config()
     different = [f"{key} {mine.get(key)!r} here, {theirs.get(key)!r} in {model_path}"
@@ -353,9 +375,36 @@ def _load_initial_weights(model, model_path):
     if different:
         raise RunError("training.init_from: the model configuration differs from the initial model's: "
                        + "; ".join(different) + ". Set the same model.* keys (or drop them).")
+    if optimizer_checkpoint is not None:
+        _load_initial_optimizer(model, optimizer_checkpoint)
     model.set_weights(initial.get_weights())
-    print(f"model: initial weights from {model_path} (training.init_from); optimizer and schedule start afresh",
+    if optimizer_checkpoint is None:
+        print(f"model: initial weights from {model_path} (training.init_from); optimizer and schedule start "
+              "afresh (training.init_optimizer reset)", flush=True)
+        return
+    iterations = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    print(f"model: initial weights from {model_path} (training.init_from), optimizer state from "
+          f"{optimizer_checkpoint} (training.init_optimizer keep): the learning-rate schedule continues at "
+          f"iteration {iterations}; steps, checkpoints and training.max_steps count this run's steps from 0",
           flush=True)
+
+
+def _load_initial_optimizer(model, checkpoint):
+    """Loads the optimizer state of `checkpoint` into `model` (its weights
+    and dropout seed states come along and are overwritten or put back)."""
+    from keras_transformer.training.checkpoint_files import load_checkpoint
+    from keras_transformer.training.resumable import _ensure_optimizer_built
+
+    seeds = [(v, keras.ops.convert_to_numpy(v)) for v in model.variables if v.name == "seed_generator_state"]
+    _ensure_optimizer_built(model)
+    try:
+        load_checkpoint(model, str(checkpoint))
+    except ValueError as error:  # CorruptCheckpointError too
+        raise RunError(f"training.init_optimizer keep: the optimizer state in {checkpoint} does not fit this "
+                       "run's optimizer (training.gradient_accumulation_steps and training.mixed_precision must "
+                       f"match the source run's), or the file is damaged: {error}") from None
+    for variable, value in seeds:
+        variable.assign(value)
 
 
 def _progress_callbacks(config, model, tokenizer, validation_pairs, steps_per_epoch, time_limit):
