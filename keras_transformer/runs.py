@@ -170,6 +170,7 @@ def train(config, verbose="auto", callbacks=()):
     """
     from keras_transformer.data import SubwordTokenizer, make_dataset
     from keras_transformer.training import TerminateOnNonFiniteLoss, fit_resumable, list_checkpoints, save_averaged_model
+    from keras_transformer.training.progress import ValidationTranslation
 
     output_dir = Path(config["output_dir"])
     try:
@@ -287,6 +288,12 @@ def train(config, verbose="auto", callbacks=()):
     if nan_guard.step is not None:
         raise RunError(f"training stopped: the loss became {nan_guard.loss} at step {nan_guard.step}; "
                        f"checkpoints before it are in {output_dir / CHECKPOINT_DIR}.")
+    for callback in callbacks:
+        if isinstance(callback, ValidationTranslation):
+            # A run resumed at its last step trains nothing (no callback
+            # runs); the validation a kill cut short there is still due.
+            callback.set_model(model)
+            callback.validate_if_due()
 
     checkpoints = list_checkpoints(str(output_dir / CHECKPOINT_DIR))
     last_n = min(training["average_last"], len(checkpoints))

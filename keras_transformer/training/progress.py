@@ -11,8 +11,9 @@ in Keras' logs (what the TensorBoard callback writes, when it comes after).
 `every_steps` steps, scores it with sacreBLEU and chrF, keeps the best
 weights (`best-<step>.weights.h5`, then `best.json` naming it, each written
 under a temporary name and renamed, so a kill at any point leaves a record
-that names complete weights), and stops training after `patience`
-validations without an improvement of at least `min_delta`.
+that names complete weights; the class says how a run resumes), and stops
+training after `patience` validations without an improvement of at least
+`min_delta`.
 """
 
 import json
@@ -197,11 +198,24 @@ def read_best(output_dir):
 class ValidationTranslation(_CountsRunSteps, keras.callbacks.Callback):
     """Validation BLEU/chrF every `every_steps`, early stopping, best weights kept.
 
+    Crash safety: every validation ends by rewriting `best.json` (atomically),
+    which holds the best record, the count of validations since it and the
+    last validation's record. A new best's weights are written first, as
+    `best-<step>.weights.h5`, and only `best.json` makes them the best, so
+    after a kill at any point `best.json` names complete weights and any
+    other `best-*` file is an orphan, deleted when the run resumes. A resumed
+    run skips the validations `best.json` has (the replayed steps reach the
+    same weights), restores the progress record of the last one if the kill
+    lost it, and runs at once the validation that a kill interrupted at a
+    step whose checkpoint was already written (the run resumes after it:
+    `on_train_begin` does, or `validate_if_due` when there is nothing left
+    to train).
+
     Args:
         translate: `texts -> translations` with the model being trained
             (e.g. a `Translator` over it).
         sources, references: the validation subset (fixed across validations).
-        every_steps: validate after every this many optimizer steps.
+        every_steps: validate after every this many steps.
         output_dir: where the best weights, `best.json` and the records go.
         metric: "bleu" or "chrf" (higher is better).
         patience: stop after this many validations without improvement
@@ -232,23 +246,49 @@ class ValidationTranslation(_CountsRunSteps, keras.callbacks.Callback):
         self.best = None if best is None else best["value"]
         self.best_step = None if best is None else best["step"]
         self.waited = 0 if best is None else best.get("validations_since_best", 0)
+        self.validated_step = None if best is None else best.get("validated_step", best["step"])
         self.stopped_early = False
+        self._remove_orphans(best)
         if best is not None:
             self._restore_lost_record(best)
 
+    def _remove_orphans(self, best):
+        """Best weights that `best.json` does not name, and temporary files:
+        left by a kill before `best.json` was rewritten (or the old best
+        removed)."""
+        if not os.path.isdir(self.output_dir):
+            return
+        keep = None if best is None else os.path.basename(best["weights"])
+        for name in os.listdir(self.output_dir):
+            orphan = name.startswith("best-") and name.endswith(".weights.h5") and name != keep
+            if orphan or name.startswith(BEST_RECORD_FILE + ".tmp-"):
+                os.remove(os.path.join(self.output_dir, name))
+
     def _restore_lost_record(self, best):
-        """A kill after a best model was saved and before its validation was
-        logged loses that log line; the best record holds its scores."""
+        """A kill after `best.json` was rewritten and before the validation
+        was logged loses that log line; `best.json` holds it."""
         path = os.path.join(self.output_dir, PROGRESS_FILE)
+        record = best.get("last_validation")
+        if record is None and "bleu" in best:  # written before best.json kept the last validation
+            record = {"time": time.time(), "step": best["step"], "valid_bleu": best["bleu"],
+                      "valid_chrf": best["chrf"], "validation_seconds": None, "best_step": best["step"]}
+        if record is None:
+            return
         logged = {r["step"] for r in read_records(path) if "valid_bleu" in r}
-        if best["step"] not in logged and "bleu" in best:
-            append_jsonl(path, {"time": time.time(), "step": best["step"], "valid_bleu": best["bleu"],
-                                 "valid_chrf": best["chrf"], "validation_seconds": None,
-                                 "best_step": best["step"], "restored": True})
+        if record["step"] not in logged:
+            append_jsonl(path, {**record, "restored": True})
+
+    def on_train_begin(self, logs=None):
+        # Resumed from the checkpoint of a step whose validation was cut short.
+        self.validate_if_due(logs)
 
     def on_train_batch_end(self, batch, logs=None):
+        self.validate_if_due(logs)
+
+    def validate_if_due(self, logs=None):
+        """Validates when the current step is a validation step not validated yet."""
         step = self._run_step()
-        if step % self.every_steps or step == self.best_step:
+        if step == 0 or step % self.every_steps or (self.validated_step is not None and step <= self.validated_step):
             return
         from keras_transformer.evaluation import corpus_scores
 
@@ -261,13 +301,14 @@ class ValidationTranslation(_CountsRunSteps, keras.callbacks.Callback):
             self.best, self.best_step, self.waited = value, step, 0
         else:
             self.waited += 1
+        self.validated_step = step
         record = {"time": time.time(), "step": step, "valid_bleu": float(scores["bleu"]),
                   "valid_chrf": float(scores["chrf"]), "validation_seconds": time.monotonic() - start,
                   "best_step": self.best_step}
         if improved:
-            self._save_best(step, value, scores)
+            self._save_best(step, value, scores, record)
         else:
-            self._write_record(validations_since_best=self.waited)
+            self._write_record(validations_since_best=self.waited, validated_step=step, last_validation=record)
         append_jsonl(os.path.join(self.output_dir, PROGRESS_FILE), record)
         if logs is not None:
             logs["valid_bleu"], logs["valid_chrf"] = record["valid_bleu"], record["valid_chrf"]
@@ -280,7 +321,7 @@ class ValidationTranslation(_CountsRunSteps, keras.callbacks.Callback):
             self.stopped_early = True
             self.model.stop_training = True
 
-    def _save_best(self, step, value, scores):
+    def _save_best(self, step, value, scores, record):
         # New weights under their own name, then the record that names them,
         # then the old weights go: the record always names complete weights.
         previous = read_best(self.output_dir)
@@ -288,7 +329,8 @@ class ValidationTranslation(_CountsRunSteps, keras.callbacks.Callback):
         _atomic_replace(lambda path: self.model.save_weights(path), os.path.join(self.output_dir, name),
                         suffix=".weights.h5")
         self._write_record(step=step, value=value, validations_since_best=0, weights=name,
-                           bleu=float(scores["bleu"]), chrf=float(scores["chrf"]))
+                           bleu=float(scores["bleu"]), chrf=float(scores["chrf"]), validated_step=step,
+                           last_validation=record)
         if previous is not None and os.path.basename(previous["weights"]) != name:
             os.remove(previous["weights"])
 
@@ -306,4 +348,3 @@ class ValidationTranslation(_CountsRunSteps, keras.callbacks.Callback):
                 os.fsync(stream.fileno())
 
         _atomic_replace(write, path)
-
