@@ -1,6 +1,7 @@
 """The split files of the recipes (parallel_text's source hash and ref-book
 hold-out, back_translation's monolingual hold-out, fine_tuning's split) stay
-the same for the same inputs: their contents are pinned by SHA-256. A change here changes
+the same for the same inputs: their contents are pinned by SHA-256, as the
+code before `keras_transformer.data.splits` wrote them. A change here changes
 every recipe's test split, so past scores could no longer be compared."""
 
 import gzip
@@ -90,10 +91,18 @@ def test_parallel_text_book_split_is_pinned(corpus, tmp_path):
     assert digests(tmp_path / "data", ("train", "valid", "test")) == PINNED_BOOK
 
 
+def test_the_package_split_is_the_recipes(corpus, tmp_path):
+    from keras_transformer.data import splits
+
+    report = splits.prepare(tmp_path, [corpus], max_chars=100, test_size=20, valid_size=10)
+    assert json.loads((tmp_path / splits.SPLIT_REPORT).read_text()) == report
+    assert digests(tmp_path, splits.SPLITS) == PINNED_HASH
+
+
 def test_fine_tuning_split_is_parallel_texts(corpus, tmp_path):
     recipe = load_recipe("fine_tuning")
-    files, sizes = recipe.split_corpus(recipe.parallel_text_recipe(), str(corpus), config_for(tmp_path),
-                                       Namespace(test_size=20, valid_size=10), "data")
+    files, sizes = recipe.split_corpus(str(corpus), config_for(tmp_path), Namespace(test_size=20, valid_size=10),
+                                       "data")
     assert files["train"] == str(tmp_path / "data" / "train.jsonl.gz")
     assert digests(tmp_path / "data", ("train", "valid", "test")) == PINNED_HASH
 
@@ -102,6 +111,6 @@ def test_back_translation_split_is_pinned(corpus, tmp_path):
     recipe = load_recipe("back_translation")
     args = recipe.parse_arguments([str(corpus), "--test-size", "20", "--valid-size", "10",
                                    "--monolingual-size", "25"])
-    sizes = recipe.prepare_data(args, config_for(tmp_path), recipe.parallel_text_recipe(), tmp_path / "data")
+    sizes = recipe.prepare_data(args, config_for(tmp_path), tmp_path / "data")
     assert sizes == {"train": 43, "valid": 10, "test": 20, "monolingual": 25}
     assert digests(tmp_path / "data", ("train", "valid", "test", "monolingual")) == PINNED_BACK_TRANSLATION

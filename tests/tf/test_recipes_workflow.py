@@ -228,7 +228,7 @@ def test_back_translation_monolingual_file_and_too_little_data(back_translation,
     from keras_transformer import config as config_lib
 
     config = config_lib.resolve([back_translation.PARALLEL_TEXT / "config.yaml"])
-    sizes = back_translation.prepare_data(args, config, back_translation.parallel_text_recipe(), output / "data")
+    sizes = back_translation.prepare_data(args, config, output / "data")
     assert sizes == {"train": 130, "valid": 10, "test": 20, "monolingual": 2 + 130}
     monolingual = [row["de"] for row in lines(output / "data" / "monolingual.jsonl.gz")]
     assert monolingual[:2] == ["Der Hund schläft.", "Die Katze isst."]
