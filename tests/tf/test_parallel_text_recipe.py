@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MODEL
 
 from keras_transformer.data import splits as corpus_splits
 from keras_transformer.data.corpus import CorpusError
@@ -133,8 +134,7 @@ def test_end_to_end_tiny_run(recipe, tmp_path):
     code = recipe.main([
         str(corpus), "--target-key", "es", "--holdout-by", "ref-book", "--test-size", "10",
         "--valid-size", "3", "--output-dir", str(output_dir),
-        "--set", "model.d_model=16", "--set", "model.d_ff=32", "--set", "model.num_heads=2",
-        "--set", "model.num_encoder_layers=1", "--set", "model.num_decoder_layers=1",
+        *(word for setting in TINY_MODEL for word in ("--set", setting)),
         "--set", "data.vocabulary_size=40", "--set", "training.max_steps=2",
         "--set", "training.tokens_per_batch=256", "--set", "training.warmup_steps=10",
         "--set", "decoding.beam_size=2", "--set", "decoding.max_extra_length=4",

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MODEL
 
 from keras_transformer import stages
 from keras_transformer.data import SubwordTokenizer
@@ -19,8 +20,7 @@ from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 SHRINK = [
-    "model.d_model=32", "model.d_ff=64", "model.num_heads=2", "model.num_encoder_layers=1",
-    "model.num_decoder_layers=1", "data.vocabulary_size=120", "training.tokens_per_batch=512",
+    *TINY_MODEL, "data.vocabulary_size=120", "training.tokens_per_batch=512",
     "training.max_steps=2", "training.mixed_precision=None", "decoding.beam_size=1", "decoding.max_extra_length=4",
 ]
 
