@@ -271,6 +271,12 @@ def train(config, verbose="auto", callbacks=()):
     callbacks.extend(extra_callbacks)
     print(f"model: {model.count_params():,} parameters; {steps_per_epoch} steps per epoch, "
           f"{epochs} epochs", flush=True)
+    validator = next((c for c in callbacks if isinstance(c, ValidationTranslation)), None)
+    max_steps = training["max_steps"]
+    if validator is not None and validator.stopped_early:
+        print(f"early stop: the run in {output_dir} stopped early before (best.json); restoring its checkpoint, "
+              "training no further", flush=True)
+        max_steps = 0  # fit_resumable restores the newest checkpoint and trains nothing
     fit_resumable(
         model,
         dataset_from,
@@ -280,7 +286,7 @@ def train(config, verbose="auto", callbacks=()):
         save_every_steps=training["save_every_steps"],
         keep_last=max(training["keep_checkpoints"], training["average_last"]),
         callbacks=callbacks,
-        max_steps=training["max_steps"],
+        max_steps=max_steps,
         validation_data=validation,
         shuffle=False,  # the pipeline shuffles (Keras would only warn that it ignores this)
         verbose=0 if verbose == "auto" else verbose,  # TrainingProgress reports by default
@@ -288,12 +294,11 @@ def train(config, verbose="auto", callbacks=()):
     if nan_guard.step is not None:
         raise RunError(f"training stopped: the loss became {nan_guard.loss} at step {nan_guard.step}; "
                        f"checkpoints before it are in {output_dir / CHECKPOINT_DIR}.")
-    for callback in callbacks:
-        if isinstance(callback, ValidationTranslation):
-            # A run resumed at its last step trains nothing (no callback
-            # runs); the validation a kill cut short there is still due.
-            callback.set_model(model)
-            callback.validate_if_due()
+    if validator is not None:
+        # A run resumed at its last step trains nothing (no callback runs);
+        # the validation a kill cut short there is still due.
+        validator.set_model(model)
+        validator.validate_if_due()
 
     checkpoints = list_checkpoints(str(output_dir / CHECKPOINT_DIR))
     last_n = min(training["average_last"], len(checkpoints))

@@ -247,7 +247,8 @@ class ValidationTranslation(_CountsRunSteps, keras.callbacks.Callback):
         self.best_step = None if best is None else best["step"]
         self.waited = 0 if best is None else best.get("validations_since_best", 0)
         self.validated_step = None if best is None else best.get("validated_step", best["step"])
-        self.stopped_early = False
+        # A run that stopped early (and was then killed, or is run again) stays stopped.
+        self.stopped_early = patience is not None and best is not None and self.waited >= patience
         self._remove_orphans(best)
         if best is not None:
             self._restore_lost_record(best)
