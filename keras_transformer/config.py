@@ -51,7 +51,7 @@ SCHEMA = {
         "tokens_per_batch": (4096, int, "tokens per batch (paper: 25000 source + 25000 target)"),
         "gradient_accumulation_steps": (None, int, "apply one update every N batches"),
         "epochs": (10, int, "passes over the training data"),
-        "max_steps": (None, int, "stop after this many steps"),
+        "max_steps": (None, int, "stop after this many steps (this run's: a fine-tuning run counts its own from 0)"),
         "max_minutes": (None, float, "stop after this many minutes of training"),
         "warmup_steps": (4000, int, "learning-rate warm-up steps (paper: 4000)"),
         "learning_rate_scale": (1.0, float, "factor on the paper's learning-rate schedule"),
