@@ -23,8 +23,8 @@ Data (`--data-dir`, default ../shared/data next to the repository; never
 copied into the repository): ddtp_en_de.jsonl.gz + po_all.jsonl.gz (keys en,
 de), read with `keras_transformer.data.load_corpus` (pairs with a side over
 600 characters dropped, as recipes/parallel_text does). Fixed split: the
-recipe's `split_by_hash` orders distinct English sentences by SHA-256; the
-first fill the test split (`--test-size` pairs; every pair of a test sentence
+recipes' `split_by_hash` (keras_transformer.data.splits) orders distinct
+English sentences by SHA-256; the first fill the test split (`--test-size` pairs; every pair of a test sentence
 goes there, so no test source occurs in training), the rest is training
 (`--max-train-pairs` keeps the first N of them, in hash order, for smoke
 runs). One SentencePiece model (`SubwordTokenizer.train`, unigram, joint,
@@ -87,7 +87,6 @@ commit and the exact command; `run` names the invocation).
 import argparse
 import datetime
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -459,14 +458,6 @@ def config():
             "decode_batch": DECODE_BATCH, "save_every_steps": SAVE_EVERY_STEPS}
 
 
-def _recipe_split_by_hash():
-    """`split_by_hash` of recipes/parallel_text/run.py (a script, not a package)."""
-    spec = importlib.util.spec_from_file_location("parallel_text_recipe", ROOT / "recipes" / "parallel_text" / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.split_by_hash
-
-
 def _fingerprint(args):
     inputs = []
     for name in CORPORA:
@@ -510,7 +501,9 @@ def prepare(args, work):
         print(f"{path}: {stats}", flush=True)
         inputs.append({"file": name, "read": stats.read, "kept": stats.kept})
         records.extend((source, target, None) for source, target in pairs)
-    splits = _recipe_split_by_hash()(records, args.test_size, 0)
+    from keras_transformer.data.splits import split_by_hash
+
+    splits = split_by_hash(records, args.test_size, 0)
     train = [(s, t) for s, t, _ in splits["train"]]
     test = [(s, t) for s, t, _ in splits["test"]]
     if args.max_train_pairs:

@@ -63,6 +63,8 @@ def _resolve(args):
         assignments.append(f"data.train={args.train}")
     if getattr(args, "init_from", None):
         assignments.append(f"training.init_from={args.init_from}")
+    if getattr(args, "init_optimizer", None):
+        assignments.append(f"training.init_optimizer={args.init_optimizer}")
     return config_lib.resolve(args.config, args.preset, assignments)
 
 
@@ -315,6 +317,11 @@ def build_parser():
     train.add_argument("--init-from", metavar="RUN_OR_MODEL",
                        help="fine-tune: start from a run's model and tokenizer (or a .keras file beside its "
                             "tokenizer.model); same as --set training.init_from=...")
+    train.add_argument("--init-optimizer", choices=("reset", "keep"),
+                       help="with --init-from: reset (default) starts the optimizer and learning-rate schedule "
+                            "afresh, with a new warm-up of training.warmup_steps; keep continues the source run's "
+                            "optimizer state and schedule from its newest checkpoint; same as --set "
+                            "training.init_optimizer=...")
     train.set_defaults(func=cmd_train)
 
     evaluate = commands.add_parser("evaluate", help="translate a test corpus and report sacreBLEU and chrF")

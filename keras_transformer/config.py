@@ -51,7 +51,7 @@ SCHEMA = {
         "tokens_per_batch": (4096, int, "tokens per batch (paper: 25000 source + 25000 target)"),
         "gradient_accumulation_steps": (None, int, "apply one update every N batches"),
         "epochs": (10, int, "passes over the training data"),
-        "max_steps": (None, int, "stop after this many steps"),
+        "max_steps": (None, int, "stop after this many steps (this run's: a fine-tuning run counts its own from 0)"),
         "max_minutes": (None, float, "stop after this many minutes of training"),
         "warmup_steps": (4000, int, "learning-rate warm-up steps (paper: 4000)"),
         "learning_rate_scale": (1.0, float, "factor on the paper's learning-rate schedule"),
@@ -71,7 +71,11 @@ SCHEMA = {
         "early_stopping_patience": (None, int, "stop after N validations without a gain (default: never)"),
         "early_stopping_min_delta": (0.0, float, "the least gain that counts as one"),
         "init_from": (None, str, "fine-tune: start from this run directory's model.keras and tokenizer (or "
-                      "a .keras file with tokenizer.model beside it); optimizer and schedule start afresh"),
+                      "a .keras file with tokenizer.model beside it)"),
+        "init_optimizer": ("reset", ("reset", "keep"), "with init_from: reset starts the optimizer and the "
+                           "learning-rate schedule afresh (a new warm-up of training.warmup_steps); keep takes "
+                           "the optimizer state (moments, iteration count) from the source run's newest "
+                           "checkpoint, so the schedule continues where that run stopped"),
         "final_model": ("auto", ("auto", "best", "average"), "model.keras: the best validated weights "
                         "(auto: when validate_every_steps is set) or the average of the last checkpoints"),
     },

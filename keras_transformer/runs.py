@@ -96,18 +96,6 @@ class _TimeLimit(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-class _StepLimit(keras.callbacks.Callback):
-    """Stops training once the optimizer has made `max_steps` updates."""
-
-    def __init__(self, max_steps):
-        super().__init__()
-        self.max_steps = max_steps
-
-    def on_train_batch_end(self, batch, logs=None):
-        if int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)) >= self.max_steps:
-            self.model.stop_training = True
-
-
 def build_model(config, vocabulary_size):
     import keras_transformer as kt
 
@@ -182,6 +170,7 @@ def train(config, verbose="auto", callbacks=()):
     """
     from keras_transformer.data import SubwordTokenizer, make_dataset
     from keras_transformer.training import TerminateOnNonFiniteLoss, fit_resumable, list_checkpoints, save_averaged_model
+    from keras_transformer.training.progress import ValidationTranslation
 
     output_dir = Path(config["output_dir"])
     try:
@@ -196,9 +185,11 @@ def train(config, verbose="auto", callbacks=()):
 
     pairs = _read_pairs(config, "train")
     tokenizer_path = output_dir / TOKENIZER_FILE
-    init_model_path = None
+    init_model_path = init_optimizer_path = None
     if training["init_from"]:
         init_model_path, init_tokenizer_path = _init_source(training["init_from"])
+        if training["init_optimizer"] == "keep":
+            init_optimizer_path = _init_optimizer_source(training["init_from"])
         _adopt_tokenizer(init_tokenizer_path, tokenizer_path)
     symbols = (config["data"]["user_defined_symbols"] or "").split()
     if tokenizer_path.is_file():
@@ -261,7 +252,7 @@ def train(config, verbose="auto", callbacks=()):
             if list_checkpoints(str(output_dir / CHECKPOINT_DIR)):
                 print(f"init_from: {output_dir} has checkpoints; resuming them instead", flush=True)
             else:
-                _load_initial_weights(model, init_model_path)
+                _load_initial_weights(model, init_model_path, init_optimizer_path)
 
     epochs = training["epochs"]
     nan_guard = TerminateOnNonFiniteLoss()
@@ -275,12 +266,17 @@ def train(config, verbose="auto", callbacks=()):
                                                  update_freq=training["progress_every_steps"]))
     if time_limit is not None:
         callbacks.append(time_limit)
-    if training["max_steps"]:
-        callbacks.append(_StepLimit(training["max_steps"]))
+    if training["max_steps"]:  # fit_resumable stops there
         epochs = min(epochs, math.ceil(training["max_steps"] / steps_per_epoch))
     callbacks.extend(extra_callbacks)
     print(f"model: {model.count_params():,} parameters; {steps_per_epoch} steps per epoch, "
           f"{epochs} epochs", flush=True)
+    validator = next((c for c in callbacks if isinstance(c, ValidationTranslation)), None)
+    max_steps = training["max_steps"]
+    if validator is not None and validator.stopped_early:
+        print(f"early stop: the run in {output_dir} stopped early before (best.json); restoring its checkpoint, "
+              "training no further", flush=True)
+        max_steps = 0  # fit_resumable restores the newest checkpoint and trains nothing
     fit_resumable(
         model,
         dataset_from,
@@ -290,7 +286,7 @@ def train(config, verbose="auto", callbacks=()):
         save_every_steps=training["save_every_steps"],
         keep_last=max(training["keep_checkpoints"], training["average_last"]),
         callbacks=callbacks,
-        max_steps=training["max_steps"],
+        max_steps=max_steps,
         validation_data=validation,
         shuffle=False,  # the pipeline shuffles (Keras would only warn that it ignores this)
         verbose=0 if verbose == "auto" else verbose,  # TrainingProgress reports by default
@@ -298,6 +294,11 @@ def train(config, verbose="auto", callbacks=()):
     if nan_guard.step is not None:
         raise RunError(f"training stopped: the loss became {nan_guard.loss} at step {nan_guard.step}; "
                        f"checkpoints before it are in {output_dir / CHECKPOINT_DIR}.")
+    if validator is not None:
+        # A run resumed at its last step trains nothing (no callback runs);
+        # the validation a kill cut short there is still due.
+        validator.set_model(model)
+        validator.validate_if_due()
 
     checkpoints = list_checkpoints(str(output_dir / CHECKPOINT_DIR))
     last_n = min(training["average_last"], len(checkpoints))
@@ -338,6 +339,24 @@ def _init_source(init_from):
     return model_path, tokenizer_path
 
 
+def _init_optimizer_source(init_from):
+    """The checkpoint whose optimizer state `training.init_optimizer: keep`
+    takes: the newest one of the run directory `init_from`."""
+    from keras_transformer.training import latest_checkpoint
+
+    path = Path(init_from)
+    if not path.is_dir():
+        raise RunError(f"training.init_optimizer keep: training.init_from {init_from} is a model file, which "
+                       "holds no optimizer state; name the run directory it came from (its checkpoints/ hold "
+                       "the state), or use training.init_optimizer reset.")
+    newest = latest_checkpoint(str(path / CHECKPOINT_DIR))
+    if newest is None:
+        raise RunError(f"training.init_optimizer keep: {path / CHECKPOINT_DIR} holds no checkpoint "
+                       "(ckpt-<step>.weights.h5) to take the optimizer state from; use training.init_optimizer "
+                       "reset.")
+    return Path(newest[1])
+
+
 def _adopt_tokenizer(source, destination):
     """The fine-tuned run uses the initial model's tokenizer: copied in, or
     checked against the one the run already has."""
@@ -358,7 +377,9 @@ _INIT_KEYS = ("vocabulary_size", "source_vocabulary_size", "d_model", "num_heads
               "num_decoder_layers", "norm_first", "positional_encoding", "max_length", "activation")
 
 
-def _load_initial_weights(model, model_path):
+def _load_initial_weights(model, model_path, optimizer_checkpoint=None):
+    """The weights of `model_path` and, with `optimizer_checkpoint`, the
+    optimizer state (moments and iteration count) of that checkpoint."""
     initial = keras.saving.load_model(str(model_path), compile=False)
     mine, theirs = model.get_config(), initial.get_config()
     different = [f"{key} {mine.get(key)!r} here, {theirs.get(key)!r} in {model_path}"
@@ -366,9 +387,36 @@ def _load_initial_weights(model, model_path):
     if different:
         raise RunError("training.init_from: the model configuration differs from the initial model's: "
                        + "; ".join(different) + ". Set the same model.* keys (or drop them).")
+    if optimizer_checkpoint is not None:
+        _load_initial_optimizer(model, optimizer_checkpoint)
     model.set_weights(initial.get_weights())
-    print(f"model: initial weights from {model_path} (training.init_from); optimizer and schedule start afresh",
+    if optimizer_checkpoint is None:
+        print(f"model: initial weights from {model_path} (training.init_from); optimizer and schedule start "
+              "afresh (training.init_optimizer reset)", flush=True)
+        return
+    iterations = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    print(f"model: initial weights from {model_path} (training.init_from), optimizer state from "
+          f"{optimizer_checkpoint} (training.init_optimizer keep): the learning-rate schedule continues at "
+          f"iteration {iterations}; steps, checkpoints and training.max_steps count this run's steps from 0",
           flush=True)
+
+
+def _load_initial_optimizer(model, checkpoint):
+    """Loads the optimizer state of `checkpoint` into `model` (its weights
+    and dropout seed states come along and are overwritten or put back)."""
+    from keras_transformer.training.checkpoint_files import load_checkpoint
+    from keras_transformer.training.resumable import _ensure_optimizer_built
+
+    seeds = [(v, keras.ops.convert_to_numpy(v)) for v in model.variables if v.name == "seed_generator_state"]
+    _ensure_optimizer_built(model)
+    try:
+        load_checkpoint(model, str(checkpoint))
+    except ValueError as error:  # CorruptCheckpointError too
+        raise RunError(f"training.init_optimizer keep: the optimizer state in {checkpoint} does not fit this "
+                       "run's optimizer (training.gradient_accumulation_steps and training.mixed_precision must "
+                       f"match the source run's), or the file is damaged: {error}") from None
+    for variable, value in seeds:
+        variable.assign(value)
 
 
 def _progress_callbacks(config, model, tokenizer, validation_pairs, steps_per_epoch, time_limit):

@@ -11,8 +11,9 @@ in Keras' logs (what the TensorBoard callback writes, when it comes after).
 `every_steps` steps, scores it with sacreBLEU and chrF, keeps the best
 weights (`best-<step>.weights.h5`, then `best.json` naming it, each written
 under a temporary name and renamed, so a kill at any point leaves a record
-that names complete weights), and stops training after `patience`
-validations without an improvement of at least `min_delta`.
+that names complete weights; the class says how a run resumes), and stops
+training after `patience` validations without an improvement of at least
+`min_delta`.
 """
 
 import json
@@ -46,6 +47,19 @@ def _step(model):
     return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
 
 
+class _CountsRunSteps:
+    """Steps as the run's `StepCheckpoint` counts them (the steps of its file
+    names and of `max_steps`), when `fit_resumable` gave it one as
+    `checkpoint`; else the optimizer's iteration count. The two differ when
+    the optimizer state, with its count, came from another run
+    (`training.init_optimizer: keep`)."""
+
+    checkpoint = None
+
+    def _run_step(self):
+        return self.checkpoint.step if self.checkpoint is not None else _step(self.model)
+
+
 def _learning_rate(model):
     try:
         return float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
@@ -53,7 +67,7 @@ def _learning_rate(model):
         return None
 
 
-class TrainingProgress(keras.callbacks.Callback):
+class TrainingProgress(_CountsRunSteps, keras.callbacks.Callback):
     """Progress lines and records inside an epoch (see the module docstring).
 
     Args:
@@ -93,14 +107,14 @@ class TrainingProgress(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         # The last step is always reported, however short the run.
-        if self.last_step is not None and self.last_logs is not None and _step(self.model) > self.last_step:
+        if self.last_step is not None and self.last_logs is not None and self._run_step() > self.last_step:
             self._maybe_report(self.last_logs, force=True)
         if self.live:
             self.stream.write("\n")
 
     def _maybe_report(self, logs, force=False):
         self.last_logs = logs
-        step = _step(self.model)
+        step = self._run_step()
         if self.last_step is None:
             self.last_step = step - 1
         now = time.monotonic()
@@ -135,7 +149,7 @@ class TrainingProgress(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
-        record = {"time": time.time(), "step": _step(self.model), "epoch": epoch + 1}
+        record = {"time": time.time(), "step": self._run_step(), "epoch": epoch + 1}
         record.update({key: float(value) for key, value in logs.items() if key.startswith("val_")})
         if len(record) > 3:
             if self.live:
@@ -181,14 +195,27 @@ def read_best(output_dir):
     return {**record, "weights": weights} if os.path.isfile(weights) else None
 
 
-class ValidationTranslation(keras.callbacks.Callback):
+class ValidationTranslation(_CountsRunSteps, keras.callbacks.Callback):
     """Validation BLEU/chrF every `every_steps`, early stopping, best weights kept.
+
+    Crash safety: every validation ends by rewriting `best.json` (atomically),
+    which holds the best record, the count of validations since it and the
+    last validation's record. A new best's weights are written first, as
+    `best-<step>.weights.h5`, and only `best.json` makes them the best, so
+    after a kill at any point `best.json` names complete weights and any
+    other `best-*` file is an orphan, deleted when the run resumes. A resumed
+    run skips the validations `best.json` has (the replayed steps reach the
+    same weights), restores the progress record of the last one if the kill
+    lost it, and runs at once the validation that a kill interrupted at a
+    step whose checkpoint was already written (the run resumes after it:
+    `on_train_begin` does, or `validate_if_due` when there is nothing left
+    to train).
 
     Args:
         translate: `texts -> translations` with the model being trained
             (e.g. a `Translator` over it).
         sources, references: the validation subset (fixed across validations).
-        every_steps: validate after every this many optimizer steps.
+        every_steps: validate after every this many steps.
         output_dir: where the best weights, `best.json` and the records go.
         metric: "bleu" or "chrf" (higher is better).
         patience: stop after this many validations without improvement
@@ -219,23 +246,50 @@ class ValidationTranslation(keras.callbacks.Callback):
         self.best = None if best is None else best["value"]
         self.best_step = None if best is None else best["step"]
         self.waited = 0 if best is None else best.get("validations_since_best", 0)
-        self.stopped_early = False
+        self.validated_step = None if best is None else best.get("validated_step", best["step"])
+        # A run that stopped early (and was then killed, or is run again) stays stopped.
+        self.stopped_early = patience is not None and best is not None and self.waited >= patience
+        self._remove_orphans(best)
         if best is not None:
             self._restore_lost_record(best)
 
+    def _remove_orphans(self, best):
+        """Best weights that `best.json` does not name, and temporary files:
+        left by a kill before `best.json` was rewritten (or the old best
+        removed)."""
+        if not os.path.isdir(self.output_dir):
+            return
+        keep = None if best is None else os.path.basename(best["weights"])
+        for name in os.listdir(self.output_dir):
+            orphan = name.startswith("best-") and name.endswith(".weights.h5") and name != keep
+            if orphan or name.startswith(BEST_RECORD_FILE + ".tmp-"):
+                os.remove(os.path.join(self.output_dir, name))
+
     def _restore_lost_record(self, best):
-        """A kill after a best model was saved and before its validation was
-        logged loses that log line; the best record holds its scores."""
+        """A kill after `best.json` was rewritten and before the validation
+        was logged loses that log line; `best.json` holds it."""
         path = os.path.join(self.output_dir, PROGRESS_FILE)
+        record = best.get("last_validation")
+        if record is None and "bleu" in best:  # written before best.json kept the last validation
+            record = {"time": time.time(), "step": best["step"], "valid_bleu": best["bleu"],
+                      "valid_chrf": best["chrf"], "validation_seconds": None, "best_step": best["step"]}
+        if record is None:
+            return
         logged = {r["step"] for r in read_records(path) if "valid_bleu" in r}
-        if best["step"] not in logged and "bleu" in best:
-            append_jsonl(path, {"time": time.time(), "step": best["step"], "valid_bleu": best["bleu"],
-                                 "valid_chrf": best["chrf"], "validation_seconds": None,
-                                 "best_step": best["step"], "restored": True})
+        if record["step"] not in logged:
+            append_jsonl(path, {**record, "restored": True})
+
+    def on_train_begin(self, logs=None):
+        # Resumed from the checkpoint of a step whose validation was cut short.
+        self.validate_if_due(logs)
 
     def on_train_batch_end(self, batch, logs=None):
-        step = _step(self.model)
-        if step % self.every_steps or step == self.best_step:
+        self.validate_if_due(logs)
+
+    def validate_if_due(self, logs=None):
+        """Validates when the current step is a validation step not validated yet."""
+        step = self._run_step()
+        if step == 0 or step % self.every_steps or (self.validated_step is not None and step <= self.validated_step):
             return
         from keras_transformer.evaluation import corpus_scores
 
@@ -248,13 +302,14 @@ class ValidationTranslation(keras.callbacks.Callback):
             self.best, self.best_step, self.waited = value, step, 0
         else:
             self.waited += 1
+        self.validated_step = step
         record = {"time": time.time(), "step": step, "valid_bleu": float(scores["bleu"]),
                   "valid_chrf": float(scores["chrf"]), "validation_seconds": time.monotonic() - start,
                   "best_step": self.best_step}
         if improved:
-            self._save_best(step, value, scores)
+            self._save_best(step, value, scores, record)
         else:
-            self._write_record(validations_since_best=self.waited)
+            self._write_record(validations_since_best=self.waited, validated_step=step, last_validation=record)
         append_jsonl(os.path.join(self.output_dir, PROGRESS_FILE), record)
         if logs is not None:
             logs["valid_bleu"], logs["valid_chrf"] = record["valid_bleu"], record["valid_chrf"]
@@ -267,7 +322,7 @@ class ValidationTranslation(keras.callbacks.Callback):
             self.stopped_early = True
             self.model.stop_training = True
 
-    def _save_best(self, step, value, scores):
+    def _save_best(self, step, value, scores, record):
         # New weights under their own name, then the record that names them,
         # then the old weights go: the record always names complete weights.
         previous = read_best(self.output_dir)
@@ -275,7 +330,8 @@ class ValidationTranslation(keras.callbacks.Callback):
         _atomic_replace(lambda path: self.model.save_weights(path), os.path.join(self.output_dir, name),
                         suffix=".weights.h5")
         self._write_record(step=step, value=value, validations_since_best=0, weights=name,
-                           bleu=float(scores["bleu"]), chrf=float(scores["chrf"]))
+                           bleu=float(scores["bleu"]), chrf=float(scores["chrf"]), validated_step=step,
+                           last_validation=record)
         if previous is not None and os.path.basename(previous["weights"]) != name:
             os.remove(previous["weights"])
 
@@ -293,4 +349,3 @@ class ValidationTranslation(keras.callbacks.Callback):
                 os.fsync(stream.fileno())
 
         _atomic_replace(write, path)
-

@@ -277,6 +277,22 @@ class StepCheckpoint(keras.callbacks.Callback):
             self._save_unless_diverged(self._batch_logs)
 
 
+class _StepCap(keras.callbacks.Callback):
+    """Stops training once the run's `StepCheckpoint` has counted `max_steps`
+    steps (the steps its file names count, also when the optimizer's
+    iteration count started elsewhere, as in a fine-tuning run that kept
+    another run's optimizer state)."""
+
+    def __init__(self, checkpoint, max_steps):
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.max_steps = max_steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.checkpoint.step >= self.max_steps:
+            self.model.stop_training = True
+
+
 class TerminateOnNonFiniteLoss(keras.callbacks.Callback):
     """Stops training at the first NaN or infinite loss and says where.
 
@@ -364,10 +380,12 @@ def fit_resumable(
             see `on_train_begin/end` twice; the second call is skipped if a
             callback stopped training in the first. A
             `TerminateOnNonFiniteLoss` among them is given this run's
-            `StepCheckpoint` (steps counted as checkpoint names count them).
-        max_steps: optional cap on the optimizer steps: a run resumed at or
-            past it trains nothing (a callback stops a run that reaches it;
-            without this cap, resuming would still run one step).
+            `StepCheckpoint` (steps counted as checkpoint names count them),
+            and so is any other callback with a `checkpoint` attribute set
+            to None (`TrainingProgress`, `ValidationTranslation`).
+        max_steps: optional cap on the steps, counted as checkpoint names
+            count them: training stops at step `max_steps`, and a run
+            resumed at or past it trains nothing.
         **fit_kwargs: passed to `model.fit` (not `x`, `epochs`,
             `steps_per_epoch`, `initial_epoch`).
 
@@ -382,8 +400,9 @@ def fit_resumable(
         checkpoint_dir, save_every_steps, keep_last=keep_last
     )
     for callback in callbacks or []:
-        if isinstance(callback, TerminateOnNonFiniteLoss) and callback.checkpoint is None:
+        if getattr(callback, "checkpoint", False) is None:
             callback.checkpoint = checkpoint
+    own_callbacks = [checkpoint] if max_steps is None else [checkpoint, _StepCap(checkpoint, max_steps)]
     if checkpoint.latest() is not None and not model.built:
         with _strategy_scope(model):
             model(_first_inputs(make_dataset(0)), training=False)
@@ -399,7 +418,7 @@ def fit_resumable(
             initial_epoch=initial_epoch,
             epochs=last_epoch,
             steps_per_epoch=steps,
-            callbacks=[checkpoint] + list(callbacks or []),
+            callbacks=own_callbacks + list(callbacks or []),
             **fit_kwargs,
         )
         for key, values in result.history.items():

@@ -40,7 +40,6 @@ naming it: delete its directory to redo it.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -53,14 +52,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 HERE = Path(__file__).resolve().parent
 PARALLEL_TEXT = HERE.parent / "parallel_text"
 DEFAULT_TAG = "<BT>"
-
-
-def parallel_text_recipe():
-    """recipes/parallel_text/run.py as a module: its corpus reading and splitting."""
-    spec = importlib.util.spec_from_file_location("parallel_text_recipe", PARALLEL_TEXT / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def parse_arguments(argv):
@@ -175,10 +166,11 @@ def read_monolingual(path, key, max_chars):
     return kept, skipped
 
 
-def prepare_data(args, config, pt, data_dir):
-    """Splits the corpora (and reads --monolingual) into data_dir; returns the sizes."""
+def prepare_data(args, config, data_dir):
+    """Splits the corpora as parallel_text does (and reads --monolingual) into data_dir; returns the sizes."""
     from keras_transformer import stages
     from keras_transformer.data.corpus import write_jsonl
+    from keras_transformer.data.splits import hold_out_targets, read_records, split_by_hash, write_split
 
     data = config["data"]
     source_key, target_key = data["source_key"], data["target_key"]
@@ -192,10 +184,10 @@ def prepare_data(args, config, pt, data_dir):
     if record is not None:
         print(f"data: split before, skipping ({data_dir / 'stage.json'})", flush=True)
         return record["sizes"]
-    records, _ = pt.read_records(args.corpora, (), source_key, target_key, data["max_chars"])
+    records, _ = read_records(args.corpora, (), source_key, target_key, data["max_chars"])
     if not records:
         raise ValueError("the corpora hold no usable sentence pairs.")
-    splits = pt.split_by_hash(records, args.test_size, args.valid_size)
+    splits = split_by_hash(records, args.test_size, args.valid_size)
     held_out = set()
     if args.monolingual:
         monolingual, skipped = read_monolingual(args.monolingual, target_key, data["max_chars"])
@@ -211,17 +203,16 @@ def prepare_data(args, config, pt, data_dir):
     else:
         size = 20000 if args.monolingual_size is None else args.monolingual_size
         # The next sentences in hash order after test and validation: English dropped, German kept.
-        rest = pt.split_by_hash(splits["train"], size, 0)
-        monolingual, real = [record[1] for record in rest["test"]], rest["train"]
+        monolingual, real = hold_out_targets(splits["train"], size)
     for name, part in (("test", splits["test"]), ("training", real)):
         if not part:
             raise ValueError(f"the {name} split is empty ({len(records)} pairs in all); lower --test-size, "
                              f"--valid-size or --monolingual-size, or add data.")
     data_dir.mkdir(parents=True, exist_ok=True)
-    pt.write_split(data_dir / "train.jsonl.gz", real, source_key, target_key)
-    pt.write_split(data_dir / "test.jsonl.gz", splits["test"], source_key, target_key)
+    write_split(data_dir / "train.jsonl.gz", real, source_key, target_key)
+    write_split(data_dir / "test.jsonl.gz", splits["test"], source_key, target_key)
     if splits["valid"]:
-        pt.write_split(data_dir / "valid.jsonl.gz", splits["valid"], source_key, target_key)
+        write_split(data_dir / "valid.jsonl.gz", splits["valid"], source_key, target_key)
     write_jsonl(data_dir / "monolingual.jsonl.gz", ({target_key: text} for text in monolingual))
     sizes = {"train": len(real), "valid": len(splits["valid"]), "test": len(splits["test"]),
              "monolingual": len(monolingual)}
@@ -341,8 +332,8 @@ def main(argv=None):
     from keras_transformer import config as config_lib
     from keras_transformer import runs, stages
     from keras_transformer.data.corpus import CorpusError
+    from keras_transformer.training.precision import choose_precision
 
-    pt = parallel_text_recipe()
     started = time.time()
     output = Path(args.output_dir)
     data_dir, synthetic_dir, scores_dir = output / "data", output / "synthetic", output / "scores"
@@ -352,7 +343,7 @@ def main(argv=None):
                                     assignments=budget + args.assignments)
         keys = {k: v for k, v in (("source_key", args.source_key), ("target_key", args.target_key)) if v}
         config = config_lib.merge(config, {"data": keys}, origin="command line")
-        config = pt.choose_precision(config, args.assignments, config_lib)
+        config = choose_precision(config, args.assignments)
         source_key, target_key = config["data"]["source_key"], config["data"]["target_key"]
         if source_key == target_key:
             raise ValueError(f"--source-key and --target-key are both {source_key!r}.")
@@ -361,7 +352,7 @@ def main(argv=None):
               f"{training['max_steps'] or 'no'} step limit; models as recipes/parallel_text/config.yaml", flush=True)
 
         print(f"[1/6] data: splitting {', '.join(args.corpora)}", flush=True)
-        sizes = prepare_data(args, config, pt, data_dir)
+        sizes = prepare_data(args, config, data_dir)
         files = {name: str(data_dir / f"{name}.jsonl.gz") for name in ("train", "valid", "test")}
         if not sizes["valid"]:
             files["valid"] = None

@@ -32,7 +32,6 @@ records say which); an interrupted training resumes from its checkpoints.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -46,14 +45,6 @@ HERE = Path(__file__).resolve().parent
 PARALLEL_TEXT = HERE.parent / "parallel_text"
 DEFAULT_BASE_CORPUS = "../shared/data/ddtp_en_de.jsonl.gz"
 DEFAULT_NEW_CORPUS = "../shared/data/po_all.jsonl.gz"
-
-
-def parallel_text_recipe():
-    """recipes/parallel_text/run.py as a module: its corpus splitting."""
-    spec = importlib.util.spec_from_file_location("parallel_text_recipe", PARALLEL_TEXT / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def parse_arguments(argv):
@@ -101,12 +92,11 @@ def parse_arguments(argv):
     return args
 
 
-def split_corpus(pt, corpus, config, args, label):
-    """parallel_text's split of `corpus` into RUN/data (RUN: config's output_dir), once;
-    returns the data.* paths of its splits."""
-    from argparse import Namespace
-
+def split_corpus(corpus, config, args, label):
+    """parallel_text's split of `corpus` (`keras_transformer.data.splits`) into RUN/data
+    (RUN: config's output_dir), once; returns the data.* paths of its splits."""
     from keras_transformer import stages
+    from keras_transformer.data.splits import prepare
 
     data_dir = Path(config["output_dir"]) / "data"
     settings = {"corpus": str(Path(corpus).resolve()), "source_key": config["data"]["source_key"],
@@ -117,8 +107,9 @@ def split_corpus(pt, corpus, config, args, label):
         print(f"{label}: split before, skipping ({data_dir / 'stage.json'})", flush=True)
         sizes = record["sizes"]
     else:
-        report = pt.prepare(Namespace(corpora=[corpus], pairs=[], holdout_by=None, test_size=args.test_size,
-                                      valid_size=args.valid_size), config)
+        data = config["data"]
+        report = prepare(data_dir, [corpus], source_key=data["source_key"], target_key=data["target_key"],
+                         max_chars=data["max_chars"], test_size=args.test_size, valid_size=args.valid_size)
         sizes = report["sizes"]
         stages.mark_finished(data_dir / "stage.json", settings, sizes=sizes)
     files = {name: str(data_dir / f"{name}.jsonl.gz") for name in ("train", "valid", "test")}
@@ -132,8 +123,8 @@ def main(argv=None):
     from keras_transformer import config as config_lib
     from keras_transformer import runs, stages
     from keras_transformer.data.corpus import CorpusError
+    from keras_transformer.training.precision import choose_precision
 
-    pt = parallel_text_recipe()
     started = time.time()
     output = Path(args.output_dir)
     scores_dir = output / "scores"
@@ -143,7 +134,7 @@ def main(argv=None):
                                     assignments=budget + args.assignments)
         keys = {k: v for k, v in (("source_key", args.source_key), ("target_key", args.target_key)) if v}
         config = config_lib.merge(config, {"data": keys}, origin="command line")
-        config = pt.choose_precision(config, args.assignments, config_lib)
+        config = choose_precision(config, args.assignments)
         training = config["training"]
         print(f"budget per model: {training['max_minutes'] or 'no'} minutes, "
               f"{training['max_steps'] or 'no'} step limit; models as recipes/parallel_text/config.yaml", flush=True)
@@ -156,7 +147,7 @@ def main(argv=None):
         else:
             base_config = config_lib.merge(config, {"output_dir": str(output / "base")}, origin="recipe")
             print(f"[1/5] base model on {args.base_corpus} -> {base_config['output_dir']}", flush=True)
-            base_files, _ = split_corpus(pt, args.base_corpus, base_config, args, "base data")
+            base_files, _ = split_corpus(args.base_corpus, base_config, args, "base data")
             base_config = config_lib.merge(base_config, {"data": base_files}, origin="recipe")
             base_dir = stages.train_stage("base", base_config,
                                           {"train_sha256": stages.file_digest(base_files["train"])})
@@ -165,7 +156,7 @@ def main(argv=None):
         tuned_config = config_lib.merge(config, {"output_dir": str(output / "fine_tuned"),
                                                  "model": base_config["model"]}, origin=f"{base_dir} (model)")
         print(f"[2/5] new domain: splitting {args.new_corpus}", flush=True)
-        new_files, new_sizes = split_corpus(pt, args.new_corpus, tuned_config, args, "new data")
+        new_files, new_sizes = split_corpus(args.new_corpus, tuned_config, args, "new data")
 
         # Every score decodes alike, whatever the base run's own decoding settings.
         decoding = config["decoding"]

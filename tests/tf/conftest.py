@@ -13,6 +13,12 @@ import pytest
 
 from keras_transformer.training import StepCheckpoint
 
+# The Transformer that recipe tests train for a few steps (no test of a recipe
+# measures quality), as `--set KEY=VALUE` texts: `from conftest import
+# TINY_MODEL` (pytest puts this directory's conftest under that name).
+TINY_MODEL = ("model.d_model=16", "model.d_ff=32", "model.num_heads=2", "model.num_encoder_layers=1",
+              "model.num_decoder_layers=1")
+
 
 def _small_model(compile_it=True):
     model = keras.Sequential(

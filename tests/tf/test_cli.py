@@ -216,6 +216,17 @@ def test_train_accepts_every_run_preset(capsys):
     assert config["data"]["target_key"] == "fr" and config["data"]["vocabulary_size"] == 32000
 
 
+def test_init_flags_set_the_fine_tuning_keys(capsys):
+    assert cli.main(["train", "--init-from", "runs/base", "--init-optimizer", "keep", "--print-config"]) == 0
+    training = json.loads(capsys.readouterr().out)["training"]
+    assert (training["init_from"], training["init_optimizer"]) == ("runs/base", "keep")
+    assert cli.main(["train", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["training"]["init_optimizer"] == "reset"
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--init-optimizer", "warm"])
+    assert "invalid choice: 'warm'" in capsys.readouterr().err
+
+
 def test_console_script_runs():
     result = subprocess.run([sys.executable, "-m", "keras_transformer.cli", "--help"],
                             capture_output=True, text=True, cwd=ROOT)

@@ -1,11 +1,17 @@
 """Fine-tuning a trained run on a second domain (`train --init-from`)."""
 
 import json
+import shutil
 
+import h5py
+import keras
+import numpy as np
 import pytest
 
 from keras_transformer import cli, runs
 from keras_transformer.data import SubwordTokenizer
+from keras_transformer.training import NoamSchedule
+from keras_transformer.training.progress import PROGRESS_FILE, read_records
 from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
 
 MODEL = "{preset: tiny, d_model: 64, d_ff: 256, num_heads: 4, num_encoder_layers: 2, num_decoder_layers: 2}"
@@ -25,13 +31,20 @@ decoding: {{beam_size: 1, max_extra_length: 10}}
 
 
 @pytest.fixture(scope="module")
-def domains(tmp_path_factory):
-    """A run trained on domain A (numbers, dates), and domain B's (modal verbs, perfect tense) files."""
+def corpora(tmp_path_factory):
+    """Domain A's (numbers, dates) and domain B's (modal verbs, perfect tense) train and test files."""
     work = tmp_path_factory.mktemp("finetune")
     for name, categories in (("a", ("numbers", "dates")), ("b", ("modal_verbs", "perfect_tense"))):
         train, test = make_splits(3000, 60, seed=2, categories=categories)
         write_jsonl(work / f"{name}-train.jsonl.gz", train)
         write_jsonl(work / f"{name}-test.jsonl.gz", test)
+    return work
+
+
+@pytest.fixture(scope="module")
+def domains(corpora):
+    """A run trained on domain A, and domain B's files."""
+    work = corpora
     config = write_config(work / "a.yaml", work / "run-a", work / "a-train.jsonl.gz", work / "a-test.jsonl.gz", 400)
     assert cli.main(["train", "--config", str(config)]) == 0
     return work
@@ -75,3 +88,111 @@ def test_init_from_refuses_a_different_tokenizer_or_model(domains, tmp_path):
             [config], assignments=[f"training.init_from={work / 'run-a'}", "model.d_model=32"]))
     with pytest.raises(runs.RunError, match="no model at"):
         runs.train(runs.config_lib.resolve([config], assignments=[f"training.init_from={tmp_path}"]))
+
+
+# -- training.init_optimizer ------------------------------------------------------
+SOURCE_STEPS, WARMUP = 6, 150
+
+
+@pytest.fixture(scope="module")
+def short_run(corpora):
+    """A 6-step run on domain A: its only checkpoint, ckpt-6, holds Adam's moments and iterations 6."""
+    work = corpora
+    config = write_config(work / "short.yaml", work / "run-short", work / "a-train.jsonl.gz",
+                          work / "a-test.jsonl.gz", SOURCE_STEPS, warmup=WARMUP)
+    runs.train(runs.config_lib.resolve([config]))
+    return work / "run-short"
+
+
+class OptimizerAtStart(keras.callbacks.Callback):
+    """The optimizer's variables, iteration count and learning rate before the first step of a run."""
+
+    variables = None
+
+    def on_train_begin(self, logs=None):
+        if self.variables is None:  # a resumed epoch makes two fits
+            optimizer = self.model.optimizer
+            self.variables = [np.array(keras.ops.convert_to_numpy(v)) for v in optimizer.variables]
+            self.iterations = int(keras.ops.convert_to_numpy(optimizer.iterations))
+            self.learning_rate = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+            self.weights = self.model.get_weights()
+
+
+def fine_tune(work, source, output_dir, steps, *settings):
+    config = write_config(work / f"{output_dir.name}.yaml", output_dir, work / "b-train.jsonl.gz",
+                          work / "b-test.jsonl.gz", steps, warmup=WARMUP)
+    start = OptimizerAtStart()
+    runs.train(runs.config_lib.resolve([config], assignments=[
+        f"training.init_from={source}", "training.progress_every_steps=1", "training.save_every_steps=1",
+        *settings]), callbacks=[start])
+    return start
+
+
+def logged_learning_rates(output_dir):
+    return {r["step"]: r["learning_rate"] for r in read_records(output_dir / PROGRESS_FILE)
+            if "learning_rate" in r}
+
+
+def test_init_optimizer_keep_continues_the_source_state_and_schedule(corpora, short_run, tmp_path):
+    schedule = NoamSchedule(64, warmup_steps=WARMUP)
+
+    def rate(iterations):  # the rate Keras applies at the update that follows `iterations` updates
+        return float(keras.ops.convert_to_numpy(schedule(iterations)))
+
+    # A source whose model.keras differs from its checkpoint (as an average would).
+    source = tmp_path / "source"
+    shutil.copytree(short_run, source)
+    model = keras.saving.load_model(str(source / "model.keras"))
+    model.set_weights([w * 0.5 for w in model.get_weights()])
+    model.save(str(source / "model.keras"))
+    output_dir = tmp_path / "keep"
+    start = fine_tune(corpora, source, output_dir, 2, "training.init_optimizer=keep")
+    for actual, expected in zip(start.weights, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(actual, expected)
+    # Adam's state is the source checkpoint's, read from the file itself.
+    with h5py.File(short_run / "checkpoints" / f"ckpt-{SOURCE_STEPS:09d}.weights.h5", "r") as handle:
+        saved = [handle[f"optimizer/vars/{index}"][()] for index in range(len(handle["optimizer/vars"]))]
+    assert len(saved) == len(start.variables) > 2
+    for actual, expected in zip(start.variables, saved):
+        np.testing.assert_array_equal(actual, expected)
+    assert start.iterations == SOURCE_STEPS
+    assert sum(float(np.abs(v).sum()) for v in start.variables[1:]) > 0  # moments, not zeros
+    # The first update uses the schedule's rate at the source's step; the
+    # run's own steps (progress, checkpoints, max_steps) count from 1.
+    assert start.learning_rate == pytest.approx(rate(SOURCE_STEPS), rel=1e-6)
+    rates = logged_learning_rates(output_dir)
+    assert sorted(rates) == [1, 2]
+    for step, logged in rates.items():
+        assert logged == pytest.approx(rate(SOURCE_STEPS + step), rel=1e-6)
+    checkpoints = sorted(p.name for p in (output_dir / "checkpoints").glob("ckpt-*"))
+    assert checkpoints == ["ckpt-000000001.weights.h5", "ckpt-000000002.weights.h5"]
+    # Rerun with more steps: it resumes from its own checkpoint, not from the source's state.
+    resumed = fine_tune(corpora, source, output_dir, 4, "training.init_optimizer=keep")
+    assert resumed.iterations == SOURCE_STEPS + 2
+    rates = logged_learning_rates(output_dir)
+    assert sorted(rates) == [1, 2, 3, 4]
+    assert rates[4] == pytest.approx(rate(SOURCE_STEPS + 4), rel=1e-6)
+
+
+def test_init_optimizer_reset_starts_at_iteration_zero(corpora, short_run, tmp_path):
+    start = fine_tune(corpora, short_run, tmp_path / "reset", 1)
+    assert start.iterations == 0
+    assert all(not np.any(v) for v in start.variables)
+    assert logged_learning_rates(tmp_path / "reset")[1] == pytest.approx(
+        float(keras.ops.convert_to_numpy(NoamSchedule(64, warmup_steps=WARMUP)(1))), rel=1e-6)
+
+
+def test_init_optimizer_keep_errors_name_the_path(corpora, short_run, tmp_path):
+    model_file = short_run / "model.keras"
+    with pytest.raises(runs.RunError, match=f"init_from {model_file} is a model file"):
+        fine_tune(corpora, model_file, tmp_path / "from-file", 1, "training.init_optimizer=keep")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("model.keras", "tokenizer.model"):
+        shutil.copy(short_run / name, bare / name)
+    with pytest.raises(runs.RunError, match=f"{bare / 'checkpoints'} holds no checkpoint"):
+        fine_tune(corpora, bare, tmp_path / "from-bare", 1, "training.init_optimizer=keep")
+    # Gradient accumulation adds optimizer variables the source has not got.
+    with pytest.raises(runs.RunError, match=r"optimizer state in .*ckpt-000000006.weights.h5 does not fit"):
+        fine_tune(corpora, short_run, tmp_path / "accumulating", 1, "training.init_optimizer=keep",
+                  "training.gradient_accumulation_steps=2")

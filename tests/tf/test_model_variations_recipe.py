@@ -6,11 +6,12 @@ import importlib.util
 import json
 from pathlib import Path
 
+from conftest import TINY_MODEL
+
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "model_variations"
 
-TINY = ["model.d_model=16", "model.d_ff=32", "model.num_heads=2", "model.num_encoder_layers=1",
-        "model.num_decoder_layers=1", "data.vocabulary_size=120", "training.tokens_per_batch=400",
+TINY = [*TINY_MODEL, "data.vocabulary_size=120", "training.tokens_per_batch=400",
         "training.save_every_steps=2", "decoding.beam_size=1", "decoding.max_extra_length=5"]
 
 

@@ -7,7 +7,9 @@ import random
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MODEL
 
+from keras_transformer.data import splits as corpus_splits
 from keras_transformer.data.corpus import CorpusError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,25 +57,25 @@ def read_split(path):
         return [json.loads(line) for line in stream]
 
 
-def test_book_of(recipe):
-    assert recipe.book_of("Song of Songs 1:2") == "Song of Songs"
-    assert recipe.book_of("1 Kings 2:3") == "1 Kings"
-    assert recipe.book_of("Genesis") == ""
+def test_book_of():
+    assert corpus_splits.book_of("Song of Songs 1:2") == "Song of Songs"
+    assert corpus_splits.book_of("1 Kings 2:3") == "1 Kings"
+    assert corpus_splits.book_of("Genesis") == ""
 
 
-def test_split_by_book_holds_out_whole_books(recipe, tmp_path):
+def test_split_by_book_holds_out_whole_books(tmp_path):
     rows = make_rows()
     path = write_jsonl(tmp_path / "bible.jsonl.gz", rows)
-    records, _ = recipe.read_records([path], source_key="en", target_key="es", with_refs=True)
+    records, _ = corpus_splits.read_records([path], source_key="en", target_key="es", with_refs=True)
     assert len(records) == len(rows)
-    splits, held_out, dropped = recipe.split_by_book(records, test_size=10, valid_size=3)
+    splits, held_out, dropped = corpus_splits.split_by_book(records, test_size=10, valid_size=3)
     assert held_out and set(held_out) < set(BOOKS)
     assert sum(BOOKS[b] for b in held_out) <= 10
-    test_books = {recipe.book_of(r[2]) for r in splits["test"]}
+    test_books = {corpus_splits.book_of(r[2]) for r in splits["test"]}
     assert test_books == set(held_out)
     assert len(splits["test"]) == sum(BOOKS[b] for b in held_out)  # every verse of a held-out book
     for name in ("train", "valid"):
-        assert not {recipe.book_of(r[2]) for r in splits[name]} & set(held_out)
+        assert not {corpus_splits.book_of(r[2]) for r in splits[name]} & set(held_out)
     # The verse every book shares stays in the test split only.
     assert dropped == len(BOOKS) - len(held_out)
     assert SHARED[0] not in {r[0] for r in splits["train"] + splits["valid"]}
@@ -81,13 +83,13 @@ def test_split_by_book_holds_out_whole_books(recipe, tmp_path):
     assert sum(len(s) for s in splits.values()) + dropped == len(rows)
 
 
-def test_split_by_hash_is_deterministic_and_keeps_duplicates_together(recipe):
+def test_split_by_hash_is_deterministic_and_keeps_duplicates_together():
     rng = random.Random(1)
     records = [(f"sentence {i % 37}", f"satz {i}", None) for i in range(120)]  # every source 3-4 times
-    first = recipe.split_by_hash(records, test_size=20, valid_size=10)
+    first = corpus_splits.split_by_hash(records, test_size=20, valid_size=10)
     shuffled = records[:]
     rng.shuffle(shuffled)
-    second = recipe.split_by_hash(shuffled, test_size=20, valid_size=10)
+    second = corpus_splits.split_by_hash(shuffled, test_size=20, valid_size=10)
     for name in ("train", "valid", "test"):
         assert sorted(first[name]) == sorted(second[name])
     sources = {name: {r[0] for r in first[name]} for name in first}
@@ -111,7 +113,7 @@ def test_split_by_hash_is_deterministic_and_keeps_duplicates_together(recipe):
 def test_bad_input_names_file_and_line(recipe, tmp_path, capsys, lines, line, words):
     path = write_jsonl(tmp_path / "bad.jsonl", lines)
     with pytest.raises(CorpusError) as error:
-        recipe.read_records([path], source_key="en", target_key="es", with_refs=True)
+        corpus_splits.read_records([path], source_key="en", target_key="es", with_refs=True)
     assert error.value.line == line and words in str(error.value)
     code = recipe.main([str(path), "--target-key", "es", "--holdout-by", "ref-book",
                         "--output-dir", str(tmp_path / "run")])
@@ -132,8 +134,7 @@ def test_end_to_end_tiny_run(recipe, tmp_path):
     code = recipe.main([
         str(corpus), "--target-key", "es", "--holdout-by", "ref-book", "--test-size", "10",
         "--valid-size", "3", "--output-dir", str(output_dir),
-        "--set", "model.d_model=16", "--set", "model.d_ff=32", "--set", "model.num_heads=2",
-        "--set", "model.num_encoder_layers=1", "--set", "model.num_decoder_layers=1",
+        *(word for setting in TINY_MODEL for word in ("--set", setting)),
         "--set", "data.vocabulary_size=40", "--set", "training.max_steps=2",
         "--set", "training.tokens_per_batch=256", "--set", "training.warmup_steps=10",
         "--set", "decoding.beam_size=2", "--set", "decoding.max_extra_length=4",
@@ -144,8 +145,8 @@ def test_end_to_end_tiny_run(recipe, tmp_path):
     train = read_split(output_dir / "data" / "train.jsonl.gz")
     assert report["sizes"]["test"] == len(test) == sum(BOOKS[b] for b in report["held_out_books"])
     assert report["sizes"]["train"] == len(train)
-    assert {recipe.book_of(r["ref"]) for r in test} == set(report["held_out_books"])
-    assert not {recipe.book_of(r["ref"]) for r in train} & set(report["held_out_books"])
+    assert {corpus_splits.book_of(r["ref"]) for r in test} == set(report["held_out_books"])
+    assert not {corpus_splits.book_of(r["ref"]) for r in train} & set(report["held_out_books"])
     assert set(test[0]) == {"ref", "en", "es"}
     result = json.loads((output_dir / "eval.json").read_text())
     assert result["sentences"] == len(test)

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "constituency_parsing"
 
-TINY = ["model.d_model=16", "model.d_ff=32", "model.num_heads=2", "model.num_encoder_layers=1",
-        "model.num_decoder_layers=1", "data.vocabulary_size=120", "training.tokens_per_batch=400",
+TINY = [*TINY_MODEL, "data.vocabulary_size=120", "training.tokens_per_batch=400",
         "training.max_steps=4", "training.max_minutes=null", "training.save_every_steps=2",
         "training.average_last=2", "decoding.beam_size=2", "decoding.max_extra_length=30"]
 

@@ -75,6 +75,14 @@ def test_early_stopping_stops_after_patience(corpus, tmp_path, capsys):
     records = read_records(os.path.join(tmp_path / "run", PROGRESS_FILE))
     assert [r["step"] for r in records if "valid_bleu" in r] == [4, 8, 12]
     assert read_best(tmp_path / "run")["step"] == 4
+    # Run again (as after a kill before the end): it stays stopped, trains and validates no further.
+    checkpoints = sorted(os.listdir(tmp_path / "run" / "checkpoints"))
+    runs.train(small_config(corpus, tmp_path / "run", max_steps=40, early_stopping_patience=2,
+                            early_stopping_min_delta=1000.0))
+    assert "stopped early before" in capsys.readouterr().out
+    records = read_records(os.path.join(tmp_path / "run", PROGRESS_FILE))
+    assert [r["step"] for r in records if "valid_bleu" in r] == [4, 8, 12]
+    assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == checkpoints
 
 
 # A scripted metric (the crash-safety mechanics are under test, not the
@@ -100,8 +108,8 @@ def test_a_kill_keeps_the_best_record_and_resuming_continues_it(corpus, tmp_path
         from keras_transformer.training import progress
         original = progress.ValidationTranslation._save_best
         saves = []
-        def save_then_die(self, step, value, scores):
-            original(self, step, value, scores)
+        def save_then_die(self, step, *args):
+            original(self, step, *args)
             saves.append(step)
             if len(saves) == 2:  # a best model replaced another
                 os.kill(os.getpid(), signal.SIGKILL)

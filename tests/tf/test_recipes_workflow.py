@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MODEL
 
 from keras_transformer import stages
 from keras_transformer.data import SubwordTokenizer
@@ -19,8 +20,7 @@ from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 SHRINK = [
-    "model.d_model=32", "model.d_ff=64", "model.num_heads=2", "model.num_encoder_layers=1",
-    "model.num_decoder_layers=1", "data.vocabulary_size=120", "training.tokens_per_batch=512",
+    *TINY_MODEL, "data.vocabulary_size=120", "training.tokens_per_batch=512",
     "training.max_steps=2", "training.mixed_precision=None", "decoding.beam_size=1", "decoding.max_extra_length=4",
 ]
 
@@ -228,7 +228,7 @@ def test_back_translation_monolingual_file_and_too_little_data(back_translation,
     from keras_transformer import config as config_lib
 
     config = config_lib.resolve([back_translation.PARALLEL_TEXT / "config.yaml"])
-    sizes = back_translation.prepare_data(args, config, back_translation.parallel_text_recipe(), output / "data")
+    sizes = back_translation.prepare_data(args, config, output / "data")
     assert sizes == {"train": 130, "valid": 10, "test": 20, "monolingual": 2 + 130}
     monolingual = [row["de"] for row in lines(output / "data" / "monolingual.jsonl.gz")]
     assert monolingual[:2] == ["Der Hund schläft.", "Die Katze isst."]

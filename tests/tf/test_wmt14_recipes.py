@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -166,8 +167,7 @@ def test_recipe_trains_averages_and_evaluates_end_to_end(prepared, tmp_path):
     overrides = [
         f"output_dir={output_dir}", f"data.train={out / 'train.jsonl.gz'}",
         f"data.valid={out / 'newstest2013.jsonl.gz'}", f"data.test={out / 'newstest2014.jsonl.gz'}",
-        "model.preset=tiny", "model.d_model=16", "model.d_ff=32", "model.num_heads=2",
-        "model.num_encoder_layers=1", "model.num_decoder_layers=1", f"data.vocabulary_size={vocabulary_size}",
+        "model.preset=tiny", *TINY_MODEL, f"data.vocabulary_size={vocabulary_size}",
         "data.tokenizer_model_type=unigram", "training.tokens_per_batch=160", "training.max_steps=4",
         "training.save_every_steps=2", "training.average_last=2", "training.distribute=false",
         "decoding.max_extra_length=4",
