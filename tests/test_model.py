@@ -109,6 +109,39 @@ def test_incremental_decoder_reorders_beams(key_dim, rng):
     np.testing.assert_allclose(to_numpy(logits)[1::2], full, atol=1e-4)
 
 
+@pytest.mark.parametrize("xla_layout", [False, True], ids=["graph-layout", "xla-layout"])
+def test_grown_decoder_state_keeps_every_entry_in_place(xla_layout, rng):
+    """Two beams per sentence decode 7 positions from a state with room for 1,
+    grown to 2, 3 and 7 on the way (`grow`, as the searches' phases do), beam
+    1 taking over beam 0's hypothesis after steps 1 and 4: at every step,
+    every row's logits must equal full decoding of its hypothesis. A grow
+    that lost, moved or misaligned cache entries or slot history would
+    change them."""
+    model = small_model()
+    length = 7
+    source = batch(rng)["source"]
+    fed = rng.integers(3, VOCAB, size=(3, 2, length))  # (sentence, beam, position)
+    fed[:, :, 0] = 2
+    decoder = model.incremental_decoder(source, beam_size=2, max_length=length, xla_layout=xla_layout)
+    encoded = ops.repeat(model.encode(source), 2, axis=0)
+    sources = np.repeat(source, 2, axis=0)
+    state = decoder.empty_state(1)
+    assert decoder.capacity_of(state) == 1
+    hypotheses = np.zeros((3, 2, 0), "int64")  # each row's tokens so far
+    for step in range(length):
+        capacity = {1: 2, 2: 3, 3: length}.get(step)
+        if capacity is not None:
+            state = decoder.grow(state, capacity)
+            assert decoder.capacity_of(state) == capacity
+        hypotheses = np.concatenate([hypotheses, fed[:, :, step : step + 1]], axis=2)
+        logits, state = decoder.step(state, fed[:, :, step].reshape(-1), step)
+        full = to_numpy(model.decode(hypotheses.reshape(6, step + 1), encoded, sources))[:, step]
+        np.testing.assert_allclose(to_numpy(logits), full, atol=1e-4, err_msg=f"step {step}")
+        if step in (1, 4):  # beam 1 continues beam 0's hypothesis
+            state = decoder.reorder(state, np.repeat(np.arange(3) * 2, 2))
+            hypotheses[:, 1] = hypotheses[:, 0]
+
+
 def test_cross_attention_weights_are_returned(rng):
     model = small_model()
     inputs = batch(rng)

@@ -147,6 +147,59 @@ def test_cached_search_equals_search_rerunning_the_full_decoder(search, jit_comp
     np.testing.assert_allclose(cached["log_probs"], uncached["log_probs"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_outputs_crossing_several_phases_equal_the_uncached_search(search, jit_compile, model, source):
+    """min_length 36 makes every output at least 36 tokens long: the cached
+    search decodes it in three phases (room for 16, then 32, then the
+    42-position buffer), growing its caches twice mid-hypothesis. The
+    uncached search re-runs the decoder on every prefix, with no cache to
+    grow. Entries lost, moved or misplaced by a growth change the outputs."""
+    if jit_compile and keras.backend.backend() != "tensorflow":
+        pytest.skip("jit_compile selects a different cache layout on TensorFlow only")
+    assert search_module.PHASE_CAPACITIES[:2] == (16, 32)
+    options = dict(max_extra_length=36, min_length=36, jit_compile=jit_compile)
+    if search == "greedy":
+        run = lambda use_cache: as_numpy(greedy_search(model, source, use_cache=use_cache, **options))
+    else:
+        run = lambda use_cache: as_numpy(
+            beam_search(model, source, beam_size=3, use_cache=use_cache, return_all_beams=True, **options)
+        )
+    cached, uncached = run(True), run(False)
+    assert np.all(cached["lengths"] >= 36)
+    np.testing.assert_array_equal(cached["ids"], uncached["ids"])
+    np.testing.assert_array_equal(cached["lengths"], uncached["lengths"])
+    np.testing.assert_allclose(cached["scores"], uncached["scores"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cached["log_probs"], uncached["log_probs"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("search", ["beam", "beam with constraints", "greedy with constraints", "sampling"])
+def test_phases_change_no_output(search, monkeypatch):
+    """Every option through phases of 1, 2 and 4 positions (then the
+    buffer's 9-10) gives what one phase over the whole buffer gives."""
+    from keras_transformer.decoding import sampling_search
+
+    model = make_model(vocabulary_size=9, num_encoder_layers=1, num_decoder_layers=1, eos_scale=0.5, seed=6)
+    source = make_sources(vocabulary_size=9, lengths=(3, 5, 2, 4), seed=2)
+    prefixes = np.array([[5, 6, 0], [0, 0, 0], [7, 0, 0], [4, 4, 8]], "int32")
+    constraints = dict(prefix_ids=prefixes, no_repeat_ngram_size=2, min_length=2)
+    runs = {
+        "beam": lambda: beam_search(model, source, beam_size=3, max_extra_length=5, return_all_beams=True),
+        "beam with constraints": lambda: beam_search(model, source, beam_size=2, max_extra_length=5,
+                                                     **constraints),
+        "greedy with constraints": lambda: greedy_search(model, source, max_extra_length=5, **constraints),
+        "sampling": lambda: sampling_search(model, source, seed=1, top_p=0.9, max_extra_length=5),
+    }
+    monkeypatch.setattr(search_module, "PHASE_CAPACITIES", ())
+    whole = as_numpy(runs[search]())
+    monkeypatch.setattr(search_module, "PHASE_CAPACITIES", (1, 2, 4))
+    phased = as_numpy(runs[search]())
+    assert np.max(phased["lengths"]) > 4  # the last phase decoded
+    np.testing.assert_array_equal(phased["ids"], whole["ids"])
+    np.testing.assert_array_equal(phased["lengths"], whole["lengths"])
+    np.testing.assert_allclose(phased["scores"], whole["scores"], rtol=1e-6, atol=1e-6)
+
+
 def test_cached_step_follows_pre_layer_norm_models(source):
     model = make_model(norm_first=True)  # a final LayerNorm and the pre-LN wiring
     cached = as_numpy(beam_search(model, source, beam_size=2, max_extra_length=2))

@@ -8,7 +8,13 @@ at a time through three things, in the manner of flax's
 - `step(state, last_tokens, step) -> (logits, state)`: the float32 logits
   (rows, vocabulary) of position `step` for every row, given the token each
   row chose at the previous position (BOS at step 0);
-- `reorder(state, rows)`: row i continues the hypothesis of row `rows[i]`.
+- `reorder(state, rows)`: row i continues the hypothesis of row `rows[i]`;
+- optionally `empty_state(capacity)` and `grow(state, capacity)`: a state
+  with room for only `capacity` positions, and the same state with room for
+  more. A step's cost grows with the room its state has (attention reads
+  every cache entry, masked or not), so the searches decode in phases of
+  growing capacity (see `keras_transformer.decoding.search`); a decoder
+  without them runs in one phase from `initial_state`.
 
 Rows are sentences times `beam_size`, sentence-major (row b * beam_size + k).
 `Transformer.incremental_decoder` builds one. `IncrementalDecoder` caches
@@ -16,8 +22,8 @@ keys and values; `RecomputingDecoder` re-runs `model.decode` on the whole
 prefix at every step (what tutorials do), the reference the cached one must
 reproduce.
 
-Everything is `keras.ops`, with fixed shapes: it runs under TensorFlow (a
-plain graph or XLA), JAX and PyTorch.
+Everything is `keras.ops`, with shapes fixed within a phase: it runs under
+TensorFlow (a plain graph or XLA), JAX and PyTorch.
 """
 
 from keras import ops
@@ -42,15 +48,22 @@ class IncrementalDecoder:
     The model's own layers do the work (`DecoderLayer.residual_blocks` for
     the post-/pre-LN wiring, the projections, `ScaledDotProductAttention`,
     the feed-forward network, the tied output projection); only the cache
-    layout is specific to decoding: one (batch, heads, max_length * beams,
+    layout is specific to decoding: one (batch, heads, capacity * beams,
     depth) tensor per layer for keys and one for values, where entry
     `position * beams + slot` holds what the row in `slot` wrote at
     `position` (with `xla_layout`, keys are stored (batch, heads, depth,
-    max_length * beams): XLA's CPU dot reads them about twice as fast as
-    operands it must transpose).
+    capacity * beams): XLA's CPU dot reads them about twice as fast as
+    operands it must transpose). `capacity` is the number of positions the
+    state has room for: `max_length` in `initial_state`, fewer in
+    `empty_state(capacity)`; `grow(state, capacity)` appends room at the end
+    of every cache (and of the slot history), so entries keep their places.
+    Each step attends over all `capacity * beams` entries of its state
+    (masked beyond the written ones), so a search that doubles the state's
+    room as it goes (`keras_transformer.decoding.search`) reads at most about
+    twice the entries written so far, instead of the whole buffer's.
 
-    Keys and values never move. A row that continues another (`reorder`)
-    inherits its slot history ((rows, max_length) ints: which slot wrote
+    Keys and values never move (a grown state holds them at the same entries). A row that continues another (`reorder`)
+    inherits its slot history ((rows, capacity) ints: which slot wrote
     each position of the hypothesis), and its self-attention mask admits
     exactly those entries. Attending over all beams' entries costs
     beam_size x the (small) attention FLOPs of one step, and saves copying
@@ -91,19 +104,9 @@ class IncrementalDecoder:
         # One matmul for the query, key and value projections of each step.
         self.fused_projections = [self._fuse(layer.self_attention) for layer in self.layers]
         first = self.layers[0].self_attention
-        value_shape = (self.batch, first.num_heads, max_length * beam_size, first.depth)
-        key_shape = (self.batch, first.num_heads, max_length * beam_size, first.key_depth)
-        if self.keys_transposed:
-            key_shape = (self.batch, first.num_heads, first.key_depth, max_length * beam_size)
-        dtype = first.compute_dtype
-        state = ()
-        for _ in self.layers:
-            state += (ops.zeros(key_shape, dtype=dtype), ops.zeros(value_shape, dtype=dtype))
         if beam_size > 1:
-            state += (ops.zeros((self.batch * beam_size, max_length), dtype="int32"),)
             self.own_slot = ops.tile(ops.arange(beam_size, dtype="int32"), (self.batch,))
             self.slots = ops.arange(beam_size, dtype="int32")
-        self.initial_state = state
         if not self.xla_ops:
             # (sentence, head, slot) coordinates of every cache entry written per step.
             grid = ops.meshgrid(
@@ -113,6 +116,52 @@ class IncrementalDecoder:
                 indexing="ij",
             )
             self.write_indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 3))
+
+    @property
+    def initial_state(self):
+        """The state before step 0, with room for all `max_length` positions."""
+        return self.empty_state(self.max_length)
+
+    def empty_state(self, capacity):
+        """The state before step 0, with room for `capacity` positions (an int,
+        or a scalar tensor in a TensorFlow graph): steps 0 .. capacity - 1."""
+        first = self.layers[0].self_attention
+        entries = capacity * self.beams
+        value_shape = (self.batch, first.num_heads, entries, first.depth)
+        key_shape = (self.batch, first.num_heads, entries, first.key_depth)
+        if self.keys_transposed:
+            key_shape = (self.batch, first.num_heads, first.key_depth, entries)
+        dtype = first.compute_dtype
+        state = ()
+        for _ in self.layers:
+            state += (ops.zeros(key_shape, dtype=dtype), ops.zeros(value_shape, dtype=dtype))
+        if self.beams > 1:
+            state += (ops.zeros((self.batch * self.beams, capacity), dtype="int32"),)
+        return state
+
+    def grow(self, state, capacity):
+        """`state` with room for `capacity` positions (at least its own): zeros
+        appended after every cache's entries and the slot history's columns,
+        so every written entry keeps its place."""
+        room = self.empty_state(capacity - self.capacity_of(state))
+        entry_axis = 3 if self.keys_transposed else 2
+        grown = ()
+        for index in range(len(self.layers)):
+            keys, values = state[2 * index], state[2 * index + 1]
+            grown += (
+                ops.concatenate([keys, room[2 * index]], axis=entry_axis),
+                ops.concatenate([values, room[2 * index + 1]], axis=2),
+            )
+        if self.beams > 1:
+            grown += (ops.concatenate([state[-1], room[-1]], axis=1),)
+        return grown
+
+    def capacity_of(self, state):
+        """The number of positions `state` has room for."""
+        entries = state[1].shape[2]  # the first values cache: (batch, heads, entries, depth)
+        if entries is None:
+            entries = ops.shape(state[1])[2]
+        return entries // self.beams
 
     @staticmethod
     def _fuse(attention):
@@ -172,14 +221,14 @@ class IncrementalDecoder:
         return ops.swapaxes(keys, -1, -2) if self.keys_transposed else keys
 
     def _self_attention_mask(self, step, state):
-        """Which cache entries each row sees, (batch, 1, beams, max_length * beams),
+        """Which cache entries each row sees, (batch, 1, beams, capacity * beams),
         and the updated slot history."""
-        positions = ops.arange(self.max_length, dtype="int32")
+        positions = ops.arange(self.capacity_of(state), dtype="int32")
         written = ops.less_equal(positions, step)
         if self.beams == 1:
             return ops.reshape(written, (1, 1, 1, -1)), ()
-        history = write_column(state[-1], step, self.own_slot)  # (rows, max_length)
-        own = ops.equal(ops.expand_dims(history, -1), self.slots)  # (rows, max_length, beams)
+        history = write_column(state[-1], step, self.own_slot)  # (rows, capacity)
+        own = ops.equal(ops.expand_dims(history, -1), self.slots)  # (rows, capacity, beams)
         visible = ops.logical_and(own, ops.reshape(written, (1, -1, 1)))
         return ops.reshape(visible, (self.batch, 1, self.beams, -1)), (history,)
 
