@@ -20,6 +20,15 @@ TINY_MODEL = ("model.d_model=16", "model.d_ff=32", "model.num_heads=2", "model.n
               "model.num_decoder_layers=1")
 
 
+def write_synthetic_corpus(directory, train_pairs, valid_pairs):
+    """train.jsonl and valid.jsonl of the synthetic English-German generator (seed 0) in `directory`."""
+    from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
+
+    train, valid = make_splits(train_pairs, valid_pairs, seed=0)
+    write_jsonl(directory / "train.jsonl", train)
+    write_jsonl(directory / "valid.jsonl", valid)
+    return directory
+
 def _small_model(compile_it=True):
     model = keras.Sequential(
         [keras.Input((3,)), keras.layers.Dense(4, name="hidden"), keras.layers.Dense(2, name="out")]

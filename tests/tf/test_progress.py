@@ -10,6 +10,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from conftest import write_synthetic_corpus
 
 from keras_transformer import config as config_lib
 from keras_transformer import runs
@@ -20,13 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
-
-    directory = tmp_path_factory.mktemp("corpus")
-    train, valid = make_splits(600, 40, seed=0)
-    write_jsonl(directory / "train.jsonl", train)
-    write_jsonl(directory / "valid.jsonl", valid)
-    return directory
+    return write_synthetic_corpus(tmp_path_factory.mktemp("corpus"), 600, 40)
 
 
 def small_config(corpus, output_dir, **training):

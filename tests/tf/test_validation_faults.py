@@ -17,6 +17,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
+from conftest import write_synthetic_corpus
 
 from keras_transformer.training.progress import BEST_RECORD_FILE, PROGRESS_FILE, read_best, read_records
 
@@ -81,13 +82,7 @@ def child(corpus_dir, output_dir, kill_at):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
-
-    directory = tmp_path_factory.mktemp("corpus")
-    train, valid = make_splits(300, 20, seed=0)
-    write_jsonl(directory / "train.jsonl", train)
-    write_jsonl(directory / "valid.jsonl", valid)
-    return directory
+    return write_synthetic_corpus(tmp_path_factory.mktemp("corpus"), 300, 20)
 
 
 @pytest.fixture(scope="module")
