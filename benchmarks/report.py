@@ -471,6 +471,12 @@ def serve_chart(record, path):
     return bar_chart(path, panels, title, "sentences/s")
 
 
+def throughput_chart_name(record):
+    """train_throughput_<workload>[_bf16].png: a mixed-bfloat16 run gets a chart of its own."""
+    bfloat16 = any(result["name"].endswith("-bf16") for result in record["results"])
+    return f"train_throughput_{record['workload']['kind']}{'_bf16' if bfloat16 else ''}.png"
+
+
 def throughput_chart(record, path):
     bars = [(r["name"], r["tokens_per_s"], min(r["tokens_per_s_by_round"]), max(r["tokens_per_s_by_round"]))
             for r in record["results"]]
@@ -514,8 +520,7 @@ def write_charts(results=RESULTS, out=RESULTS):
         written.append(serve_chart(load("serve", results)[-1], out / "serve.png"))
     if (results / "train_throughput.jsonl").is_file():
         for record in load("train_throughput", results):
-            kind = record["workload"]["kind"]
-            written.append(throughput_chart(record, out / f"train_throughput_{kind}.png"))  # latest of each kind
+            written.append(throughput_chart(record, out / throughput_chart_name(record)))  # latest of each
         written = list(OrderedDict.fromkeys(written))
     if (results / "quality.jsonl").is_file():
         records = load("quality", results)

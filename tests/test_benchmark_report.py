@@ -113,6 +113,40 @@ def test_charts_are_pngs(tmp_path):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, path
 
 
+def throughput_record(names_and_rates, kind="synthetic"):
+    """A train_throughput record as the script writes it, from per-round rates; the first name is the reference."""
+    reference = names_and_rates[0][0]
+    base = dict(names_and_rates)[reference]
+    results = []
+    for name, rates in names_and_rates:
+        ratios = [rate / ref for rate, ref in zip(rates, base)]
+        results.append({"name": name, "label": f"{name} label", "tokens_per_s": sorted(rates)[1],
+                        "vs_reference": sorted(ratios)[1], "vs_reference_range": [min(ratios), max(ratios)],
+                        "tokens_per_s_by_round": rates, "peak_mb": 1000})
+    return {"benchmark": "train_throughput", "time": "2026-01-01 00:00:00 UTC", "commit": "abc1234",
+            "command": "python benchmarks/train_throughput.py --rounds 3", "machine": {"cpus": 2},
+            "workload": {"kind": kind, "rounds": 3}, "reference": reference,
+            "matmul_floor_tokens_per_s": 2000.0, "floor_from_our_batches": ["opennmt-tf"], "results": results}
+
+
+def test_throughput_table_rows_from_a_fixture():
+    # ours 1000, 1200, 900; OpenNMT-tf 1100, 1000, 1000: same-round ratios 1.1, 0.833, 1.111 -> median 1.1;
+    # bf16 1500, 1800, 1600: ratios 1.5, 1.5, 1.778 -> median 1.5 (the ratio of the medians would say 1.6)
+    record = throughput_record([("ours-tf", [1000.0, 1200.0, 900.0]), ("opennmt-tf", [1100.0, 1000.0, 1000.0]),
+                                ("ours-tf-bf16", [1500.0, 1800.0, 1600.0])], kind="real")
+    lines = report.throughput_table([record], {}).splitlines()
+    assert lines[2:] == [
+        "| contender | what | tokens/s (median) | range | vs ours-tf | range | % of matmul floor |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| ours-tf | ours-tf label | 1000 | 900-1200 | 1.00x | 1.00-1.00x | 50% |",
+        "| opennmt-tf | opennmt-tf label | 1000 | 1000-1100 | 1.10x | 0.83-1.11x | 50% (our batches) |",
+        "| ours-tf-bf16 | ours-tf-bf16 label | 1600 | 1500-1800 | 1.50x | 1.50-1.78x | - |",
+    ]
+    assert report.throughput_chart_name(record) == "train_throughput_real_bf16.png"
+    float32_only = throughput_record([("ours-tf", [1.0, 1.0, 1.0]), ("opennmt-tf", [1.0, 1.0, 1.0])])
+    assert report.throughput_chart_name(float32_only) == "train_throughput_synthetic.png"
+
+
 def test_opennmt_rate_is_total_tokens_over_total_time():
     from benchmarks.train_throughput import opennmt_intervals, opennmt_rate
 
