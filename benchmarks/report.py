@@ -56,8 +56,12 @@ def parse_options(text):
 
 
 def select(records, options, what):
-    """The records matching every option (commit, time, run, benchmark fields); the latest when none is given."""
-    matching = [r for r in records if all(str(r.get(key)) == value for key, value in options.items())]
+    """The records matching every option (commit, time, run, benchmark fields); the latest when none is given.
+
+    A value may list alternatives separated by "|" (`run="A|B"`: the records of two invocations, e.g.
+    seeds run in different sessions)."""
+    matching = [r for r in records
+                if all(str(r.get(key)) in value.split("|") for key, value in options.items())]
     if not matching:
         raise ValueError(f"{what}: no record matches {options or 'anything'}")
     return matching
@@ -257,9 +261,10 @@ def quality_table(records, options):
                f"{statistics.mean(r['train_minutes'] for r in group):.1f}",
                mean_and_range([r["bleu"] for r in group]), mean_and_range([r["chrf"] for r in group])]
         (main if precision == "float32" else extra).append(row)
-    first = chosen[0]
-    text = (f"`{first['command']}`, commit {first.get('commit') or 'unknown'}, {first.get('date')}, "
-            f"{machine_text(first)} (every contender in float32; mean and range over seeds):\n\n"
+    invocations = OrderedDict((r.get("run"), r) for r in chosen).values()  # one line per invocation
+    text = "; ".join(f"`{r['command']}`, commit {r.get('commit') or 'unknown'}, {r.get('date')}"
+                     for r in invocations)
+    text += (f", {machine_text(chosen[0])} (every contender in float32; mean and range over seeds):\n\n"
             + markdown_table(header, main))
     if extra:
         text += "\n\nExtra rows, other precision (not part of the comparison):\n\n" + markdown_table(header, extra)

@@ -98,6 +98,14 @@ def test_quality_table_averages_seeds_and_keeps_other_precisions_apart():
     extra = lines.index("Extra rows, other precision (not part of the comparison):")
     assert lines.index("| ours | mixed_bfloat16 | 0 | 100 | 20.0 | 4.0 | 18.0 |") > extra
 
+    # Seeds from two invocations (sessions) in one table: run="r1|r2"; without it, only the latest invocation.
+    later = [dict(record("ours", 2, 8.0, 24.0), run="r2", command="python benchmarks/quality.py --seeds 2")]
+    assert "| ours | float32 | 2 | 102 | 20.0 | 8.0 | 24.0 |" in report.quality_table(records + later, {}).splitlines()
+    both = report.quality_table(records + later, {"run": "r1|r2"}).splitlines()
+    assert "| ours | float32 | 0 1 2 | 101 | 20.0 | 6.3 (5.0-8.0) | 21.0 (19.0-24.0) |" in both
+    assert both[0].startswith("`python benchmarks/quality.py`, commit abc1234, 2026-01-01 00:00 UTC; "
+                              "`python benchmarks/quality.py --seeds 2`, commit abc1234")
+
 
 def test_charts_are_pngs(tmp_path):
     pytest.importorskip("matplotlib")
