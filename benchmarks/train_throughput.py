@@ -699,7 +699,7 @@ def main():
               f"-bf16 rows' share is of that peak")
     print(f"matmul floor (the step's own float32 matrix products alone, overlapped, nothing else): "
           f"{floor_rate:.0f} tokens/s; '% floor' is each float32 contender's rate against it")
-    print(f"{'contender':<22}{'backend':<16}{'tokens/s':>10}{'vs ' + reference:>12}"
+    print(f"{'contender':<22}{'backend':<16}{'tokens/s':>10}{' vs ' + reference:>20}"
           + (f"{'range':>13}" if spread else "") + f"{'peak MB':>10}{'% matmul peak':>15}{'% floor':>9}")
     # On real text OpenNMT-tf batches the sentences itself, while the floor
     # (and the FLOPs per token) come from our batches: its shares are marked.
@@ -709,7 +709,7 @@ def main():
         share = 100 * r["tokens_per_s"] * flops_per_token / (peak_bf16 if bfloat16 else peak)
         low, high = r["vs_reference_range"]
         mark = "*" if r["name"] in ours_batches_only else " "
-        print(f"{r['name']:<22}{r['backend']:<16}{r['tokens_per_s']:>10.0f}{r['vs_reference']:>12.2f}"
+        print(f"{r['name']:<22}{r['backend']:<16}{r['tokens_per_s']:>10.0f}{r['vs_reference']:>20.2f}"
               + (f"{f'{low:.2f}-{high:.2f}':>13}" if spread else "")
               + f"{r['peak_mb']:>10.0f}{share:>13.0f}%{mark}"
               + (f"{'-':>9}" if bfloat16 else f"{100 * r['tokens_per_s'] / floor_rate:>7.0f}%{mark}"))
