@@ -485,7 +485,9 @@ def throughput_chart_name(record):
 def throughput_chart(record, path):
     bars = [(r["name"], r["tokens_per_s"], min(r["tokens_per_s_by_round"]), max(r["tokens_per_s_by_round"]))
             for r in record["results"]]
-    title = (f"Training throughput, {record['workload']['kind']} workload ({record['workload']['rounds']} rounds; "
+    bfloat16 = any(result["name"].endswith("-bf16") for result in record["results"])
+    title = (f"Training throughput{', mixed bfloat16' if bfloat16 else ''}, {record['workload']['kind']} workload "
+             f"({record['workload']['rounds']} rounds; "
              f"commit {record.get('commit')}, {machine_text(record)})")
     return bar_chart(path, [("non-pad target tokens/s", bars)], title, "tokens/s")
 
