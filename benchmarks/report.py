@@ -507,11 +507,14 @@ def quality_chart(records, path):
                       [statistics.mean(r[metric] for r in rs) for rs in by_budget.values()],
                       marker="o", color=points.get_facecolor()[0][:3], label=name,
                       linestyle="--" if precision != "float32" else "-")
-    for axis, metric in zip(axes, ("BLEU", "chrF")):
+    longest = max(r["train_minutes"] for r in records)
+    for axis, metric, key in zip(axes, ("BLEU", "chrF"), ("bleu", "chrf")):
+        axis.set_xlim(0, longest * 1.1)  # from zero: one budget would otherwise span a few seconds
+        axis.set_ylim(0, max(r[key] for r in records) * 1.15)
         axis.set_xlabel("training minutes")
         axis.set_ylabel(metric)
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+        axis.legend(fontsize=8, loc="upper left")
     figure.suptitle("Time to quality (points: seeds; lines: means per budget)")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
