@@ -476,17 +476,20 @@ def serve_chart(record, path):
     return bar_chart(path, panels, title, "sentences/s")
 
 
+def is_bfloat16_run(record):
+    """A mixed-bfloat16 throughput run: its contenders' names end in -bf16."""
+    return any(result["name"].endswith("-bf16") for result in record["results"])
+
+
 def throughput_chart_name(record):
     """train_throughput_<workload>[_bf16].png: a mixed-bfloat16 run gets a chart of its own."""
-    bfloat16 = any(result["name"].endswith("-bf16") for result in record["results"])
-    return f"train_throughput_{record['workload']['kind']}{'_bf16' if bfloat16 else ''}.png"
+    return f"train_throughput_{record['workload']['kind']}{'_bf16' if is_bfloat16_run(record) else ''}.png"
 
 
 def throughput_chart(record, path):
     bars = [(r["name"], r["tokens_per_s"], min(r["tokens_per_s_by_round"]), max(r["tokens_per_s_by_round"]))
             for r in record["results"]]
-    bfloat16 = any(result["name"].endswith("-bf16") for result in record["results"])
-    title = (f"Training throughput{', mixed bfloat16' if bfloat16 else ''}, {record['workload']['kind']} workload "
+    title = (f"Training throughput{', mixed bfloat16' if is_bfloat16_run(record) else ''}, {record['workload']['kind']} workload "
              f"({record['workload']['rounds']} rounds; "
              f"commit {record.get('commit')}, {machine_text(record)})")
     return bar_chart(path, [("non-pad target tokens/s", bars)], title, "tokens/s")
