@@ -8,7 +8,7 @@ benchmarks/README.md:
     <!-- /table -->
 
 The name after "table:" picks the generator (serve, serve-summary,
-train-throughput, quality, gpu, complexity) and so the records (benchmarks/results/<name>.jsonl);
+train-throughput, train-variants, quality, gpu, complexity) and so the records (benchmarks/results/<name>.jsonl);
 the options pick one run: `commit=ABC` (the record of that commit), `time=...`
 (its start time, as written in the record), `run=...` (quality: the start of
 one invocation); without options, the latest record. Medians are over the
@@ -214,6 +214,24 @@ def throughput_table(records, options):
     return caption(record, what) + "\n\n" + markdown_table(header, rows)
 
 
+def variants_table(records, options):
+    """train_variants.py: each candidate change against the shipped layers, paired in one process;
+    medians and ratios computed here from every round's raw rates."""
+    record = select(records, options, "table:train-variants")[-1]
+    workload, rounds = record["workload"], record["rounds"]
+    rows = []
+    for result in record["results"]:
+        name = result["name"]
+        rates = [r[name]["tokens_per_s"] for r in rounds]
+        ratios = [r[name]["tokens_per_s"] / r[record["reference"]]["tokens_per_s"] for r in rounds]
+        rows.append([name, result["label"], f"{statistics.median(rates):.0f}", f"{min(rates):.0f}-{max(rates):.0f}",
+                     f"{statistics.median(ratios):.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}x"])
+    header = ["variant", "what", "tokens/s (median)", "range", f"vs {record['reference']}", "range"]
+    what = (f"{workload['kind']} workload, non-pad target tokens/s, one process, {len(rounds)} rounds of "
+            f"{workload['steps']} steps per variant taking turns; ratios are medians of same-round ratios")
+    return caption(record, what) + "\n\n" + markdown_table(header, rows)
+
+
 # --------------------------------------------------------------------------- time to quality
 
 
@@ -386,6 +404,7 @@ GENERATORS = {
     "serve": ("serve", serve_table),
     "serve-summary": ("serve", serve_summary),
     "train-throughput": ("train_throughput", throughput_table),
+    "train-variants": ("train_variants", variants_table),
     "quality": ("quality", quality_table),
     "gpu": ("gpu", gpu_table),
     "complexity": ("complexity", complexity_table),

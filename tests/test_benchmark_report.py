@@ -155,6 +155,25 @@ def test_throughput_table_rows_from_a_fixture():
     assert report.throughput_chart_name(float32_only) == "train_throughput_synthetic.png"
 
 
+def test_variants_table_computes_same_round_ratios_from_the_rounds():
+    # shipped 1000, 800, 1200; fused 1050, 880, 1140: ratios 1.05, 1.10, 0.95 -> median 1.05
+    # (the ratio of the medians would say 1050 / 1000 = 1.05 too, but the range is 0.95-1.10)
+    rounds = [{"shipped": {"tokens_per_s": a}, "fused": {"tokens_per_s": b}}
+              for a, b in ((1000.0, 1050.0), (800.0, 880.0), (1200.0, 1140.0))]
+    record = {"benchmark": "train_variants", "time": "2026-01-01 00:00:00 UTC", "commit": "abc1234",
+              "command": "python benchmarks/train_variants.py --rounds 3", "machine": {"cpus": 2},
+              "workload": {"kind": "real", "steps": 24}, "reference": "shipped", "rounds": rounds,
+              "results": [{"name": "shipped", "label": "as shipped"}, {"name": "fused", "label": "a change"}]}
+    lines = report.variants_table([record], {}).splitlines()
+    assert "3 rounds of 24 steps" in lines[0]
+    assert lines[2:] == [
+        "| variant | what | tokens/s (median) | range | vs shipped | range |",
+        "| --- | --- | --- | --- | --- | --- |",
+        "| shipped | as shipped | 1000 | 800-1200 | 1.000x | 1.000-1.000x |",
+        "| fused | a change | 1050 | 880-1140 | 1.050x | 0.950-1.100x |",
+    ]
+
+
 def test_opennmt_rate_is_total_tokens_over_total_time():
     from benchmarks.train_throughput import opennmt_intervals, opennmt_rate
 
