@@ -42,7 +42,6 @@ Records go to benchmarks/results/train_variants.jsonl.
 import argparse
 import functools
 import os
-import statistics
 import sys
 import time
 import types
@@ -50,7 +49,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
+from benchmarks import _records, report  # noqa: E402
 from benchmarks import train_throughput as workloads  # noqa: E402
 
 VARIANTS = {
@@ -234,24 +233,16 @@ def main():
         print(f"round {index + 1}/{args.rounds}: " + ", ".join(
             f"{n} {current[n]['tokens_per_s']:.0f}" for n in names), file=sys.stderr, flush=True)
 
-    results = []
-    print(f"\nworkload: {args.workload}, {len(batches)} batches; {args.rounds} rounds of {args.steps} steps per "
-          f"variant, in one process, taking turns (vs shipped: median and range of same-round ratios)")
-    print(f"{'variant':<20}{'tokens/s':>10}{'vs shipped':>12}{'range':>14}")
-    for name in names:
-        rates = [r[name]["tokens_per_s"] for r in rounds]
-        ratios = [r[name]["tokens_per_s"] / r["shipped"]["tokens_per_s"] for r in rounds]
-        results.append({"name": name, "label": VARIANTS[name], "tokens_per_s": statistics.median(rates),
-                        "vs_reference": statistics.median(ratios), "vs_reference_range": [min(ratios), max(ratios)]})
-        print(f"{name:<20}{statistics.median(rates):>10.0f}{statistics.median(ratios):>11.3f}x"
-              f"{f'{min(ratios):.3f}-{max(ratios):.3f}x':>14}")
     record.update({
         "workload": {"kind": args.workload, "batches": len(batches), "steps": args.steps, "rounds": args.rounds,
                      "warmup_passes": 2, "config": workloads.CONFIG,
                      "target_tokens_per_batch": sum(counts) / len(batches)},
-        "reference": "shipped", "rounds": rounds, "results": results,
+        "reference": "shipped", "rounds": rounds,
+        "results": [{"name": name, "label": VARIANTS[name]} for name in names],
     })
     _records.finish(record)
+    # The table the documentation shows, medians and same-round ratios from the rounds above.
+    print("\n" + report.variants_table([record], {}))
     if args.record:
         _records.append(args.record, record)
         print(f"record appended to {os.path.relpath(args.record, ROOT)}")
