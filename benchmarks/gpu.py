@@ -15,7 +15,7 @@ padding), timed after a warm-up. Contenders, each in its own process:
   bfloat16 autocast.
 
 Reported: target tokens per second, seconds per step, the share of the
-GPU's dense bf16 peak (`--peak-tflops`, 989 for an H100 SXM) that the step's
+GPU's dense bf16 peak (`--peak-tflops`, 989 for an H100 SXM or an H200) that the step's
 matrix products reach, and the paper's own rate for comparison: 8 P100 GPUs
 did a base step (25k + 25k tokens) in about 0.4 s and a big step in about
 1.0 s (section 5.2), i.e. about 62,500 and 25,000 target tokens/s.
@@ -58,7 +58,8 @@ PAD, BOS, EOS = 0, 2, 3
 # batches of about 25,000 source and 25,000 target tokens.
 PAPER_SECONDS_PER_STEP = {"base": 0.4, "big": 1.0}
 PAPER_TARGET_TOKENS = 25000
-H100_BF16_PEAK_TFLOPS = 989.0  # dense, SXM
+# Dense bf16 tensor-core peak of the H100 SXM and the H200 (the same GH100 chip and clocks).
+DENSE_BF16_PEAK_TFLOPS = 989.0
 
 
 def training_matmul_flops(preset, batch, length):
@@ -240,8 +241,8 @@ def main():
     parser.add_argument("--decode-batch", type=int, default=128)
     parser.add_argument("--decode-steps", type=int, default=50)
     parser.add_argument("--decode-rounds", type=int, default=5)
-    parser.add_argument("--peak-tflops", type=float, default=H100_BF16_PEAK_TFLOPS,
-                        help="the GPU's dense bf16 peak (H100 SXM: 989)")
+    parser.add_argument("--peak-tflops", type=float, default=DENSE_BF16_PEAK_TFLOPS,
+                        help="the GPU's dense bf16 peak (H100 SXM and H200: 989)")
     parser.add_argument("--record", default=_records.default_path("gpu"))
     parser.add_argument("--preset", default="base", help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -252,6 +253,7 @@ def main():
     os.environ.setdefault("KERAS_BACKEND", "jax")  # named in the recorded command
     record = _records.start("gpu", packages=("jax", "keras", "torch"))
     record["results"] = []
+    record["peak_tflops"] = args.peak_tflops
     print(f"GPU: {record['machine']['gpus']}; {record['versions']}", flush=True)
     for preset in args.presets:
         args.preset = preset

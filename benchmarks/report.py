@@ -11,7 +11,8 @@ The name after "table:" picks the generator (serve, serve-summary,
 train-throughput, train-variants, quality, gpu, complexity) and so the records (benchmarks/results/<name>.jsonl);
 the options pick one run: `commit=ABC` (the record of that commit), `time=...`
 (its start time, as written in the record), `run=...` (quality: the start of
-one invocation); without options, the latest record. Medians are over the
+one invocation), `gpu=...` (gpu: every record of the GPU model whose name contains it); without
+options, the latest record. Medians are over the
 rounds of that record, and a ratio is the median of the ratios taken within
 each round (contenders take turns, so a same-round ratio cancels the
 machine's drift), not the ratio of the medians.
@@ -292,47 +293,66 @@ def quality_table(records, options):
 # --------------------------------------------------------------------------- one GPU
 
 
+def gpu_name(record):
+    """The record's GPU model: `machine.gpus[0]`, or the first field of the older `machine.gpu` text."""
+    machine = record.get("machine", {})
+    gpus = machine.get("gpus") or [machine.get("gpu") or "unknown GPU"]
+    return gpus[0].split(",")[0].strip()
+
+
 def gpu_statistics(records):
-    """Per (part, preset, contender, precision): each run's figure (train: median seconds per step;
-    decode: best seconds per batch) with its entry, over every record given."""
+    """Per (part, preset, batch, length, contender, precision): each run's figure (train: median seconds per
+    step; decode: best seconds per batch) with its entry, over every record given."""
     figures = OrderedDict()
     for record in records:
         for entry in record["results"]:
             if "seconds" not in entry:
                 continue
-            key = (entry["part"], entry["preset"], entry["contender"], entry["precision"])
+            key = (entry["part"], entry["preset"], entry["batch"], entry.get("length"), entry["contender"],
+                   entry["precision"])
             figure = statistics.median(entry["seconds"]) if entry["part"] == "train" else min(entry["seconds"])
             figures.setdefault(key, []).append((record["time"], figure, entry))
     return figures
 
 
 def gpu_table(records, options):
+    """One GPU model's runs (`gpu="H200"` picks the records whose GPU name contains it); rows per model,
+    batch shape, contender and precision."""
     from benchmarks import gpu
 
+    options = dict(options)
+    wanted = options.pop("gpu", None)
+    if wanted:
+        records = [r for r in records if wanted in gpu_name(r)]
     records = select(records, options, "table:gpu")
+    names = list(OrderedDict.fromkeys(gpu_name(r) for r in records))
+    if len(names) > 1:
+        raise ValueError(f"table:gpu: the records come from several GPUs ({', '.join(names)}); "
+                         'pick one with gpu="..."')
+    peak = records[-1].get("peak_tflops", gpu.DENSE_BF16_PEAK_TFLOPS)  # one GPU model, one peak
     figures = gpu_statistics(records)
     train_rows, decode_rows = [], []
-    for (part, preset, contender, precision), runs in figures.items():
-        entry = runs[0][2]
+    for (part, preset, batch, length, contender, precision), runs in figures.items():
         if part == "train":
-            tokens = entry["batch"] * entry["length"]
+            tokens = batch * length
             rates = [tokens / seconds for _, seconds, _ in runs]
             paper = gpu.PAPER_TARGET_TOKENS / gpu.PAPER_SECONDS_PER_STEP[preset]
-            peers = {time: seconds for time, seconds, _ in figures.get((part, preset, "torch", precision), [])}
+            peers = {time: seconds
+                     for time, seconds, _ in figures.get((part, preset, batch, length, "torch", precision), [])}
             versus = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
-            flops = gpu.training_matmul_flops(preset, entry["batch"], entry["length"])
+            flops = gpu.training_matmul_flops(preset, batch, length)
             step = statistics.median(seconds for _, seconds, _ in runs)
             train_rows.append([
-                preset, contender, precision, f"{step * 1000:.1f}",
+                preset, f"{batch} x {length}", contender, precision, f"{step * 1000:.1f}",
                 f"{statistics.median(rates):,.0f}" + (f" ({min(rates):,.0f}-{max(rates):,.0f})" if min(rates) != max(rates) else ""),
                 f"{statistics.median(rates) / paper:.2f}x",
                 "-" if contender == "torch" or not versus else f"{statistics.median(versus):.2f}x",
-                f"{flops / step / 1e12 / gpu.H100_BF16_PEAK_TFLOPS:.0%}", str(len(runs)),
+                f"{flops / step / 1e12 / peak:.0%}", str(len(runs)),
             ])
         else:
             best = statistics.median(seconds for _, seconds, _ in runs)
-            decode_rows.append([preset, contender, precision, f"{entry['batch'] / best:,.0f}",
-                                f"{best / entry['steps'] * 1000:.2f}", str(len(runs))])
+            decode_rows.append([preset, contender, precision, f"{batch / best:,.0f}",
+                                f"{best / runs[0][2]['steps'] * 1000:.2f}", str(len(runs))])
     first, last = records[0], records[-1]
     gpus = last["machine"].get("gpus") or [last["machine"].get("gpu", "unknown GPU")]
     text = (f"{len(records)} invocations of `benchmarks/gpu.py` ({first['time']} to {last['time']}; commits "
@@ -341,8 +361,8 @@ def gpu_table(records, options):
             "median step time, the median over runs (range); ratios to torch are medians of same-run ratios; "
             "the share is the step's matrix-product FLOPs against the GPU's dense bfloat16 peak.")
     text += "\n\n" + markdown_table(
-        ["model", "contender", "precision", "ms/step", "target tokens/s", "vs the paper's 8 P100s",
-         "vs torch, same precision", "of bf16 peak", "runs"], train_rows)
+        ["model", "batch (pairs x tokens)", "contender", "precision", "ms/step", "target tokens/s",
+         "vs the paper's 8 P100s", "vs torch, same precision", "of bf16 peak", "runs"], train_rows)
     text += ("\n\nDecoding (ours, `jax.jit`; sentences of 32 tokens, exactly the fixed number of tokens each; "
              "each run's best of its rounds, the median over runs):\n\n")
     text += markdown_table(["model", "search", "precision", "sentences/s", "ms per step", "runs"], decode_rows)

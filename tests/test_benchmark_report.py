@@ -193,11 +193,11 @@ def test_opennmt_rate_is_total_tokens_over_total_time():
     assert rate["tokens_per_s"] == pytest.approx(1680.0)  # the mean of the two rates would say 1200
 
 
-def gpu_record(time, ours_seconds, torch_seconds, decode_seconds):
-    train = dict(part="train", preset="base", precision="float32", batch=10, length=10)
+def gpu_record(time, ours_seconds, torch_seconds, decode_seconds, gpu="Test GPU", batch=10):
+    train = dict(part="train", preset="base", precision="float32", batch=batch, length=10)
     return {
         "benchmark": "gpu", "time": time, "commit": "abc1234", "command": "python benchmarks/gpu.py",
-        "machine": {"cpus": 16, "gpus": ["Test GPU"]},
+        "machine": {"cpus": 16, "gpus": [gpu]},
         "results": [
             dict(train, contender="ours", seconds=ours_seconds, parameters=1),
             dict(train, contender="torch", seconds=torch_seconds, parameters=1),
@@ -208,6 +208,12 @@ def gpu_record(time, ours_seconds, torch_seconds, decode_seconds):
     }
 
 
+def gpu_rows(table):
+    """{(model, batch, contender, precision): row} of the training table."""
+    return {tuple(cell.strip() for cell in line.strip("|").split("|")[:4]): line
+            for line in table.splitlines() if line.startswith("| base |") and " x " in line}
+
+
 def test_gpu_table_from_fixtures_matches_hand_computed_figures():
     records = [
         # ours: median step 0.1 s -> 100 tokens / 0.1 = 1,000 tokens/s; torch 0.2 s: ratio 2.0
@@ -216,19 +222,41 @@ def test_gpu_table_from_fixtures_matches_hand_computed_figures():
         gpu_record("t2", [0.125], [0.2], [1.0]),
     ]
     table = report.gpu_table(records, {})
-    rows = {tuple(cell.strip() for cell in line.strip("|").split("|")[:3]): line
-            for line in table.splitlines() if line.startswith("| base")}
-    ours = rows[("base", "ours", "float32")]
+    rows = gpu_rows(table)
+    ours = rows[("base", "10 x 10", "ours", "float32")]
     # Median step over runs: (0.1 + 0.125) / 2 = 112.5 ms; rates 1,000 and 800 -> median 900;
     # the paper's base rate is 25,000 / 0.4 = 62,500 tokens/s -> 0.01x.
     assert "| 112.5 | 900 (800-1,000) | 0.01x | 1.80x |" in ours
     # torch: 0.2 s in both runs -> 500 tokens/s, no range; 500 / 62,500 = 0.008 -> 0.01x.
-    assert "| 200.0 | 500 | 0.01x | - |" in rows[("base", "torch", "float32")]
+    assert "| 200.0 | 500 | 0.01x | - |" in rows[("base", "10 x 10", "torch", "float32")]
     # Decoding: each run's best (0.25 s, 1.0 s), their median 0.625 s: 8 / 0.625 = 12.8 -> "13";
     # per step 0.625 / 4 = 156.25 ms.
     assert "| base | ours greedy | float32 | 13 | 156.25 | 2 |" in table
     # A failed contender is left out, not shown as a figure.
     assert "mixed_bfloat16" not in table
+
+
+def test_gpu_table_keeps_gpus_and_batch_shapes_apart():
+    records = [
+        gpu_record("t1", [0.1], [0.2], [0.5], gpu="NVIDIA H100 80GB HBM3"),
+        # The older record format: one "gpu" text with memory and driver.
+        {**gpu_record("t2", [0.4], [0.4], [0.5]), "machine": {"cpus": 16, "gpu": "NVIDIA H200, 143771 MiB, 580"}},
+        # Four times the batch on the same GPU: 400 tokens / 0.2 s = 2,000 tokens/s; torch 0.5 s -> 2.50x.
+        gpu_record("t3", [0.2], [0.5], [0.5], gpu="NVIDIA H200", batch=40),
+    ]
+    with pytest.raises(ValueError, match="several GPUs"):
+        report.gpu_table(records, {})
+    h200 = report.gpu_table(records, {"gpu": "H200"})
+    assert h200.startswith("2 invocations")
+    rows = gpu_rows(h200)
+    assert set(rows) == {("base", "10 x 10", "ours", "float32"), ("base", "10 x 10", "torch", "float32"),
+                         ("base", "40 x 10", "ours", "float32"), ("base", "40 x 10", "torch", "float32")}
+    # Each batch shape is its own row, its ratio to torch taken against torch at the same shape.
+    assert "| 400.0 | 250 | 0.00x | 1.00x | " in rows[("base", "10 x 10", "ours", "float32")]
+    assert "| 200.0 | 2,000 | 0.03x | 2.50x | " in rows[("base", "40 x 10", "ours", "float32")]
+    assert "| 1 |" in rows[("base", "40 x 10", "ours", "float32")]  # one run, not pooled with t2's
+    h100 = report.gpu_table(records, {"gpu": "H100"})
+    assert h100.startswith("1 invocations") and "| 100.0 | 1,000 |" in h100
 
 
 def complexity_record():
