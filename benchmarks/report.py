@@ -8,7 +8,7 @@ benchmarks/README.md:
     <!-- /table -->
 
 The name after "table:" picks the generator (serve, serve-summary,
-train-throughput, train-variants, quality, gpu, complexity) and so the records (benchmarks/results/<name>.jsonl);
+train-throughput, train-variants, train-profile, quality, gpu, complexity) and so the records (benchmarks/results/<name>.jsonl);
 the options pick one run: `commit=ABC` (the record of that commit), `time=...`
 (its start time, as written in the record), `run=...` (quality: the start of
 one invocation), `gpu=...` (gpu: every record of the GPU model whose name contains it); without
@@ -30,7 +30,7 @@ import re
 import statistics
 import sys
 import textwrap
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -233,6 +233,55 @@ def variants_table(records, options):
     return caption(record, what) + "\n\n" + markdown_table(header, rows)
 
 
+def is_product(op_type):
+    """Matrix-product kernels: (batched) MatMul and Einsum, oneDNN's and Eigen's."""
+    return "MatMul" in op_type or "Einsum" in op_type
+
+
+def profile_table(records, options, others=10):
+    """train_profile.py: kernel time per step by op type, each contender against the reference, per round
+    from the raw sums; medians over rounds, ratios the medians of same-round ratios."""
+    record = select(records, options, "table:train-profile")[-1]
+    workload, rounds, reference = record["workload"], record["rounds"], record["reference"]
+    names = [result["name"] for result in record["results"]]
+
+    def per_step(name, pick):  # [ms per step of the kernels `pick` selects, one per round]
+        return [1000 * sum(s for t, s in r[name]["op_seconds"].items() if pick(t)) / r[name]["steps"]
+                for r in rounds]
+
+    def everything(_):
+        return True
+
+    rows = []
+    for result in record["results"]:
+        name = result["name"]
+        total, products = per_step(name, everything), per_step(name, is_product)
+        ratios = [t / r for t, r in zip(total, per_step(reference, everything))]
+        wall = [1000 * r[name]["wall_seconds"] / r[name]["steps"] for r in rounds]
+        rows.append([name, result["label"], f"{statistics.median(total):.0f}",
+                     f"{statistics.median(products):.0f} ({statistics.median(products) / statistics.median(total):.0%})",
+                     f"{statistics.median(total) - statistics.median(products):.0f}",
+                     f"{statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f}x)",
+                     f"{statistics.median(wall):.0f}"])
+    what = (f"{workload['kind']} workload, one process, {len(rounds)} rounds of one profiled pass over the "
+            f"{workload['batches']} batches per contender taking turns; milliseconds per step, medians over rounds")
+    text = caption(record, what) + "\n\n" + markdown_table(
+        ["contender", "what", "kernel time", "of which matrix products", "other kernels",
+         f"kernel time vs {reference}", "wall time (profiled)"], rows,
+        ["---", "---", "---:", "---:", "---:", "---:", "---:"])
+    sums = Counter()
+    for r in rounds:
+        for op_type, seconds in r[reference]["op_seconds"].items():
+            if not is_product(op_type):
+                sums[op_type] += seconds
+    largest = [op_type for op_type, _ in sums.most_common(others)]
+    text += (f"\n\nThe {len(largest)} largest other op types of {reference} (ms per step, medians over rounds):\n\n")
+    text += markdown_table(["op type", *names], [
+        [op_type, *(f"{statistics.median(per_step(name, lambda t, o=op_type: t == o)):.1f}" for name in names)]
+        for op_type in largest], ["---"] + ["---:"] * len(names))
+    return text
+
+
 # --------------------------------------------------------------------------- time to quality
 
 
@@ -425,6 +474,7 @@ GENERATORS = {
     "serve-summary": ("serve", serve_summary),
     "train-throughput": ("train_throughput", throughput_table),
     "train-variants": ("train_variants", variants_table),
+    "train-profile": ("train_profile", profile_table),
     "quality": ("quality", quality_table),
     "gpu": ("gpu", gpu_table),
     "complexity": ("complexity", complexity_table),

@@ -174,6 +174,55 @@ def test_variants_table_computes_same_round_ratios_from_the_rounds():
     ]
 
 
+def test_profile_table_sums_kernels_per_step_from_the_rounds():
+    def turn(products, others, wall):
+        return {"wall_seconds": wall, "steps": 10, "target_tokens": 1000,
+                "op_seconds": {"_MklMatMul": products, "_MklEinsum": 0.0, **others}}
+
+    rounds = [
+        {"ours-tf": turn(8.0, {"Mul": 1.0, "Sum": 1.0}, 7.0), "hub": turn(8.0, {"Mul": 2.0, "Sum": 2.0}, 8.0)},
+        {"ours-tf": turn(6.0, {"Mul": 1.0, "Sum": 1.0}, 5.0), "hub": turn(9.0, {"Mul": 0.5, "Sum": 0.5}, 6.0)},
+    ]
+    record = {"benchmark": "train_profile", "time": "2026-01-01 00:00:00 UTC", "commit": "abc1234",
+              "command": "python benchmarks/train_profile.py", "machine": {"cpus": 2},
+              "workload": {"kind": "real", "batches": 10, "rounds": 2}, "reference": "ours-tf", "rounds": rounds,
+              "results": [{"name": "ours-tf", "label": "ours"}, {"name": "hub", "label": "theirs"}]}
+    table = report.profile_table([record], {}, others=1)
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    # ours: kernels 10 s and 8 s over 10 steps -> 1,000 and 800 ms, median 900; products 800 and 600 -> 700
+    # (78% of 900); others 900 - 700 = 200; wall 700 and 500 -> 600 ms.
+    assert "| 900 | 700 (78%) | 200 | 1.000x (1.000-1.000x) | 600 |" in rows["ours-tf"]
+    # hub: kernels 1,200 and 1,000 ms -> 1,100; ratios to ours in the same round 1.2 and 1.25 -> median 1.225
+    # (written to three digits); products 800 and 900 -> 850 (77%).
+    assert "| 1100 | 850 (77%) | 250 | 1.225x (1.200-1.250x) | 700 |" in rows["hub"]
+    # One other op type asked for: the reference's largest non-product one (Mul and Sum tie; Mul comes first),
+    # ours 100 ms in both rounds, hub 200 and 50 -> median 125.
+    assert "| Mul | 100.0 | 125.0 |" in table and "| Sum |" not in table
+
+
+def test_op_seconds_by_type_counts_only_the_executors_kernels(tmp_path):
+    pytest.importorskip("tensorflow")
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from benchmarks import train_profile
+
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    names = {1: "model/dense/MatMul:_MklMatMul", 2: "model/add:AddV2", 3: "ExecutorState::Process",
+             4: "StatefulPartitionedCall: __inference_step_42", 5: "EagerExecute"}
+    for key, name in names.items():
+        plane.event_metadata[key].id, plane.event_metadata[key].name = key, name
+    executor = plane.lines.add(name="tf_Compute/123")
+    for key, picoseconds in ((1, 3e12), (1, 1e12), (2, 5e11), (3, 9e12), (4, 9e12), (5, 9e12)):
+        executor.events.add(metadata_id=key, duration_ps=int(picoseconds))
+    # The same kernel name on another thread (Python's, an Eigen pool's) is not an executor's kernel.
+    plane.lines.add(name="python").events.add(metadata_id=1, duration_ps=int(7e12))
+    space.planes.add(name="/device:GPU:0").lines.add(name="tf_Compute/1").events.add(metadata_id=1, duration_ps=1)
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    assert train_profile.op_seconds_by_type(path) == {"_MklMatMul": 4.0, "AddV2": 0.5}
+
+
 def test_opennmt_rate_is_total_tokens_over_total_time():
     from benchmarks.train_throughput import opennmt_intervals, opennmt_rate
 
