@@ -528,7 +528,7 @@ def _pyplot():
     return plt
 
 
-def bar_chart(path, panels, title, unit):
+def bar_chart(path, panels, title, unit, over="rounds"):
     """Horizontal bars of medians with min-max whiskers: panels = [(panel title, [(label, median, min, max)])]."""
     plt = _pyplot()
     height = max(2.5, 0.45 * max(len(bars) for _, bars in panels) + 1.2)
@@ -545,7 +545,7 @@ def bar_chart(path, panels, title, unit):
             axis.text(median, position + 0.25, f" {median:.1f}" if median < 1000 else f" {median:.0f}",
                       va="center", fontsize=8)
         axis.set_title(panel_title)
-        axis.set_xlabel(f"{unit} (bar: median; whiskers: min-max over rounds)")
+        axis.set_xlabel(f"{unit} (bar: median; whiskers: min-max over {over})")
         axis.grid(axis="x", alpha=0.3)
     figure.suptitle(textwrap.fill(title, int(width * 11)), fontsize=11)
     figure.tight_layout()
@@ -614,6 +614,33 @@ def quality_chart(records, path):
     return path
 
 
+def gpu_chart_name(name):
+    """gpu_<model>.png, e.g. gpu_nvidia_h200.png: one chart per GPU model."""
+    return "gpu_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + ".png"
+
+
+def gpu_chart(records, path):
+    """Training rates of one GPU model's records: a panel per model and batch shape, the paper's 8 P100s a bar."""
+    from benchmarks import gpu
+
+    panels = OrderedDict()
+    for (part, preset, batch, length, contender, precision), runs in gpu_statistics(records).items():
+        if part != "train":
+            continue
+        rates = [batch * length / seconds for _, seconds, _ in runs]
+        if (preset, batch, length) not in panels:
+            paper = gpu.PAPER_TARGET_TOKENS / gpu.PAPER_SECONDS_PER_STEP[preset]
+            panels[preset, batch, length] = [("paper: 8 P100s", paper, paper, paper)]
+        panels[preset, batch, length].append(
+            (f"{contender}, {precision}", statistics.median(rates), min(rates), max(rates)))
+    commits = ", ".join(OrderedDict.fromkeys(str(r.get("commit")) for r in records))
+    title = (f"Training on one {gpu_name(records[-1])}, target tokens/s ({len(records)} invocations of "
+             f"benchmarks/gpu.py, {records[0]['time']} to {records[-1]['time']}; commits {commits})")
+    return bar_chart(path, [(f"{preset}, {batch} x {length} tokens", bars)
+                            for (preset, batch, length), bars in panels.items()],
+                     title, "target tokens/s", over="runs")
+
+
 def write_charts(results=RESULTS, out=RESULTS):
     """Every chart whose records exist; returns the paths written."""
     results, out = Path(results), Path(out)
@@ -627,6 +654,12 @@ def write_charts(results=RESULTS, out=RESULTS):
     if (results / "quality.jsonl").is_file():
         records = load("quality", results)
         written.append(quality_chart(records, out / "quality.png"))
+    if (results / "gpu.jsonl").is_file():
+        by_gpu = OrderedDict()
+        for record in load("gpu", results):
+            by_gpu.setdefault(gpu_name(record), []).append(record)
+        for name, records in by_gpu.items():
+            written.append(gpu_chart(records, out / gpu_chart_name(name)))
     return written
 
 

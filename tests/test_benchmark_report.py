@@ -115,7 +115,10 @@ def test_charts_are_pngs(tmp_path):
                for contender, bleu in (("ours", 5.0), ("opennmt-tf", 3.0))
                for minutes in (10, 20) for seed in (0, 1, 2)]
     paths = [report.serve_chart(fixture_record(), tmp_path / "serve.png"),
-             report.quality_chart(quality, tmp_path / "quality.png")]
+             report.quality_chart(quality, tmp_path / "quality.png"),
+             report.gpu_chart([gpu_record("t1", [0.1], [0.2], [0.5]), gpu_record("t2", [0.2], [0.2], [0.5], batch=40)],
+                              tmp_path / report.gpu_chart_name("NVIDIA H200"))]
+    assert paths[-1].name == "gpu_nvidia_h200.png"
     for path in paths:
         data = Path(path).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, path
