@@ -424,12 +424,14 @@ def model():
 """
 
 
-def run_opennmt(batches, steps, warmup, python, real):
+def run_opennmt(batches, steps, warmup, python, real, prelude=""):
     """OpenNMT-tf's own trainer on the same sentences, written as whitespace tokens.
 
     Synthetic workload: one fixed-size batch per batch of ours (no
     bucketing, no shuffling). Real workload: the same sentences, batched by
     OpenNMT-tf itself (tokens, at the same budget, its own length buckets).
+    `prelude`: Python run in OpenNMT-tf's process before its trainer starts
+    (train_profile.py starts a profiler there).
     """
     import re
 
@@ -480,7 +482,8 @@ train:
     )
     command = [
         python, "-c",
-        "import sys; from opennmt.bin.main import main; sys.argv=sys.argv[1:]\n" + inspect.getsource(peak_memory_mb)
+        prelude + "\nimport sys; from opennmt.bin.main import main; sys.argv=sys.argv[1:]\n"
+        + inspect.getsource(peak_memory_mb)
         + "\ntry: main()\nfinally: print('PEAK_MB', peak_memory_mb())",
         "onmt-main", "--model", str(work / "model.py"), "--config", str(work / "config.yml"),
         "--auto_config", "train",

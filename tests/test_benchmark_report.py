@@ -226,6 +226,37 @@ def test_op_seconds_by_type_counts_only_the_executors_kernels(tmp_path):
     assert train_profile.op_seconds_by_type(path) == {"_MklMatMul": 4.0, "AddV2": 0.5}
 
 
+def test_complete_steps_window_counts_only_whole_steps(tmp_path):
+    pytest.importorskip("tensorflow")
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from benchmarks import train_profile
+
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    for key, name in {1: "EagerLocalExecute: __inference__apply_gradients_7", 2: "m/MatMul:_MklMatMul",
+                      3: "m/mul:Mul"}.items():
+        plane.event_metadata[key].id, plane.event_metadata[key].name = key, name
+    # Steps end (apply_gradients ends) at 10, 20 and 30 ps from the lines' common start (1 ns).
+    python = plane.lines.add(name="python", timestamp_ns=1)
+    for offset in (5, 15, 25):
+        python.events.add(metadata_id=1, offset_ps=offset, duration_ps=5)
+    executor = plane.lines.add(name="tf_Compute/9", timestamp_ns=1)
+    # Kernels starting at 2 (a partial step before the window), 12 and 22 (inside), 31 (after it).
+    for offset, key, duration in ((2, 2, 100), (12, 2, 3), (22, 3, 4), (31, 3, 50)):
+        executor.events.add(metadata_id=key, offset_ps=offset, duration_ps=duration)
+    path = tmp_path / "onmt.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    count, start, end = train_profile.complete_steps(path)
+    assert (count, start, end) == (2, 1000 + 10, 1000 + 30)
+    assert train_profile.op_seconds_by_type(path, (start, end)) == {"_MklMatMul": 3e-12, "Mul": 4e-12}
+    one_call = tmp_path / "short.xplane.pb"
+    del python.events[1:]
+    one_call.write_bytes(space.SerializeToString())
+    with pytest.raises(ValueError, match="fewer than two"):
+        train_profile.complete_steps(one_call)
+
+
 def test_opennmt_rate_is_total_tokens_over_total_time():
     from benchmarks.train_throughput import opennmt_intervals, opennmt_rate
 
