@@ -29,7 +29,6 @@ table (`<!-- table:train-profile -->`).
 """
 
 import argparse
-import functools
 import os
 import re
 import sys
@@ -132,16 +131,12 @@ def profile_opennmt(batches, python, wait, span, logdir):
 def build(name):
     import keras
 
-    from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
-
     if name == "ours-tf":
         from benchmarks import train_variants
 
         return train_variants.build("shipped")
     keras.utils.set_random_seed(0)
-    model = workloads.build_keras_hub_tied()
-    model.compile(optimizer=paper_optimizer(workloads.CONFIG["d_model"]), loss=LabelSmoothedCrossEntropy(0.1))
-    return model
+    return workloads.compiled_keras_hub_tied()
 
 
 def main():
@@ -168,11 +163,9 @@ def main():
 
     if keras.backend.backend() != "tensorflow":
         raise SystemExit("train_profile.py profiles the TensorFlow training step: set KERAS_BACKEND=tensorflow")
-    batches = (workloads.make_real_batches(args.data_dir, Path(args.work_dir), 1) if args.workload == "real"
-               else workloads.make_batches())
+    batches = workloads.load_batches(args.workload, args.data_dir, args.work_dir)
     counts = workloads.target_tokens(batches)
-    elements = [tf.data.Dataset.from_tensors(({"source": s, "target": t}, y)) for s, t, y in batches]
-    dataset = functools.reduce(lambda a, b: a.concatenate(b), elements).repeat().prefetch(4)
+    dataset = workloads.cycled_dataset(batches)
 
     names = ["ours-tf", "keras-hub-tied"]
     opennmt = args.workload == "synthetic" and Path(args.opennmt_python).exists()
@@ -183,10 +176,8 @@ def main():
     for name in names:
         print(f"building and warming up {name} ...", file=sys.stderr, flush=True)
         models[name] = build(name)
-        models[name].fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)  # builds the optimizer
-        iterators[name] = iter(dataset)
-        for _ in range(2 * len(batches)):  # every shape traced; a pass of len(batches) steps sees each batch once
-            models[name].train_function(iterators[name])
+        # Every shape traced; a later pass of len(batches) steps sees each batch once.
+        iterators[name] = workloads.warmed_up(models[name], dataset, 2 * len(batches))
     rounds = []
     with tempfile.TemporaryDirectory() as logs:
         for index in range(args.rounds):

@@ -124,10 +124,31 @@ def make_real_batches(data_dir, work, bucket_width):
     return batches
 
 
-def load_batches(args):
-    if args.workload == "real":
-        return make_real_batches(args.data_dir, Path(args.work_dir), args.bucket_width)
+def load_batches(workload, data_dir, work_dir, bucket_width=1):
+    """The batches of `workload` ("synthetic" or "real")."""
+    if workload == "real":
+        return make_real_batches(data_dir, Path(work_dir), bucket_width)
     return make_batches()
+
+
+def cycled_dataset(batches):
+    """The batches as a tf.data pipeline that cycles them, one element per batch (shapes may differ)."""
+    import functools
+
+    import tensorflow as tf
+
+    elements = [tf.data.Dataset.from_tensors(({"source": s, "target": t}, y)) for s, t, y in batches]
+    return functools.reduce(lambda a, b: a.concatenate(b), elements).repeat().prefetch(4)
+
+
+def warmed_up(model, dataset, steps):
+    """An iterator over `dataset` after `steps` untimed steps of the compiled `model`'s train function
+    (the first through `fit`, which builds the optimizer)."""
+    model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
+    iterator = iter(dataset)
+    for _ in range(steps):
+        model.train_function(iterator)
+    return iterator
 
 
 def target_tokens(batches):
@@ -235,14 +256,9 @@ def peak_memory_mb():
 
 def timed_fit(model, batches, steps, warmup):
     """Runs model.fit over the cycled batches; returns seconds for the timed steps."""
-    import functools
-
     import keras
-    import tensorflow as tf
 
-    # One dataset element per batch; shapes may differ from batch to batch.
-    elements = [tf.data.Dataset.from_tensors(({"source": s, "target": t}, y)) for s, t, y in batches]
-    dataset = functools.reduce(lambda a, b: a.concatenate(b), elements).repeat().prefetch(4)
+    dataset = cycled_dataset(batches)
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -349,13 +365,17 @@ def build_keras_hub_tied(policy=None):
     return keras.Model({"source": source, "target": target}, logits)
 
 
-def run_keras_hub_tied(batches, steps, warmup, policy=None):
-    """`build_keras_hub_tied` with our loss and optimizer: only the layers differ from ours."""
+def compiled_keras_hub_tied(policy=None):
+    """`build_keras_hub_tied` compiled with our loss and optimizer: only the layers differ from ours."""
     from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
 
     model = build_keras_hub_tied(policy)
     model.compile(optimizer=paper_optimizer(CONFIG["d_model"]), loss=LabelSmoothedCrossEntropy(0.1))
-    return timed_fit(model, batches, steps, warmup), "tensorflow"
+    return model
+
+
+def run_keras_hub_tied(batches, steps, warmup, policy=None):
+    return timed_fit(compiled_keras_hub_tied(policy), batches, steps, warmup), "tensorflow"
 
 
 def run_torch(batches, steps, warmup):
@@ -585,7 +605,7 @@ LABELS = {
 
 def worker(args):
     """Runs one contender in this process and prints one JSON line."""
-    batches = load_batches(args)
+    batches = load_batches(args.workload, args.data_dir, args.work_dir, args.bucket_width)
     seconds, backend = CONTENDERS[args.worker][1](batches, args)
     counts = target_tokens(batches)
     tokens = sum(counts[step % len(batches)] for step in range(args.warmup, args.warmup + args.steps))
@@ -625,7 +645,7 @@ def main():
     if args.bucket_width < 1:
         parser.error(f"--bucket-width must be at least 1 (got {args.bucket_width})")
     real = args.workload == "real"
-    batches = load_batches(args)  # the real workload is built (and cached) once, here
+    batches = load_batches(args.workload, args.data_dir, args.work_dir, args.bucket_width)  # the real workload is built (and cached) once, here
     if args.steps is None:
         args.steps = 2 * len(batches) if real else 30
     if args.warmup is None:

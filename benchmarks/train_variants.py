@@ -40,7 +40,6 @@ Records go to benchmarks/results/train_variants.jsonl.
 """
 
 import argparse
-import functools
 import os
 import sys
 import time
@@ -193,15 +192,12 @@ def main():
         parser.error("--rounds and --steps must be at least 1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
-    import tensorflow as tf
 
     if keras.backend.backend() != "tensorflow":
         raise SystemExit("train_variants.py measures the TensorFlow training step: set KERAS_BACKEND=tensorflow")
-    batches = (workloads.make_real_batches(args.data_dir, Path(args.work_dir), 1) if args.workload == "real"
-               else workloads.make_batches())
+    batches = workloads.load_batches(args.workload, args.data_dir, args.work_dir)
     counts = workloads.target_tokens(batches)
-    elements = [tf.data.Dataset.from_tensors(({"source": s, "target": t}, y)) for s, t, y in batches]
-    dataset = functools.reduce(lambda a, b: a.concatenate(b), elements).repeat().prefetch(4)
+    dataset = workloads.cycled_dataset(batches)
 
     names = ["shipped"] + [v for v in args.variants if v != "shipped"]
     record = _records.start("train_variants")
@@ -209,10 +205,7 @@ def main():
     for name in names:
         print(f"building and warming up {name} ...", file=sys.stderr, flush=True)
         models[name] = build(name)
-        models[name].fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)  # builds the optimizer
-        iterators[name] = iter(dataset)
-        for _ in range(2 * len(batches)):
-            models[name].train_function(iterators[name])
+        iterators[name] = workloads.warmed_up(models[name], dataset, 2 * len(batches))
         position[name] = 2 * len(batches)
     rounds = []
     for index in range(args.rounds):
