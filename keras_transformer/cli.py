@@ -80,6 +80,16 @@ def cmd_train(args):
     return 0
 
 
+def cmd_prepare(args):
+    from keras_transformer import runs
+
+    prepared = runs.prepare(_resolve(args))
+    counts = prepared.manifest["counts"]
+    print(f"{prepared.action}: {prepared.directory}: {counts['pairs']:,} pairs, {counts['tokens']:,} tokens in "
+          f"{len(prepared.manifest['shards'])} shards")
+    return 0
+
+
 def _decoding_overrides(args):
     keys = ("beam_size", "alpha", "max_extra_length", "batch_size")
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
@@ -309,9 +319,26 @@ def build_parser():
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    train = commands.add_parser("train", help="train a model (resumes when output_dir has checkpoints)",
-                                description="Train a model. Running it again on the same output_dir "
-                                "resumes from the newest checkpoint.")
+    prepare = commands.add_parser(
+        "prepare", help="turn the training corpus into a tokenizer and shards of token ids (once)",
+        description="Prepare data.train once: train the tokenizer on a sample read while the corpus streams by, "
+        "tokenize on all cores, and write shards of token ids with a manifest to data.prepared_dir (default "
+        "OUTPUT_DIR/data). Running it again over unchanged inputs does nothing; a changed input is named and "
+        "prepared again. `train` calls it on first use.")
+    _config_arguments(prepare)
+    prepare.set_defaults(func=cmd_prepare)
+
+    train = commands.add_parser(
+        "train", help="train a model (resumes when output_dir has checkpoints)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train a model. Running it again on the same output_dir resumes from the newest checkpoint, "
+        "with the batch it would have seen next.",
+        epilog="Large corpora: the training corpus is prepared once into shards of token ids (`keras-transformer "
+        "prepare`, or the first `train`), then streamed with a global shuffle in bounded memory; a start or a "
+        "resume at any step takes seconds. For WMT-sized data:\n"
+        "  keras-transformer prepare --preset wmt14-base --train wmt14.en-de.tsv --output-dir runs/wmt\n"
+        "  keras-transformer train   --preset wmt14-base --train wmt14.en-de.tsv --output-dir runs/wmt\n"
+        "Several runs can share prepared data: --set data.prepared_dir=DIR.")
     _config_arguments(train)
     train.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
     train.add_argument("--init-from", metavar="RUN_OR_MODEL",

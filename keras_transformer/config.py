@@ -44,6 +44,12 @@ SCHEMA = {
         "user_defined_symbols": (None, str, "space-separated strings the tokenizer keeps as one piece each "
                                  "(e.g. the tag <BT> of back-translated sources)"),
         "max_length": (128, int, "longest tokenized sentence used in training (longer pairs are dropped)"),
+        "prepared_dir": (None, str, "where `keras-transformer prepare` (or the first `train`) writes the tokenizer "
+                         "and the training corpus as shards of token ids (default: OUTPUT_DIR/data); several "
+                         "runs may share one"),
+        "tokenizer_sample_pairs": (1_000_000, int, "the tokenizer is trained on at most this many pairs, drawn "
+                                   "uniformly while the corpus streams by"),
+        "pairs_per_shard": (1_000_000, int, "sentence pairs per shard of the prepared corpus"),
         "bucket_width": (None, int, "batch lengths are padded to multiples of this (default: 1 without "
                          "XLA, else the geometric buckets 8, 16, 24, 32, 40, 48, 64, ...)"),
     },

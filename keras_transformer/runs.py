@@ -25,6 +25,7 @@ import keras
 
 from keras_transformer import config as config_lib
 from keras_transformer._tensorflow import tensorflow
+from keras_transformer.data.corpus import CorpusError
 from keras_transformer.training.progress import read_best
 
 log = logging.getLogger("keras_transformer")
@@ -159,6 +160,70 @@ def compile_model(model, config):
     return model
 
 
+def prepared_dir(config):
+    """Where the run's prepared data lives: data.prepared_dir, or OUTPUT_DIR/data."""
+    return Path(config["data"]["prepared_dir"] or Path(config["output_dir"]) / "data")
+
+
+def prepare(config, on_change="rebuild"):
+    """Prepares the training corpus of `config` once (`data.prepare`): the
+    tokenizer and shards of token ids in `prepared_dir(config)`. The run's
+    own tokenizer (OUTPUT_DIR/tokenizer.model, e.g. adopted by
+    training.init_from) is used when there is one. Returns a `Prepared`."""
+    from keras_transformer.data import SubwordTokenizer
+    from keras_transformer.data.corpus import is_jsonl, open_corpus
+    from keras_transformer.data.prepare import PrepareError
+    from keras_transformer.data.prepare import prepare as prepare_data
+
+    data, seed = config["data"], config["training"]["seed"]
+    path = data["train"]
+    if not path:
+        raise RunError("the configuration has no data.train corpus (set data.train).")
+    reader = {"max_chars": data["max_chars"]}
+    if is_jsonl(path):
+        reader.update(source_key=data["source_key"], target_key=data["target_key"])
+    symbols = (data["user_defined_symbols"] or "").split()
+    settings = {**{f"data.{key}": value for key, value in reader.items()},
+                **{f"data.{key}": data[key] for key in ("vocabulary_size", "tokenizer_model_type",
+                                                         "user_defined_symbols", "tokenizer_sample_pairs",
+                                                         "pairs_per_shard")},
+                "training.seed": seed}
+    run_tokenizer = Path(config["output_dir"]) / TOKENIZER_FILE
+    proto = None
+    if run_tokenizer.is_file():
+        proto = run_tokenizer.read_bytes()
+        tokenizer = SubwordTokenizer(proto)
+        missing = [s for s in symbols if tokenizer.id_to_piece(tokenizer.piece_to_id(s)) != s]
+        if missing:
+            raise RunError(f"{run_tokenizer}: no piece for {' '.join(missing)} (data.user_defined_symbols); "
+                           "it was trained without them. Use a new output_dir.")
+        print(f"tokenizer: reusing {run_tokenizer} ({tokenizer.vocabulary_size} pieces)", flush=True)
+
+    def train_tokenizer(sample):
+        return SubwordTokenizer.train(
+            sample, vocabulary_size=data["vocabulary_size"], model_type=data["tokenizer_model_type"], seed=seed,
+            user_defined_symbols=symbols, input_sentence_size=2 * data["tokenizer_sample_pairs"]).proto
+
+    inputs = [path] + ([data["train_target"]] if data["train_target"] else [])
+    directory = prepared_dir(config)
+    try:
+        prepared = prepare_data(
+            directory, inputs=inputs, open_pairs=lambda: open_corpus(path, data["train_target"], **reader),
+            settings=settings, tokenizer_proto=proto, train_tokenizer=train_tokenizer,
+            sample_pairs=data["tokenizer_sample_pairs"], seed=seed, pairs_per_shard=data["pairs_per_shard"],
+            on_change=on_change, log=lambda message: print(message, flush=True))
+    except PrepareError as error:
+        if on_change == "error":
+            raise RunError(f"{error} The run's checkpoints were trained on the data as it was: restore it, "
+                           "or train in a new output_dir.") from None
+        raise RunError(str(error)) from None
+    except CorpusError as error:
+        raise RunError(f"data.train {error}") from None
+    if prepared.action == "up to date":
+        print(f"data.train {path}: prepared in {directory} ({prepared.num_pairs:,} pairs)", flush=True)
+    return prepared
+
+
 def train(config, verbose="auto", callbacks=()):
     """Trains (or resumes) the run described by `config`; returns the output directory.
 
@@ -169,6 +234,8 @@ def train(config, verbose="auto", callbacks=()):
     `callbacks` are more Keras callbacks for `fit` (after the run's own).
     """
     from keras_transformer.data import SubwordTokenizer, make_dataset
+    from keras_transformer.data.batch_plan import BatchPlan
+    from keras_transformer.data.streaming import stream_batches
     from keras_transformer.training import TerminateOnNonFiniteLoss, fit_resumable, list_checkpoints, save_averaged_model
     from keras_transformer.training.progress import ValidationTranslation
 
@@ -183,7 +250,6 @@ def train(config, verbose="auto", callbacks=()):
     keras.utils.set_random_seed(training["seed"])
     (output_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2))
 
-    pairs = _read_pairs(config, "train")
     tokenizer_path = output_dir / TOKENIZER_FILE
     init_model_path = init_optimizer_path = None
     if training["init_from"]:
@@ -191,28 +257,33 @@ def train(config, verbose="auto", callbacks=()):
         if training["init_optimizer"] == "keep":
             init_optimizer_path = _init_optimizer_source(training["init_from"])
         _adopt_tokenizer(init_tokenizer_path, tokenizer_path)
-    symbols = (config["data"]["user_defined_symbols"] or "").split()
-    if tokenizer_path.is_file():
-        tokenizer = SubwordTokenizer.load(str(tokenizer_path))
-        print(f"tokenizer: reusing {tokenizer_path} ({tokenizer.vocabulary_size} pieces)", flush=True)
-        missing = [s for s in symbols if tokenizer.id_to_piece(tokenizer.piece_to_id(s)) != s]
-        if missing:
-            raise RunError(f"{tokenizer_path}: no piece for {' '.join(missing)} (data.user_defined_symbols); "
-                           "it was trained without them. Use a new output_dir.")
-    else:
-        start = time.time()
-        tokenizer = SubwordTokenizer.train(
-            pairs,
-            vocabulary_size=config["data"]["vocabulary_size"],
-            model_type=config["data"]["tokenizer_model_type"],
-            seed=training["seed"],
-            user_defined_symbols=symbols,
-        )
-        tokenizer.save(str(tokenizer_path))
-        print(f"tokenizer: trained {tokenizer.vocabulary_size} pieces in {time.time() - start:.0f}s "
-              f"-> {tokenizer_path}", flush=True)
+    # A run that has trained on its data keeps that data: a changed input is an error, not a new corpus.
+    has_checkpoints = bool(list_checkpoints(str(output_dir / CHECKPOINT_DIR)))
+    prepared = prepare(config, on_change="error" if has_checkpoints else "rebuild")
+    if not tokenizer_path.is_file():
+        tokenizer_path.write_bytes(Path(prepared.tokenizer_path).read_bytes())
+    tokenizer = SubwordTokenizer.load(str(tokenizer_path))
 
     boundaries = bucket_boundaries(config)
+    if boundaries is None:
+        from keras_transformer.data import default_bucket_boundaries
+
+        boundaries = default_bucket_boundaries(config["data"]["max_length"])
+    # The batch of every step is computed from the step (no pass over the
+    # data at start, no replay on resume); see data/batch_plan.py.
+    plan = BatchPlan(prepared.lengths(), boundaries, training["tokens_per_batch"], seed=training["seed"],
+                     max_length=config["data"]["max_length"])
+    steps_per_epoch = plan.steps_per_epoch
+    if steps_per_epoch <= 0:
+        raise RunError(f"data.train {config['data']['train']}: no pair fits data.max_length "
+                       f"{config['data']['max_length']}.")
+    if plan.left_out:
+        print(f"data.train: {plan.left_out:,} of {prepared.num_pairs:,} pairs are longer than data.max_length "
+              f"{config['data']['max_length']} tokens and left out", flush=True)
+    shards = prepared.shards()
+
+    def dataset_from(step):
+        return stream_batches(shards, plan, step)
 
     def dataset_options(training_split):
         return dict(
@@ -222,17 +293,6 @@ def train(config, verbose="auto", callbacks=()):
             training=training_split,
             seed=training["seed"],
         )
-
-    # One pass to learn the epoch length, then a repeated pipeline that a
-    # resumed run can fast-forward (`skip`) to the step it stopped at.
-    epoch = make_dataset(pairs, tokenizer, **dataset_options(True))
-    steps_per_epoch = int(epoch.cardinality())
-    if steps_per_epoch <= 0:
-        raise RunError(f"data.train {config['data']['train']}: no batch fits data.max_length.")
-    repeated = make_dataset(pairs, tokenizer, repeat=True, **dataset_options(True))
-
-    def dataset_from(step):
-        return repeated.skip(step)
 
     validation = validation_pairs = None
     if config["data"]["valid"]:

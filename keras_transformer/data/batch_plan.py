@@ -1,0 +1,120 @@
+"""Which pairs make up the batch of each training step: a function of the step.
+
+The order is computed, not replayed. For an epoch `e` the plan shuffles the
+pairs with a generator seeded by `(seed, e)`, groups them by length bucket
+(each bucket's pairs in that random order), cuts each bucket into batches
+of its token budget and shuffles the batches. So:
+
+- the shuffle is global (every pair can meet every other pair of its bucket,
+  unlike a bounded shuffle buffer over a stream);
+- the batch of step `s` is known without producing the batches before it: a
+  run resumed at step 100,000 starts there at once (`tf.data`'s `skip(n)`
+  would make the n batches first);
+- `num_workers` workers take turns (worker `w` gets the epoch's batches `w`,
+  `w + W`, ...): each pair is read by one worker once per epoch. When the
+  batch count is not a multiple of W, the first batches of more than one
+  pair are halved until it is, so that no worker repeats or skips a pair.
+
+Pure NumPy: no TensorFlow, the same on every backend.
+"""
+
+import numpy as np
+
+
+class BatchPlan:
+    """The batches of every step of a training run over prepared pairs.
+
+    Args:
+        lengths: per pair, the padded length it needs: the longer of its
+            source and target, plus one (eos / bos).
+        boundaries: increasing bucket lengths; a pair goes to the smallest
+            boundary >= its length.
+        max_length: pairs longer than this (default: the last boundary)
+            are left out (`left_out` counts them).
+        tokens_per_batch: token budget: a bucket's batches hold
+            `max(1, tokens_per_batch // boundary)` pairs (the last one of an
+            epoch fewer).
+        seed: the shuffle seed.
+        num_workers, worker: this process's share (see the module docstring).
+    """
+
+    def __init__(self, lengths, boundaries, tokens_per_batch, seed=0, num_workers=1, worker=0, max_length=None):
+        lengths = np.asarray(lengths)
+        self.boundaries = np.asarray(boundaries, np.int64)
+        if self.boundaries.ndim != 1 or not len(self.boundaries) or np.any(np.diff(self.boundaries) <= 0):
+            raise ValueError(f"boundaries must be increasing, got {boundaries!r}")
+        if not 0 <= worker < num_workers:
+            raise ValueError(f"worker must lie in [0, {num_workers}), got {worker!r}")
+        self.batch_sizes = np.maximum(1, int(tokens_per_batch) // self.boundaries)
+        self.seed, self.num_workers, self.worker = int(seed), int(num_workers), int(worker)
+        bucket = np.searchsorted(self.boundaries, lengths, side="left")
+        if max_length is not None:
+            bucket[lengths > max_length] = len(self.boundaries)
+        self._bucket = bucket.astype(np.int16 if len(self.boundaries) < 2**15 else np.int32)
+        id_type = np.int32 if len(lengths) < 2**31 else np.int64
+        self._kept = np.flatnonzero(bucket < len(self.boundaries)).astype(id_type)
+        self.left_out = len(lengths) - len(self._kept)
+        counts = np.bincount(bucket[self._kept], minlength=len(self.boundaries))
+        self.batches_per_epoch = int(np.sum(-(-counts // self.batch_sizes)))
+        splits = -self.batches_per_epoch % self.num_workers
+        splittable = int(np.sum(counts // self.batch_sizes * (self.batch_sizes > 1)
+                                + (counts % self.batch_sizes > 1)))
+        if splits > splittable:
+            raise ValueError(
+                f"{self.batches_per_epoch} batches of {len(self._kept)} pairs cannot be dealt evenly to "
+                f"{num_workers} workers; use more data or fewer workers")
+        self.steps_per_epoch = (self.batches_per_epoch + splits) // self.num_workers
+        self._cached = None
+
+    @property
+    def num_pairs(self):
+        """Pairs in an epoch (those that fit the last boundary)."""
+        return len(self._kept)
+
+    def _epoch(self, epoch):
+        """`(order, starts, ends, widths)` of this worker's batches of `epoch`."""
+        if self._cached is not None and self._cached[0] == epoch:
+            return self._cached[1]
+        rng = np.random.default_rng([self.seed, epoch])
+        shuffled = self._kept[rng.permutation(len(self._kept))]
+        order = shuffled[np.argsort(self._bucket[shuffled], kind="stable")]
+        del shuffled
+        counts = np.bincount(self._bucket[order], minlength=len(self.boundaries))
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        starts, ends, widths = [], [], []
+        for bucket in np.flatnonzero(counts):
+            size = int(self.batch_sizes[bucket])
+            bucket_starts = np.arange(first[bucket], first[bucket] + counts[bucket], size)
+            starts.append(bucket_starts)
+            ends.append(np.minimum(bucket_starts + size, first[bucket] + counts[bucket]))
+            widths.append(np.full(len(bucket_starts), self.boundaries[bucket]))
+        starts, ends, widths = (np.concatenate(a) for a in (starts, ends, widths))
+        shuffle = rng.permutation(len(starts))
+        starts, ends, widths = starts[shuffle], ends[shuffle], widths[shuffle]
+        starts, ends, widths = self._even_out(starts, ends, widths)
+        mine = slice(self.worker, None, self.num_workers)
+        plan = (order, starts[mine], ends[mine], widths[mine])
+        self._cached = (epoch, plan)
+        return plan
+
+    def _even_out(self, starts, ends, widths):
+        """Halves the first batches of two or more pairs until the count is a
+        multiple of the number of workers."""
+        splits = -len(starts) % self.num_workers
+        if not splits:
+            return starts, ends, widths
+        halved = np.flatnonzero(ends - starts > 1)[:splits]
+        middles = (starts[halved] + ends[halved]) // 2
+        new_starts = np.insert(starts, halved + 1, middles)
+        new_ends = np.insert(ends, halved + 1, ends[halved])
+        new_ends[halved + np.arange(len(halved))] = middles
+        return new_starts, new_ends, np.insert(widths, halved + 1, widths[halved])
+
+    def batch(self, step):
+        """`(pair ids, width)` of this worker's batch at training step `step`
+        (counted from 0 over all epochs)."""
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        epoch, position = divmod(int(step), self.steps_per_epoch)
+        order, starts, ends, widths = self._epoch(epoch)
+        return order[starts[position]:ends[position]], int(widths[position])

@@ -1,0 +1,293 @@
+"""Prepare once: a corpus turned into a tokenizer and shards of token ids.
+
+A prepared directory holds:
+
+    manifest.json    inputs (path, size, mtime, SHA-256), the settings that
+                     decide the content, the tokenizer's SHA-256, counts and
+                     the shards with their SHA-256 (written last: a directory
+                     without it was not finished)
+    tokenizer.model  the SentencePiece model
+    lengths.u16      per pair, max(source, target) + 1 tokens: what bucketing
+                     needs, without reading the shards
+    shard-NNNNN.*    token ids (see `shards`)
+
+`prepare` streams the corpus (it never holds it): one pass samples pairs
+for the tokenizer (reservoir sampling, seeded), a second tokenizes them in
+chunks on all cores (SentencePiece's own threads) into shards of
+`pairs_per_shard` pairs. Called again it does nothing when the inputs and
+settings are unchanged and the shards intact; a changed input, setting or
+tokenizer is named in the message, and the data is prepared again (or, with
+`on_change="error"`, a `PrepareError` says so); a damaged shard is named and
+the shards are written again from the same inputs and tokenizer, which
+gives the same bytes.
+
+No TensorFlow here: the tokenizer is trained through a callable.
+"""
+
+import dataclasses
+import glob
+import hashlib
+import itertools
+import json
+import os
+import random
+import time
+
+import numpy as np
+
+from keras_transformer.data.shards import ShardError, ShardSet, ShardWriter, file_sha256, token_dtype, verify_shard
+
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+TOKENIZER_FILE = "tokenizer.model"
+LENGTHS_FILE = "lengths.u16"
+_MAX_LENGTH = 2**16 - 1  # lengths.u16 saturates here: such pairs fit no bucket
+_CHUNK_PAIRS = 8192
+
+
+class PrepareError(ValueError):
+    """The prepared data cannot be used or made; the message names the file or setting."""
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A prepared directory and its manifest; `action` says what `prepare` did."""
+
+    directory: str
+    manifest: dict
+    action: str
+
+    @property
+    def tokenizer_path(self):
+        return os.path.join(self.directory, TOKENIZER_FILE)
+
+    @property
+    def num_pairs(self):
+        return self.manifest["counts"]["pairs"]
+
+    def lengths(self):
+        """Per pair, the padded length it needs (uint16)."""
+        return np.fromfile(os.path.join(self.directory, LENGTHS_FILE), "<u2")
+
+    def shards(self):
+        return ShardSet(self.directory, self.manifest["shards"], self.manifest["token_dtype"])
+
+
+def fingerprint(path, checksum=True):
+    stat = os.stat(path)
+    record = {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    if checksum:
+        record["sha256"] = file_sha256(path)
+    return record
+
+
+def _atomic_write(path, data):
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def read_manifest(directory):
+    """The manifest of a prepared directory, or None if it has none (or an unreadable one)."""
+    path = os.path.join(directory, MANIFEST_FILE)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT_VERSION else None
+
+
+def _why_stale(manifest, inputs, settings, tokenizer_sha256):
+    """Why `manifest` does not describe these inputs and settings (None: it does).
+
+    An input whose size and modification time are unchanged is taken as
+    unchanged; one whose stat changed is compared by SHA-256 (a copy or a
+    `touch` is not a change)."""
+    if manifest["settings"] != settings:
+        changed = [f"{key} {manifest['settings'].get(key)!r} -> {settings.get(key)!r}"
+                   for key in sorted(set(manifest["settings"]) | set(settings))
+                   if manifest["settings"].get(key) != settings.get(key)]
+        return "the settings changed since the data was prepared: " + "; ".join(changed)
+    if tokenizer_sha256 is not None and manifest["tokenizer_sha256"] != tokenizer_sha256:
+        return "the data was prepared with another tokenizer"
+    recorded = manifest["inputs"]
+    if [record["path"] for record in recorded] != [os.path.abspath(path) for path in inputs]:
+        return (f"the inputs changed: {', '.join(inputs)} (prepared from "
+                f"{', '.join(record['path'] for record in recorded)})")
+    for path, record in zip(inputs, recorded):
+        now = fingerprint(path, checksum=False)
+        if (now["size"], now["mtime_ns"]) == (record["size"], record["mtime_ns"]):
+            continue
+        if file_sha256(path) != record["sha256"]:
+            return (f"{path} changed since it was prepared ({record['size']:,} bytes then, "
+                    f"{now['size']:,} now; its SHA-256 differs)")
+    return None
+
+
+def verify(directory, manifest, checksums=True):
+    """Raises `ShardError` naming the first missing or damaged file."""
+    tokenizer = os.path.join(directory, TOKENIZER_FILE)
+    if not os.path.isfile(tokenizer) or file_sha256(tokenizer) != manifest["tokenizer_sha256"]:
+        raise ShardError(f"{tokenizer}: missing or not the tokenizer the data was prepared with")
+    lengths = os.path.join(directory, LENGTHS_FILE)
+    if not os.path.isfile(lengths) or os.path.getsize(lengths) != 2 * manifest["counts"]["pairs"]:
+        raise ShardError(f"{lengths}: missing or of the wrong size")
+    for entry in manifest["shards"]:
+        verify_shard(directory, entry, manifest["token_dtype"], checksums=checksums)
+
+
+def reservoir_sample(pairs, size, seed):
+    """`size` pairs drawn uniformly from a stream, in stream order (all of
+    them, in order, when the stream is shorter)."""
+    rng = random.Random(seed)
+    sample = []
+    for index, pair in enumerate(pairs):
+        if index < size:
+            sample.append((index, pair))
+        else:
+            slot = rng.randrange(index + 1)
+            if slot < size:
+                sample[slot] = (index, pair)
+    sample.sort(key=lambda item: item[0])
+    return [pair for _, pair in sample]
+
+
+def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, train_tokenizer=None,
+            sample_pairs=1_000_000, seed=0, pairs_per_shard=1_000_000, on_change="rebuild", log=print,
+            num_threads=None):
+    """Prepares (or checks) `directory`; returns a `Prepared`.
+
+    Args:
+        inputs: the corpus files (fingerprinted in the manifest).
+        open_pairs: `open_pairs()` -> a fresh stream of `(source, target)`
+            strings with a `stats` attribute after the pass (a `ParallelCorpus`).
+        settings: a JSON-able dict of everything else that decides the
+            content (reader options, tokenizer options).
+        tokenizer_proto: the serialized SentencePiece model to use, or None
+            to train one with `train_tokenizer(sample) -> proto`.
+        sample_pairs: at most this many pairs (drawn uniformly) train the tokenizer.
+        pairs_per_shard: pairs per shard.
+        on_change: "rebuild" prepares again when an input, setting or the
+            tokenizer changed; "error" raises `PrepareError` instead.
+    """
+    if on_change not in ("rebuild", "error"):
+        raise ValueError(f"on_change must be 'rebuild' or 'error', got {on_change!r}")
+    if tokenizer_proto is None and train_tokenizer is None:
+        raise ValueError("prepare needs tokenizer_proto or train_tokenizer")
+    if isinstance(pairs_per_shard, bool) or not isinstance(pairs_per_shard, int) or pairs_per_shard < 1:
+        raise ValueError(f"pairs_per_shard must be a positive integer, got {pairs_per_shard!r}")
+    for path in inputs:
+        if not os.path.isfile(path):
+            raise PrepareError(f"{path}: no such corpus file")
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    tokenizer_sha256 = None if tokenizer_proto is None else _sha256(tokenizer_proto)
+    manifest = read_manifest(directory)
+    if manifest is not None:
+        reason = _why_stale(manifest, inputs, settings, tokenizer_sha256)
+        if reason is None:
+            try:
+                verify(directory, manifest)
+                return Prepared(directory, manifest, "up to date")
+            except ShardError as error:
+                log(f"prepare: {error}; writing the shards again from the same inputs and tokenizer")
+                with open(os.path.join(directory, TOKENIZER_FILE), "rb") as handle:
+                    kept = handle.read()
+                if tokenizer_proto is None and _sha256(kept) == manifest["tokenizer_sha256"]:
+                    tokenizer_proto = kept
+        else:
+            if on_change == "error":
+                raise PrepareError(f"{directory}: {reason}.")
+            log(f"prepare: {reason}; preparing {directory} again")
+    return _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,
+                  pairs_per_shard, log, num_threads)
+
+
+def _sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _remove_prepared_files(directory):
+    for name in (MANIFEST_FILE, LENGTHS_FILE):
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            os.remove(path)
+    for path in glob.glob(os.path.join(glob.escape(directory), "shard-*")):
+        os.remove(path)
+
+
+def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,
+           pairs_per_shard, log, num_threads):
+    import sentencepiece
+
+    started = time.time()
+    _remove_prepared_files(directory)  # first the manifest: an unfinished directory has none
+    fingerprints = [fingerprint(path) for path in inputs]
+    trained = tokenizer_proto is None
+    if trained:
+        sample = reservoir_sample(open_pairs(), sample_pairs, seed)
+        if not sample:
+            raise PrepareError(f"{', '.join(inputs)}: no usable sentence pairs")
+        tokenizer_started = time.time()
+        tokenizer_proto = train_tokenizer(sample)
+        log(f"prepare: tokenizer trained on {len(sample):,} pairs in {time.time() - tokenizer_started:.0f}s")
+        del sample
+    _atomic_write(os.path.join(directory, TOKENIZER_FILE), tokenizer_proto)
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer_proto)
+    dtype = token_dtype(processor.get_piece_size())
+    threads = num_threads or os.cpu_count() or 1
+    corpus = open_pairs()
+    shards, writer = [], None
+    longest = tokens = 0
+    length_counts = np.zeros(_MAX_LENGTH + 1, np.int64)
+    with open(os.path.join(directory, LENGTHS_FILE), "wb") as lengths_file:
+        iterator = iter(corpus)
+        while chunk := list(itertools.islice(iterator, _CHUNK_PAIRS)):
+            sources = processor.encode([source for source, *_ in chunk], num_threads=threads)
+            targets = processor.encode([target for _, target, *_ in chunk], num_threads=threads)
+            lengths = np.minimum(
+                np.maximum(np.fromiter(map(len, sources), np.int64, len(chunk)),
+                           np.fromiter(map(len, targets), np.int64, len(chunk))) + 1, _MAX_LENGTH)
+            lengths_file.write(lengths.astype("<u2").tobytes())
+            length_counts += np.bincount(lengths, minlength=_MAX_LENGTH + 1)
+            longest = max(longest, int(lengths.max()))
+            position = 0
+            while position < len(chunk):
+                if writer is None:
+                    writer = ShardWriter(directory, f"shard-{len(shards):05d}", dtype)
+                take = min(len(chunk) - position, pairs_per_shard - writer.pairs)
+                writer.append(sources[position:position + take], targets[position:position + take])
+                position += take
+                if writer.pairs == pairs_per_shard:
+                    shards.append(writer.close())
+                    writer = None
+            tokens += sum(map(len, sources)) + sum(map(len, targets))
+    if writer is not None:
+        shards.append(writer.close())
+    pairs = sum(entry["pairs"] for entry in shards)
+    if not pairs:
+        raise PrepareError(f"{', '.join(inputs)}: no usable sentence pairs ({corpus.stats})")
+    stats = dataclasses.asdict(corpus.stats) if hasattr(corpus, "stats") else {}
+    manifest = {
+        "format": FORMAT_VERSION,
+        "inputs": fingerprints,
+        "settings": settings,
+        "tokenizer_sha256": _sha256(tokenizer_proto),
+        "tokenizer_trained": trained,
+        "token_dtype": dtype,
+        "counts": {"pairs": pairs, "tokens": tokens, "longest": longest, "corpus": stats,
+                   # pairs per padded length, from 1 (lengths.u16 in a histogram)
+                   "lengths": {str(length): int(count) for length, count in enumerate(length_counts) if count}},
+        "shards": shards,
+        "seconds": round(time.time() - started, 1),
+    }
+    _atomic_write(os.path.join(directory, MANIFEST_FILE), json.dumps(manifest, indent=1).encode())
+    log(f"prepare: {pairs:,} pairs, {tokens:,} tokens in {len(shards)} shards -> {directory} "
+        f"({manifest['seconds']:.0f}s)")
+    return Prepared(directory, manifest, "prepared")

@@ -1,0 +1,41 @@
+"""Training batches streamed from prepared shards, from any step on.
+
+`stream_batches(shards, plan, start_step)` is a `tf.data.Dataset` of the
+batches of steps `start_step, start_step + 1, ...` forever (one epoch after
+another), in the training convention of `pipeline.make_dataset`:
+`({"source": int32 (B, W), "target": int32 (B, W)}, int32 (B, W))`, each
+batch padded to its bucket's length. `model.fit` takes it on every Keras
+backend. Memory does not grow with the corpus: a batch is gathered from
+the shards' memory maps when it is due, and the mapped pages are dropped
+from the process every `release_every` batches.
+"""
+
+import tensorflow as tf
+
+_SPEC = (
+    {"source": tf.TensorSpec([None, None], tf.int32), "target": tf.TensorSpec([None, None], tf.int32)},
+    tf.TensorSpec([None, None], tf.int32),
+)
+
+
+def stream_batches(shards, plan, start_step=0, release_every=64):
+    """The batches of `plan` (a `BatchPlan`) from step `start_step` on, read from `shards` (a `ShardSet`)."""
+    if start_step < 0:
+        raise ValueError(f"start_step must be >= 0, got {start_step}")
+
+    def generate():
+        step = start_step
+        while True:
+            pair_ids, width = plan.batch(step)
+            source, decoder_input, labels = shards.batch(pair_ids, width)
+            yield {"source": source, "target": decoder_input}, labels
+            step += 1
+            if step % release_every == 0:
+                shards.release()
+
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=_SPEC)
+    options = tf.data.Options()
+    # Each worker's generator yields that worker's own batches (the plan
+    # deals them out): tf.distribute must not shard them again.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options).prefetch(2)

@@ -1,0 +1,170 @@
+"""Preparing a corpus once: shards whose ids are the in-graph tokenizer's,
+a second run that does nothing, a changed input or a damaged shard named,
+and batches streamed from any step exactly as from the start."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import config as config_lib
+from keras_transformer import runs
+from keras_transformer.data import SubwordTokenizer, read_tsv
+from keras_transformer.data.batch_plan import BatchPlan
+from keras_transformer.data.prepare import MANIFEST_FILE, PrepareError, prepare, read_manifest
+from keras_transformer.data.streaming import stream_batches
+from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+
+WORDS = "the a red blue house car tree book reads sees big small old new green".split()
+GERMAN = "das ein rot blau Haus Auto Baum Buch liest sieht groß klein alt neu grün".split()
+
+
+def write_corpus(path, count, seed=0):
+    rng = np.random.default_rng(seed)
+    lines = []
+    for index in range(count):
+        picks = rng.integers(0, len(WORDS), size=rng.integers(1, 12))
+        lines.append(f"{index} {' '.join(WORDS[p] for p in picks)}\t{' '.join(GERMAN[p] for p in picks)} {index}\n")
+    lines.insert(5, "\tonly a target\n")  # skipped (empty source), and counted
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def prepare_tsv(directory, corpus, messages=None, **options):
+    def train_tokenizer(sample):
+        return SubwordTokenizer.train(sample, vocabulary_size=120, model_type="bpe", seed=0,
+                                      hard_vocab_limit=False).proto
+
+    return prepare(directory, inputs=[str(corpus)], open_pairs=lambda: read_tsv(corpus),
+                   settings={"vocabulary_size": 120}, train_tokenizer=train_tokenizer,
+                   log=(messages.append if messages is not None else lambda message: None), **options)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    work = tmp_path_factory.mktemp("prepare")
+    corpus = write_corpus(work / "corpus.tsv", 500)
+    return corpus, prepare_tsv(work / "data", corpus, pairs_per_shard=128)
+
+
+def test_shards_hold_the_in_graph_tokenizer_ids_of_every_pair(prepared):
+    corpus, data = prepared
+    pairs, stats = read_tsv(corpus).load()
+    assert stats.skipped_empty == 1 and data.manifest["counts"]["corpus"]["skipped_empty"] == 1
+    assert data.num_pairs == len(pairs) == 500
+    assert [entry["pairs"] for entry in data.manifest["shards"]] == [128, 128, 128, 116]
+    tokenizer = SubwordTokenizer.load(data.tokenizer_path)
+    sources = tokenizer.tokenize([s for s, _ in pairs]).to_list()
+    targets = tokenizer.tokenize([t for _, t in pairs]).to_list()
+    assert data.shards().pairs(np.arange(500)) == list(zip(sources, targets))
+    expected_lengths = [max(len(s), len(t)) + 1 for s, t in zip(sources, targets)]
+    assert data.lengths().tolist() == expected_lengths
+
+
+def test_preparing_again_does_nothing(prepared):
+    corpus, data = prepared
+    files = {name: os.stat(os.path.join(data.directory, name)).st_mtime_ns for name in os.listdir(data.directory)}
+    again = prepare_tsv(data.directory, corpus, pairs_per_shard=128)
+    assert again.action == "up to date" and again.manifest == data.manifest
+    assert files == {name: os.stat(os.path.join(data.directory, name)).st_mtime_ns
+                     for name in os.listdir(data.directory)}
+
+
+def test_a_changed_input_is_named(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.tsv", 60)
+    prepare_tsv(tmp_path / "data", corpus)
+    os.utime(corpus, ns=(1, 1))  # touched, same bytes: not a change
+    assert prepare_tsv(tmp_path / "data", corpus).action == "up to date"
+    write_corpus(corpus, 61)
+    with pytest.raises(PrepareError, match=f"{corpus} changed since it was prepared"):
+        prepare_tsv(tmp_path / "data", corpus, on_change="error")
+    messages = []
+    rebuilt = prepare_tsv(tmp_path / "data", corpus, messages)
+    assert rebuilt.action == "prepared" and rebuilt.num_pairs == 61
+    assert any(f"{corpus} changed" in message for message in messages)
+
+
+def test_a_damaged_shard_is_named_and_written_again_alike(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.tsv", 200)
+    data = prepare_tsv(tmp_path / "data", corpus, pairs_per_shard=64)
+    shard = os.path.join(data.directory, "shard-00001.tokens")
+    original = open(shard, "rb").read()
+    with open(shard, "r+b") as handle:  # same size, one id changed
+        handle.seek(10)
+        handle.write(bytes([original[10] ^ 0xFF]))
+    messages = []
+    again = prepare_tsv(tmp_path / "data", corpus, messages, pairs_per_shard=64)
+    assert any(shard in message and "damaged" in message for message in messages), messages
+    assert again.action == "prepared" and again.manifest["shards"] == data.manifest["shards"]
+    assert open(shard, "rb").read() == original
+    os.truncate(shard, 100)
+    messages.clear()
+    prepare_tsv(tmp_path / "data", corpus, messages, pairs_per_shard=64)
+    assert any(shard in message and "truncated" in message for message in messages), messages
+
+
+def test_an_unfinished_directory_is_prepared_again(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.tsv", 50)
+    data = prepare_tsv(tmp_path / "data", corpus)
+    os.remove(os.path.join(data.directory, MANIFEST_FILE))  # as a kill before the manifest leaves it
+    assert read_manifest(data.directory) is None
+    assert prepare_tsv(tmp_path / "data", corpus).action == "prepared"
+
+
+def batches(dataset, count):
+    return [(x["source"].numpy(), x["target"].numpy(), y.numpy()) for x, y in dataset.take(count)]
+
+
+def test_stream_from_any_step_equals_the_stream_from_the_start(prepared):
+    _, data = prepared
+    plan = BatchPlan(data.lengths(), [8, 16, 24, 32], 96, seed=4)
+    shards = data.shards()
+    total = plan.steps_per_epoch + 5  # across an epoch boundary
+    from_start = batches(stream_batches(shards, plan, 0), total)
+    for start in (1, plan.steps_per_epoch - 1, plan.steps_per_epoch + 2):
+        for a, b in zip(batches(stream_batches(shards, plan, start), total - start), from_start[start:]):
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y)
+
+
+def test_streamed_batches_follow_the_training_convention(prepared):
+    corpus, data = prepared
+    pairs, _ = read_tsv(corpus).load()
+    tokenizer = SubwordTokenizer.load(data.tokenizer_path)
+    plan = BatchPlan(data.lengths(), [8, 16, 24, 32], 96, seed=0)
+    seen = []
+    for step, (source, decoder_input, labels) in enumerate(batches(stream_batches(data.shards(), plan, 0),
+                                                                   plan.steps_per_epoch)):
+        pair_ids, width = plan.batch(step)
+        assert source.shape == labels.shape == decoder_input.shape == (len(pair_ids), width)
+        assert source.dtype == np.int32
+        for row, pair_id in enumerate(pair_ids):
+            s = tokenizer.tokenize(pairs[pair_id][0]).numpy().tolist()
+            t = tokenizer.tokenize(pairs[pair_id][1]).numpy().tolist()
+            pad = lambda ids: ids + [PAD_ID] * (width - len(ids))  # noqa: E731
+            assert source[row].tolist() == pad(s + [EOS_ID])
+            assert decoder_input[row].tolist() == pad([BOS_ID] + t)
+            assert labels[row].tolist() == pad(t + [EOS_ID])
+        seen.extend(pair_ids.tolist())
+    assert sorted(seen) == [i for i, n in enumerate(data.lengths()) if n <= 32]
+
+
+def test_train_prepares_on_first_use_and_refuses_a_changed_corpus_under_checkpoints(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.tsv", 80)
+    assignments = [f"output_dir={tmp_path / 'run'}", f"data.train={corpus}", "data.vocabulary_size=100",
+                   "data.max_length=24", "model.d_model=16", "model.d_ff=32", "model.num_heads=2",
+                   "model.num_encoder_layers=1", "model.num_decoder_layers=1", "training.tokens_per_batch=200",
+                   "training.max_steps=2", "training.save_every_steps=1", "training.average_last=1"]
+    config = config_lib.resolve([], None, assignments)
+    runs.train(config)
+    manifest = json.loads((tmp_path / "run" / "data" / MANIFEST_FILE).read_text())
+    assert manifest["inputs"][0]["path"] == str(corpus)
+    assert (tmp_path / "run" / "tokenizer.model").read_bytes() == (tmp_path / "run" / "data" /
+                                                                    "tokenizer.model").read_bytes()
+    write_corpus(corpus, 81)
+    with pytest.raises(runs.RunError, match=f"{corpus} changed since it was prepared.*new output_dir"):
+        runs.train(config_lib.resolve([], None, assignments + ["training.max_steps=3"]))
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*")) == [
+        "ckpt-000000001.weights.h5", "ckpt-000000002.weights.h5"]  # nothing lost
