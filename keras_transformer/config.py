@@ -47,7 +47,7 @@ SCHEMA = {
         "prepared_dir": (None, str, "where `keras-transformer prepare` (or the first `train`) writes the tokenizer "
                          "and the training corpus as shards of token ids (default: OUTPUT_DIR/data); several "
                          "runs may share one"),
-        "tokenizer_sample_pairs": (1_000_000, int, "the tokenizer is trained on at most this many pairs, drawn "
+        "tokenizer_sample_pairs": (500_000, int, "the tokenizer is trained on at most this many pairs, drawn "
                                    "uniformly while the corpus streams by"),
         "pairs_per_shard": (1_000_000, int, "sentence pairs per shard of the prepared corpus"),
         "bucket_width": (None, int, "batch lengths are padded to multiples of this (default: 1 without "

@@ -4,6 +4,7 @@ Layout of `output_dir`:
 
     config.json          the resolved configuration
     tokenizer.model      the joint SentencePiece vocabulary
+    data/                the prepared training corpus (data.prepared_dir by default; see data/prepare.py)
     checkpoints/         ckpt-<step>.weights.h5 (weights + optimizer state), latest.json
     tensorboard/         training curves
     model.keras          the final model (average of the last checkpoints)
@@ -22,22 +23,18 @@ import time
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from keras_transformer import config as config_lib
 from keras_transformer._tensorflow import tensorflow
-from keras_transformer.data.corpus import CorpusError
+from keras_transformer.run_data import TOKENIZER_FILE, RunError, prepare, prepared_dir  # noqa: F401  (API)
 from keras_transformer.training.progress import read_best
 
 log = logging.getLogger("keras_transformer")
 
 CONFIG_FILE = "config.json"
-TOKENIZER_FILE = "tokenizer.model"
 MODEL_FILE = "model.keras"
 CHECKPOINT_DIR = "checkpoints"
-
-
-class RunError(RuntimeError):
-    """A run directory or its inputs are unusable; the message says which file."""
 
 
 def _read_pairs(config, split):
@@ -160,70 +157,6 @@ def compile_model(model, config):
     return model
 
 
-def prepared_dir(config):
-    """Where the run's prepared data lives: data.prepared_dir, or OUTPUT_DIR/data."""
-    return Path(config["data"]["prepared_dir"] or Path(config["output_dir"]) / "data")
-
-
-def prepare(config, on_change="rebuild"):
-    """Prepares the training corpus of `config` once (`data.prepare`): the
-    tokenizer and shards of token ids in `prepared_dir(config)`. The run's
-    own tokenizer (OUTPUT_DIR/tokenizer.model, e.g. adopted by
-    training.init_from) is used when there is one. Returns a `Prepared`."""
-    from keras_transformer.data import SubwordTokenizer
-    from keras_transformer.data.corpus import is_jsonl, open_corpus
-    from keras_transformer.data.prepare import PrepareError
-    from keras_transformer.data.prepare import prepare as prepare_data
-
-    data, seed = config["data"], config["training"]["seed"]
-    path = data["train"]
-    if not path:
-        raise RunError("the configuration has no data.train corpus (set data.train).")
-    reader = {"max_chars": data["max_chars"]}
-    if is_jsonl(path):
-        reader.update(source_key=data["source_key"], target_key=data["target_key"])
-    symbols = (data["user_defined_symbols"] or "").split()
-    settings = {**{f"data.{key}": value for key, value in reader.items()},
-                **{f"data.{key}": data[key] for key in ("vocabulary_size", "tokenizer_model_type",
-                                                         "user_defined_symbols", "tokenizer_sample_pairs",
-                                                         "pairs_per_shard")},
-                "training.seed": seed}
-    run_tokenizer = Path(config["output_dir"]) / TOKENIZER_FILE
-    proto = None
-    if run_tokenizer.is_file():
-        proto = run_tokenizer.read_bytes()
-        tokenizer = SubwordTokenizer(proto)
-        missing = [s for s in symbols if tokenizer.id_to_piece(tokenizer.piece_to_id(s)) != s]
-        if missing:
-            raise RunError(f"{run_tokenizer}: no piece for {' '.join(missing)} (data.user_defined_symbols); "
-                           "it was trained without them. Use a new output_dir.")
-        print(f"tokenizer: reusing {run_tokenizer} ({tokenizer.vocabulary_size} pieces)", flush=True)
-
-    def train_tokenizer(sample):
-        return SubwordTokenizer.train(
-            sample, vocabulary_size=data["vocabulary_size"], model_type=data["tokenizer_model_type"], seed=seed,
-            user_defined_symbols=symbols, input_sentence_size=2 * data["tokenizer_sample_pairs"]).proto
-
-    inputs = [path] + ([data["train_target"]] if data["train_target"] else [])
-    directory = prepared_dir(config)
-    try:
-        prepared = prepare_data(
-            directory, inputs=inputs, open_pairs=lambda: open_corpus(path, data["train_target"], **reader),
-            settings=settings, tokenizer_proto=proto, train_tokenizer=train_tokenizer,
-            sample_pairs=data["tokenizer_sample_pairs"], seed=seed, pairs_per_shard=data["pairs_per_shard"],
-            on_change=on_change, log=lambda message: print(message, flush=True))
-    except PrepareError as error:
-        if on_change == "error":
-            raise RunError(f"{error} The run's checkpoints were trained on the data as it was: restore it, "
-                           "or train in a new output_dir.") from None
-        raise RunError(str(error)) from None
-    except CorpusError as error:
-        raise RunError(f"data.train {error}") from None
-    if prepared.action == "up to date":
-        print(f"data.train {path}: prepared in {directory} ({prepared.num_pairs:,} pairs)", flush=True)
-    return prepared
-
-
 def train(config, verbose="auto", callbacks=()):
     """Trains (or resumes) the run described by `config`; returns the output directory.
 
@@ -233,12 +166,11 @@ def train(config, verbose="auto", callbacks=()):
     `verbose` other than "auto" also turns on Keras' own progress output.
     `callbacks` are more Keras callbacks for `fit` (after the run's own).
     """
-    from keras_transformer.data import SubwordTokenizer, make_dataset
-    from keras_transformer.data.batch_plan import BatchPlan
-    from keras_transformer.data.streaming import stream_batches
-    from keras_transformer.training import TerminateOnNonFiniteLoss, fit_resumable, list_checkpoints, save_averaged_model
-    from keras_transformer.training.progress import ValidationTranslation
+    from keras_transformer.run_workers import join_cluster, run_directory, wait_for
+    from keras_transformer.training import list_checkpoints
 
+    worker = join_cluster()  # first: on a cluster (TF_CONFIG), this starts the worker's server
+    chief = worker is None or worker.chief
     output_dir = Path(config["output_dir"])
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -248,42 +180,44 @@ def train(config, verbose="auto", callbacks=()):
     if training["mixed_precision"]:
         keras.config.set_dtype_policy(training["mixed_precision"])
     keras.utils.set_random_seed(training["seed"])
-    (output_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+    if chief:
+        (output_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2))
 
-    tokenizer_path = output_dir / TOKENIZER_FILE
     init_model_path = init_optimizer_path = None
     if training["init_from"]:
         init_model_path, init_tokenizer_path = _init_source(training["init_from"])
         if training["init_optimizer"] == "keep":
             init_optimizer_path = _init_optimizer_source(training["init_from"])
-        _adopt_tokenizer(init_tokenizer_path, tokenizer_path)
-    # A run that has trained on its data keeps that data: a changed input is an error, not a new corpus.
-    has_checkpoints = bool(list_checkpoints(str(output_dir / CHECKPOINT_DIR)))
-    prepared = prepare(config, on_change="error" if has_checkpoints else "rebuild")
+        if chief:
+            _adopt_tokenizer(init_tokenizer_path, output_dir / TOKENIZER_FILE)
+    if chief:
+        # A run that has trained on its data keeps that data: a changed input is an error, not a new corpus.
+        has_checkpoints = bool(list_checkpoints(str(output_dir / CHECKPOINT_DIR)))
+        prepared = prepare(config, on_change="error" if has_checkpoints else "rebuild")
+    else:
+        prepared = wait_for(lambda: prepare(config, build=False), f"the chief to prepare {prepared_dir(config)}")
+    with run_directory(worker, output_dir) as run_dir:
+        # A worker other than the chief writes its copy of the run privately.
+        config = config_lib.merge(config, {"output_dir": str(run_dir),
+                                           "data": {"prepared_dir": str(prepared.directory)}}, origin="train")
+        _train_prepared(config, prepared, worker, init_model_path, init_optimizer_path, verbose, callbacks)
+    return output_dir
+
+
+def _train_prepared(config, prepared, worker, init_model_path, init_optimizer_path, verbose, callbacks):
+    """`train` from its prepared data on: model, fit, final model."""
+    from keras_transformer.data import SubwordTokenizer, default_bucket_boundaries, make_dataset
+    from keras_transformer.run_data import training_batches
+    from keras_transformer.training import TerminateOnNonFiniteLoss, fit_resumable, list_checkpoints, save_averaged_model
+    from keras_transformer.training.progress import ValidationTranslation
+
+    output_dir, training = Path(config["output_dir"]), config["training"]
+    tokenizer_path = output_dir / TOKENIZER_FILE
     if not tokenizer_path.is_file():
         tokenizer_path.write_bytes(Path(prepared.tokenizer_path).read_bytes())
     tokenizer = SubwordTokenizer.load(str(tokenizer_path))
-
-    boundaries = bucket_boundaries(config)
-    if boundaries is None:
-        from keras_transformer.data import default_bucket_boundaries
-
-        boundaries = default_bucket_boundaries(config["data"]["max_length"])
-    # The batch of every step is computed from the step (no pass over the
-    # data at start, no replay on resume); see data/batch_plan.py.
-    plan = BatchPlan(prepared.lengths(), boundaries, training["tokens_per_batch"], seed=training["seed"],
-                     max_length=config["data"]["max_length"])
-    steps_per_epoch = plan.steps_per_epoch
-    if steps_per_epoch <= 0:
-        raise RunError(f"data.train {config['data']['train']}: no pair fits data.max_length "
-                       f"{config['data']['max_length']}.")
-    if plan.left_out:
-        print(f"data.train: {plan.left_out:,} of {prepared.num_pairs:,} pairs are longer than data.max_length "
-              f"{config['data']['max_length']} tokens and left out", flush=True)
-    shards = prepared.shards()
-
-    def dataset_from(step):
-        return stream_batches(shards, plan, step)
+    boundaries = bucket_boundaries(config) or default_bucket_boundaries(config["data"]["max_length"])
+    steps_per_epoch, dataset_from = training_batches(config, prepared, boundaries, worker)
 
     def dataset_options(training_split):
         return dict(
@@ -300,7 +234,11 @@ def train(config, verbose="auto", callbacks=()):
         validation = make_dataset(validation_pairs, tokenizer, **dataset_options(False))
 
     strategy = None
-    if training["distribute"]:
+    if worker is not None:
+        strategy = worker.strategy
+        print(f"MultiWorkerMirroredStrategy: worker {worker.index} of {worker.count}"
+              f"{' (chief)' if worker.chief else ''}, {strategy.num_replicas_in_sync} replicas in all", flush=True)
+    elif training["distribute"]:
         from keras_transformer.training.distribute import mirrored_strategy
 
         strategy = mirrored_strategy()
@@ -308,6 +246,9 @@ def train(config, verbose="auto", callbacks=()):
     scope = strategy.scope() if strategy else contextlib.nullcontext()
     with scope:
         model = compile_model(build_model(config, tokenizer.vocabulary_size), config)
+        if worker is not None:
+            # Built here: a distributed dataset cannot give fit_resumable a first batch to build it on.
+            model({"source": np.ones((1, 2), "int32"), "target": np.ones((1, 2), "int32")}, training=False)
         if init_model_path is not None:
             if list_checkpoints(str(output_dir / CHECKPOINT_DIR)):
                 print(f"init_from: {output_dir} has checkpoints; resuming them instead", flush=True)

@@ -159,8 +159,8 @@ def reservoir_sample(pairs, size, seed):
 
 
 def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, train_tokenizer=None,
-            sample_pairs=1_000_000, seed=0, pairs_per_shard=1_000_000, on_change="rebuild", log=print,
-            num_threads=None):
+            sample_pairs=500_000, seed=0, pairs_per_shard=1_000_000, on_change="rebuild", log=print,
+            num_threads=None, build=True):
     """Prepares (or checks) `directory`; returns a `Prepared`.
 
     Args:
@@ -175,6 +175,8 @@ def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, tr
         pairs_per_shard: pairs per shard.
         on_change: "rebuild" prepares again when an input, setting or the
             tokenizer changed; "error" raises `PrepareError` instead.
+        build: if False, only check: `PrepareError` unless the directory is
+            prepared and up to date (a worker waiting for the chief's).
     """
     if on_change not in ("rebuild", "error"):
         raise ValueError(f"on_change must be 'rebuild' or 'error', got {on_change!r}")
@@ -189,6 +191,8 @@ def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, tr
     os.makedirs(directory, exist_ok=True)
     tokenizer_sha256 = None if tokenizer_proto is None else _sha256(tokenizer_proto)
     manifest = read_manifest(directory)
+    if manifest is None and not build:
+        raise PrepareError(f"{directory}: not prepared (no {MANIFEST_FILE})")
     if manifest is not None:
         reason = _why_stale(manifest, inputs, settings, tokenizer_sha256)
         if reason is None:
@@ -196,13 +200,15 @@ def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, tr
                 verify(directory, manifest)
                 return Prepared(directory, manifest, "up to date")
             except ShardError as error:
+                if not build:
+                    raise PrepareError(str(error)) from None
                 log(f"prepare: {error}; writing the shards again from the same inputs and tokenizer")
                 with open(os.path.join(directory, TOKENIZER_FILE), "rb") as handle:
                     kept = handle.read()
                 if tokenizer_proto is None and _sha256(kept) == manifest["tokenizer_sha256"]:
                     tokenizer_proto = kept
         else:
-            if on_change == "error":
+            if on_change == "error" or not build:
                 raise PrepareError(f"{directory}: {reason}.")
             log(f"prepare: {reason}; preparing {directory} again")
     return _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,

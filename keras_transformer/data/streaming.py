@@ -19,16 +19,22 @@ _SPEC = (
 
 
 def stream_batches(shards, plan, start_step=0, release_every=64):
-    """The batches of `plan` (a `BatchPlan`) from step `start_step` on, read from `shards` (a `ShardSet`)."""
+    """The batches of `plan` (a `BatchPlan`) from step `start_step` on, read from `shards` (a `ShardSet`).
+
+    `plan` may be a list of plans (the shares of a worker's local replicas):
+    each step then yields one batch of each, in order, as
+    `tf.distribute`'s `distribute_datasets_from_function` hands them out."""
     if start_step < 0:
         raise ValueError(f"start_step must be >= 0, got {start_step}")
+    plans = plan if isinstance(plan, (list, tuple)) else [plan]
 
     def generate():
         step = start_step
         while True:
-            pair_ids, width = plan.batch(step)
-            source, decoder_input, labels = shards.batch(pair_ids, width)
-            yield {"source": source, "target": decoder_input}, labels
+            for share in plans:
+                pair_ids, width = share.batch(step)
+                source, decoder_input, labels = shards.batch(pair_ids, width)
+                yield {"source": source, "target": decoder_input}, labels
             step += 1
             if step % release_every == 0:
                 shards.release()

@@ -279,17 +279,17 @@ def test_bucket_width_default_follows_xla_and_can_be_set(monkeypatch):
 
 
 def test_train_passes_the_run_buckets_to_the_pipeline(trained_run, tmp_path, monkeypatch):
-    import keras_transformer.data as data
+    from keras_transformer.data import batch_plan
 
     _, config_path = trained_run
     seen = []
-    original = data.make_dataset
+    original = batch_plan.BatchPlan.__init__
 
-    def recording(*args, **kwargs):
-        seen.append(kwargs.get("bucket_boundaries"))
-        return original(*args, **kwargs)
+    def recording(self, lengths, boundaries, *args, **kwargs):
+        seen.append(list(boundaries))
+        original(self, lengths, boundaries, *args, **kwargs)
 
-    monkeypatch.setattr(data, "make_dataset", recording)
+    monkeypatch.setattr(batch_plan.BatchPlan, "__init__", recording)
     overrides = [f"output_dir={tmp_path / 'run'}", "training.max_steps=1", "data.bucket_width=8"]
     assert cli.main(["train", "--config", str(config_path), *sum((["--set", o] for o in overrides), [])]) == 0
     assert seen and all(boundaries == [8, 16] for boundaries in seen)

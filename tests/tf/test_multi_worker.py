@@ -170,8 +170,9 @@ def free_ports(count):
             item.close()
 
 
-def launch_workers(output_dir):
-    """Runs the two workers to completion; kills both if one fails or hangs."""
+def launch_workers(output_dir, arguments=None, timeout_s=WORKER_TIMEOUT_S):
+    """Runs two workers to completion (each `python ARGUMENTS...`, by default
+    this file's worker); kills both if one fails or hangs. Returns their logs."""
     ports = free_ports(2)
     cluster = {"worker": [f"localhost:{port}" for port in ports]}
     processes, logs = [], []
@@ -186,17 +187,17 @@ def launch_workers(output_dir):
         log = open(output_dir / f"worker{index}.log", "w+")
         logs.append(log)
         processes.append(subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "worker", str(output_dir)],
+            [sys.executable, *(arguments or [os.path.abspath(__file__), "worker", str(output_dir)])],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         ))
-    deadline = time.monotonic() + WORKER_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     failure = None
     while any(p.poll() is None for p in processes):
         if any(p.poll() not in (None, 0) for p in processes):
             failure = "a worker failed"
             break
         if time.monotonic() > deadline:
-            failure = f"workers still running after {WORKER_TIMEOUT_S}s (hung collective?)"
+            failure = f"workers still running after {timeout_s}s (hung collective?)"
             break
         time.sleep(0.2)
     for process in processes:
@@ -211,8 +212,12 @@ def launch_workers(output_dir):
             log.seek(0)
             tails.append(f"--- worker {index} (exit {processes[index].returncode}):\n{log.read()[-6000:]}")
         pytest.fail(f"{failure}\n" + "\n".join(tails))
+    outputs = []
     for log in logs:
+        log.seek(0)
+        outputs.append(log.read())
         log.close()
+    return outputs
 
 
 def load_weights(path):

@@ -7,7 +7,6 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_transformer import config as config_lib
 from keras_transformer import runs

@@ -1,0 +1,134 @@
+"""A run's training data: prepared once from the configuration, then a batch plan and a stream.
+
+`prepare(config)` is what `keras-transformer prepare` and the first `train`
+do (see `data.prepare`); `training_batches` gives `train` the number of
+steps of an epoch and the batches from any step on, for one process or for
+one worker of a cluster.
+"""
+
+from pathlib import Path
+
+from keras_transformer.data.corpus import CorpusError
+
+
+class RunError(RuntimeError):
+    """A run directory or its inputs are unusable; the message says which file."""
+
+
+TOKENIZER_FILE = "tokenizer.model"
+
+
+def prepared_dir(config):
+    """Where the run's prepared data lives: data.prepared_dir, or OUTPUT_DIR/data."""
+    return Path(config["data"]["prepared_dir"] or Path(config["output_dir"]) / "data")
+
+
+def _settings(config):
+    """What decides the prepared content, besides the input files and the tokenizer."""
+    from keras_transformer.data.corpus import is_jsonl
+
+    data = config["data"]
+    reader = {"max_chars": data["max_chars"]}
+    if is_jsonl(data["train"]):
+        reader.update(source_key=data["source_key"], target_key=data["target_key"])
+    settings = {f"data.{key}": value for key, value in reader.items()}
+    settings.update({f"data.{key}": data[key] for key in ("vocabulary_size", "tokenizer_model_type",
+                                                          "user_defined_symbols", "tokenizer_sample_pairs",
+                                                          "pairs_per_shard")})
+    settings["training.seed"] = config["training"]["seed"]
+    return reader, settings
+
+
+def prepare(config, on_change="rebuild", build=True):
+    """Prepares the training corpus of `config` once (`data.prepare`): the
+    tokenizer and shards of token ids in `prepared_dir(config)`. The run's
+    own tokenizer (OUTPUT_DIR/tokenizer.model, e.g. adopted by
+    training.init_from) is used when there is one. Returns a `Prepared`.
+
+    `build=False` only checks (raising `data.prepare.PrepareError` unless
+    the data is prepared and up to date): a worker waiting for the chief."""
+    from keras_transformer.data import SubwordTokenizer
+    from keras_transformer.data.corpus import open_corpus
+    from keras_transformer.data.prepare import PrepareError
+    from keras_transformer.data.prepare import prepare as prepare_data
+
+    data, seed = config["data"], config["training"]["seed"]
+    path = data["train"]
+    if not path:
+        raise RunError("the configuration has no data.train corpus (set data.train).")
+    reader, settings = _settings(config)
+    symbols = (data["user_defined_symbols"] or "").split()
+    run_tokenizer = Path(config["output_dir"]) / TOKENIZER_FILE
+    proto = None
+    if run_tokenizer.is_file():
+        proto = run_tokenizer.read_bytes()
+        tokenizer = SubwordTokenizer(proto)
+        missing = [s for s in symbols if tokenizer.id_to_piece(tokenizer.piece_to_id(s)) != s]
+        if missing:
+            raise RunError(f"{run_tokenizer}: no piece for {' '.join(missing)} (data.user_defined_symbols); "
+                           "it was trained without them. Use a new output_dir.")
+        if build:
+            print(f"tokenizer: reusing {run_tokenizer} ({tokenizer.vocabulary_size} pieces)", flush=True)
+
+    def train_tokenizer(sample):
+        return SubwordTokenizer.train(
+            sample, vocabulary_size=data["vocabulary_size"], model_type=data["tokenizer_model_type"], seed=seed,
+            user_defined_symbols=symbols, input_sentence_size=2 * data["tokenizer_sample_pairs"]).proto
+
+    inputs = [path] + ([data["train_target"]] if data["train_target"] else [])
+    directory = prepared_dir(config)
+    try:
+        prepared = prepare_data(
+            directory, inputs=inputs, open_pairs=lambda: open_corpus(path, data["train_target"], **reader),
+            settings=settings, tokenizer_proto=proto, train_tokenizer=train_tokenizer,
+            sample_pairs=data["tokenizer_sample_pairs"], seed=seed, pairs_per_shard=data["pairs_per_shard"],
+            on_change=on_change, log=lambda message: print(message, flush=True), build=build)
+    except PrepareError as error:
+        if not build:
+            raise
+        if on_change == "error":
+            raise RunError(f"{error} The run's checkpoints were trained on the data as it was: restore it, "
+                           "or train in a new output_dir.") from None
+        raise RunError(str(error)) from None
+    except CorpusError as error:
+        raise RunError(f"data.train {error}") from None
+    if prepared.action == "up to date" and build:
+        print(f"data.train {path}: prepared in {directory} ({prepared.num_pairs:,} pairs)", flush=True)
+    return prepared
+
+
+def training_batches(config, prepared, boundaries, worker=None):
+    """`(steps_per_epoch, dataset_from)`: `dataset_from(step)` gives the
+    batches of this process (of this worker, in a cluster) from `step` on.
+
+    The batch of every step is computed from the step (no pass over the
+    data at start, no replay on resume); see `data.batch_plan`."""
+    from keras_transformer.data.batch_plan import BatchPlan
+    from keras_transformer.data.streaming import stream_batches
+
+    training, max_length = config["training"], config["data"]["max_length"]
+    lengths = prepared.lengths()
+    if worker is None:
+        plans = [BatchPlan(lengths, boundaries, training["tokens_per_batch"], seed=training["seed"],
+                           max_length=max_length)]
+    else:
+        # One share per replica of the cluster; this worker reads its replicas' shares.
+        replicas = worker.local_replicas
+        try:
+            plans = [BatchPlan(lengths, boundaries, training["tokens_per_batch"], seed=training["seed"],
+                               max_length=max_length, num_workers=worker.count * replicas,
+                               worker=worker.index * replicas + replica) for replica in range(replicas)]
+        except ValueError as error:
+            raise RunError(f"data.train {config['data']['train']}: {error}.") from None
+    del lengths
+    plan = plans[0]
+    if plan.num_pairs == 0:
+        raise RunError(f"data.train {config['data']['train']}: no pair fits data.max_length {max_length}.")
+    if plan.left_out:
+        print(f"data.train: {plan.left_out:,} of {prepared.num_pairs:,} pairs are longer than data.max_length "
+              f"{max_length} tokens and left out", flush=True)
+    shards = prepared.shards()
+    if worker is None:
+        return plan.steps_per_epoch, lambda step: stream_batches(shards, plan, step)
+    return plan.steps_per_epoch, lambda step: worker.strategy.distribute_datasets_from_function(
+        lambda context: stream_batches(shards, plans, step))
