@@ -63,14 +63,14 @@ def is_sgm(path):
 
 
 def local_pairs(source_path, target_path):
-    """(source, target) pairs from two plain-text files or two .sgm files."""
+    """(source, target) pairs from two plain-text files (a stream: a
+    training corpus of millions of pairs is never held) or two .sgm files
+    (test sets, read whole)."""
     if is_sgm(source_path) != is_sgm(target_path):
         raise CorpusError(source_path, None, f"is paired with {target_path}, but only one of them is a .sgm "
                           "file; give two .sgm files or two plain-text files")
     if not is_sgm(source_path):
-        pairs, stats = read_text_pair(source_path, target_path).load()
-        print(f"{source_path} + {target_path}: {stats}")
-        return pairs
+        return read_text_pair(source_path, target_path)
     source, target = read_sgm(source_path), read_sgm(target_path)
     if len(source) != len(target):
         raise CorpusError(source_path, None, f"has {len(source)} segments but {target_path} has {len(target)}")
@@ -121,7 +121,9 @@ def prepare_main(pair, argv=None, *, description=None, default_out=None):
                 raise SystemExit(f"{path}: file not found")
         try:
             pairs = local_pairs(*files)
+            write_pairs(out / f"{name}.jsonl.gz", pairs, pair)
         except CorpusError as error:
             raise SystemExit(str(error)) from None
-        write_pairs(out / f"{name}.jsonl.gz", pairs, pair)
+        if hasattr(pairs, "stats"):
+            print(f"{files[0]} + {files[1]}: {pairs.stats}")
     return 0
