@@ -1,4 +1,4 @@
-"""Regenerates the benchmark tables of the documentation (and the charts) from the committed records.
+"""Regenerates the benchmark tables and the figures quoted in prose (and the charts) from the committed records.
 
 Every generated table sits between two marker comments in README.md or
 benchmarks/README.md:
@@ -7,21 +7,39 @@ benchmarks/README.md:
     ... (generated; edits here are overwritten) ...
     <!-- /table -->
 
-The name after "table:" picks the generator (serve, serve-summary,
-train-throughput, train-variants, train-profile, quality, gpu, complexity) and so the records (benchmarks/results/<name>.jsonl);
-the options pick one run: `commit=ABC` (the record of that commit), `time=...`
-(its start time, as written in the record), `run=...` (quality: the start of
-one invocation), `gpu=...` (gpu: every record of the GPU model whose name contains it); without
-options, the latest record. Medians are over the
-rounds of that record, and a ratio is the median of the ratios taken within
-each round (contenders take turns, so a same-round ratio cancels the
-machine's drift), not the ratio of the medians.
+and every figure quoted in a sentence is one cell of such a table, between
+inline markers:
 
-    python benchmarks/report.py            # rewrite the tables in place
-    python benchmarks/report.py --check    # exit 1 and print a diff if they differ from the records
+    the XLA variant runs at <!-- cell:serve commit=95c4031 row="SavedModel XLA variant" column="vs ours XLA" -->1.02x<!-- /cell -->
+    of our in-process search
+
+(`row`: the cell's first column, or its first columns joined by " / ";
+`column`: its header; `table=N`: the Nth table of a generator that writes
+several; `number=N` keeps the Nth number of the cell, e.g. `number=2` of
+"53.2 (1.02x)"). `--check` fails
+when a table or a cell differs from what the records give, and when
+README.md or benchmarks/README.md quotes a benchmark figure (a ratio such as
+"1.4x", a rate in tokens/s or sentences/s, a BLEU or chrF score) outside a
+marker.
+
+The name after "table:" or "cell:" picks the generator (serve, serve-summary,
+train-throughput, train-variants, train-profile, quality, gpu, complexity) and so the records
+(benchmarks/results/<name>.jsonl). Every marker pins its records, so that a
+new record changes no committed figure: `commit=ABC` (the record of that
+commit), `time=...` (its start time, as written in the record) or `run=...`
+(quality: the start of one invocation); `gpu=...` (gpu: every record of the
+GPU model whose name contains it) only narrows a pinned choice. A marker
+without one of the three is an error. Medians are over the rounds of that
+record, and a ratio is the median of the ratios taken within each round
+(contenders take turns, so a same-round ratio cancels the machine's drift),
+not the ratio of the medians.
+
+    python benchmarks/report.py            # rewrite the tables and cells in place
+    python benchmarks/report.py --check    # exit 1 and print what differs or is unmarked
     python benchmarks/report.py --charts   # also write PNG charts into benchmarks/results/
 
-Standard library only, except matplotlib for --charts.
+Needs numpy (the complexity table's fits, through benchmarks/complexity.py),
+and matplotlib for --charts; no Keras or TensorFlow.
 """
 
 import argparse
@@ -42,6 +60,15 @@ DOCUMENTS = (ROOT / "benchmarks" / "README.md", ROOT / "README.md")
 RESULTS = ROOT / "benchmarks" / "results"
 MARKER = re.compile(r"(?P<open><!-- table:(?P<name>[\w-]+)(?P<options>[^>]*?)-->\n)(?P<body>.*?)(?P<close><!-- /table -->)",
                     re.S)
+CELL = re.compile(r"(?P<open><!-- cell:(?P<name>[\w-]+)(?P<options>[^>]*?)-->)(?P<body>[^<\n]*)(?P<close><!-- /cell -->)")
+# The options that pin a marker's records (one of them is required).
+PINS = ("commit", "time", "run")
+# Options of a cell marker that address the cell, not the records.
+CELL_OPTIONS = ("row", "column", "number", "table")
+# A benchmark figure in prose: a ratio ("1.4x", "0.97-1.01x"), a rate, a BLEU or chrF score.
+FIGURE = re.compile(r"\b\d[\d,]*(?:\.\d+)?(?:-\d+(?:\.\d+)?)?x\b"
+                    r"|\b\d[\d,]*(?:\.\d+)? (?:target |source )?(?:tokens|sentences|sent)/s\b"
+                    r"|\b(?:BLEU|chrF) \d+\.\d\b")
 SERVE_REFERENCES = ("ours in process, XLA", "CTranslate2 float32")
 
 
@@ -351,7 +378,7 @@ def gpu_name(record):
 
 def gpu_statistics(records):
     """Per (part, preset, batch, length, contender, precision): each run's figure (train: median seconds per
-    step; decode: best seconds per batch) with its entry, over every record given."""
+    step; decode: median seconds per batch over its rounds, not the best) with its entry, over every record given."""
     figures = OrderedDict()
     for record in records:
         for entry in record["results"]:
@@ -359,7 +386,7 @@ def gpu_statistics(records):
                 continue
             key = (entry["part"], entry["preset"], entry["batch"], entry.get("length"), entry["contender"],
                    entry["precision"])
-            figure = statistics.median(entry["seconds"]) if entry["part"] == "train" else min(entry["seconds"])
+            figure = statistics.median(entry["seconds"])
             figures.setdefault(key, []).append((record["time"], figure, entry))
     return figures
 
@@ -399,9 +426,9 @@ def gpu_table(records, options):
                 f"{flops / step / 1e12 / peak:.0%}", str(len(runs)),
             ])
         else:
-            best = statistics.median(seconds for _, seconds, _ in runs)
-            decode_rows.append([preset, contender, precision, f"{batch / best:,.0f}",
-                                f"{best / runs[0][2]['steps'] * 1000:.2f}", str(len(runs))])
+            median = statistics.median(seconds for _, seconds, _ in runs)
+            decode_rows.append([preset, contender, precision, f"{batch / median:,.0f}",
+                                f"{median / runs[0][2]['steps'] * 1000:.2f}", str(len(runs))])
     first, last = records[0], records[-1]
     gpus = last["machine"].get("gpus") or [last["machine"].get("gpu", "unknown GPU")]
     text = (f"{len(records)} invocations of `benchmarks/gpu.py` ({first['time']} to {last['time']}; commits "
@@ -413,7 +440,7 @@ def gpu_table(records, options):
         ["model", "batch (pairs x tokens)", "contender", "precision", "ms/step", "target tokens/s",
          "vs the paper's 8 P100s", "vs torch, same precision", "of bf16 peak", "runs"], train_rows)
     text += ("\n\nDecoding (ours, `jax.jit`; sentences of 32 tokens, exactly the fixed number of tokens each; "
-             "each run's best of its rounds, the median over runs):\n\n")
+             "each run's median over its rounds, the median over runs):\n\n")
     text += markdown_table(["model", "search", "precision", "sentences/s", "ms per step", "runs"], decode_rows)
     return text
 
@@ -484,28 +511,88 @@ GENERATORS = {
 # --------------------------------------------------------------------------- documents
 
 
+def pinned(options, what):
+    """`options` unless they pin no record (see the module's docstring)."""
+    if not any(key in options for key in PINS):
+        raise ValueError(f"{what}: the marker pins no record (give one of {', '.join(f'{k}=' for k in PINS)})")
+    return options
+
+
+def table_cell(text, row, column, number=None, table=1, what="cell"):
+    """The cell at `row` and `column` of the `table`-th Markdown table of a generator's `text`.
+
+    `row` is the row's first cell, or its first cells joined by " / " where the first one repeats
+    (gpu: "base / 784 x 32 / ours / float32"); `number=N` keeps the Nth number of the cell."""
+    tables = [block for block in text.split("\n\n") if block.startswith("| ")]
+    if not row or not column or len(tables) < int(table):
+        raise ValueError(f"{what}: give row= and column= of one of its {len(tables)} table(s)")
+    lines = tables[int(table) - 1].splitlines()
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    if column not in header:
+        raise ValueError(f"{what}: no column {column!r} (columns: {header})")
+    wanted = [part.strip() for part in row.split(" / ")]
+    found = [cells for cells in ([cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:])
+             if cells[:len(wanted)] == wanted]
+    if len(found) != 1:
+        raise ValueError(f"{what}: {len(found)} rows start with {row!r}; name one")
+    cell = found[0][header.index(column)]
+    if number is None:
+        return cell
+    numbers = re.findall(r"\d[\d,]*(?:\.\d+)?x?", cell)
+    if len(numbers) < int(number):
+        raise ValueError(f"{what}: cell {cell!r} has no number {number}")
+    return numbers[int(number) - 1]
+
+
 def render(text, results=RESULTS, source="document"):
-    """`text` with every marked table regenerated from the records under `results`."""
+    """`text` with every marked table and cell regenerated from the records under `results`."""
     cache = {}
 
-    def replace(match):
+    def generate(match, kind):
         name = match.group("name")
         if name not in GENERATORS:
             raise ValueError(f"{source}: unknown table {name!r} (known: {', '.join(GENERATORS)})")
         records_name, generator = GENERATORS[name]
         if records_name not in cache:
             cache[records_name] = load(records_name, results)
+        options = parse_options(match.group("options"))
+        what = f"{source}: {kind}:{name}"
         try:
-            body = generator(cache[records_name], parse_options(match.group("options")))
+            pinned(options, what)
+            record_options = {k: v for k, v in options.items() if k not in CELL_OPTIONS}
+            body = generator(cache[records_name], record_options)
+            if kind == "cell":
+                body = table_cell(body, options.get("row"), options.get("column"), options.get("number"),
+                                  options.get("table", 1), what)
         except ValueError as error:
-            raise ValueError(f"{source}: {error}") from None
-        return match.group("open") + body + "\n" + match.group("close")
+            raise ValueError(f"{source}: {error}" if not str(error).startswith(source) else str(error)) from None
+        return body
 
-    return MARKER.sub(replace, text)
+    def replace_table(match):
+        return match.group("open") + generate(match, "table") + "\n" + match.group("close")
+
+    def replace_cell(match):
+        return match.group("open") + generate(match, "cell") + match.group("close")
+
+    return CELL.sub(replace_cell, MARKER.sub(replace_table, text))
+
+
+def unmarked_figures(text, source="document"):
+    """Benchmark figures quoted outside every table and cell marker, as "SOURCE:LINE: figure" lines.
+    HTML comments and code spans (commands, file names) are not prose."""
+    blanked = CELL.sub(lambda m: " " * len(m.group(0)), MARKER.sub(lambda m: "\n" * m.group(0).count("\n"), text))
+    blanked = re.sub(r"<!--.*?-->", lambda m: "\n" * m.group(0).count("\n"), blanked, flags=re.S)
+    blanked = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), blanked, flags=re.S)
+    blanked = re.sub(r"`[^`\n]*`", "", blanked)
+    found = []
+    for number, line in enumerate(blanked.splitlines(), 1):
+        found += [f"{source}:{number}: {figure.group(0)!r}" for figure in FIGURE.finditer(line)]
+    return found
 
 
 def check(documents=DOCUMENTS, results=RESULTS):
-    """Unified diffs between each document and its regenerated text; empty when they agree."""
+    """Unified diffs between each document and its regenerated text, and a list of the figures it
+    quotes outside markers; empty when they agree and none is unmarked."""
     diffs = []
     for path in documents:
         text = Path(path).read_text(encoding="utf-8")
@@ -513,6 +600,10 @@ def check(documents=DOCUMENTS, results=RESULTS):
         if expected != text:
             diffs.append("".join(difflib.unified_diff(
                 text.splitlines(True), expected.splitlines(True), f"{path} (committed)", f"{path} (from records)")))
+        unmarked = unmarked_figures(text, str(path))
+        if unmarked:
+            diffs.append("figures quoted without a record (put each in a cell marker, or drop it):\n"
+                         + "\n".join(unmarked) + "\n")
     return diffs
 
 
@@ -674,9 +765,10 @@ def main(argv=None):
             for diff in diffs:
                 print(diff)
             if diffs:
-                print("tables differ from the records: run python benchmarks/report.py", file=sys.stderr)
+                print("tables or figures differ from the records, or quote none: run python "
+                      "benchmarks/report.py, and mark every quoted figure", file=sys.stderr)
                 return 1
-            print("tables agree with the records")
+            print("tables and quoted figures agree with the records")
             return 0
         for path in DOCUMENTS:
             text = path.read_text(encoding="utf-8")
