@@ -6,7 +6,7 @@ in `keras_transformer/__init__.py`, before the package imports Keras, and
 defaults the backend to TensorFlow for the command line only (a library
 user's backend, from the environment or ~/.keras/keras.json, is left alone).
 A stand-alone script that needs TensorFlow (the recipes' and benchmarks'
-`run.py`-style scripts, the README's multi-host example) sets
+`run.py`-style scripts, the multi-host example of docs/distributed.md) sets
 `os.environ.setdefault("KERAS_BACKEND", "tensorflow")` in its own first
 lines, as Keras documents: Python imports this package, and with it Keras,
 before any function here could be called from such a script.
