@@ -427,3 +427,44 @@ def test_report_check_exit_status(tmp_path, monkeypatch, capsys):
 def test_committed_documents_quote_no_figure_without_a_record():
     for path in report.DOCUMENTS:
         assert report.unmarked_figures(path.read_text(encoding="utf-8"), str(path)) == []
+
+
+def benchmark_imports(directory):
+    """{module: the benchmarks modules it imports, at any depth of the file (lazy imports count)}."""
+    import ast
+
+    graph = {}
+    for path in sorted(Path(directory).glob("*.py")):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "benchmarks":
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks."):
+                imported.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[1] for alias in node.names if alias.name.startswith("benchmarks.")}
+        graph[path.stem] = imported - {path.stem}
+    return graph
+
+
+def import_cycles(graph):
+    cycles = []
+
+    def visit(module, path):
+        for other in sorted(graph.get(module, ())):
+            if other in path:
+                cycles.append(path[path.index(other):] + [other])
+            elif other in graph:
+                visit(other, path + [other])
+
+    for module in graph:
+        visit(module, [module])
+    return cycles
+
+
+def test_no_import_cycle_between_benchmark_modules(tmp_path):
+    assert import_cycles(benchmark_imports(ROOT / "benchmarks")) == []
+    # The check sees a lazy import inside a function, as _quality_keras_hub.py had of quality.py.
+    (tmp_path / "quality.py").write_text("from benchmarks import _quality_keras_hub\n")
+    (tmp_path / "_quality_keras_hub.py").write_text("def f():\n    from benchmarks.quality import versions\n")
+    assert import_cycles(benchmark_imports(tmp_path))
