@@ -119,5 +119,6 @@ def test_docs_python_blocks_run(tmp_path, monkeypatch):
                                        keras.ops.convert_to_numpy(namespace["model"](namespace["inputs"])), atol=1e-5)
         if "import ctranslate2" in block:
             assert output.strip(), "the CTranslate2 example printed no translation"
-        if "def train_on_this_host" in block or "def translate_remote" in block:
-            assert callable(namespace.get("train_on_this_host") or namespace.get("translate_remote"))
+        for function in ("train_on_this_host", "translate_remote", "translate_grpc"):
+            if f"def {function}" in block:
+                assert callable(namespace[function])
