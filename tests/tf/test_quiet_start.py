@@ -62,11 +62,20 @@ def test_train_and_translate_print_no_tensorflow_log_line(trained):
 
 
 def test_verbose_brings_the_lines_back(tmp_path):
-    """`--verbose`, before or after the command, and TF_CPP_MIN_LOG_LEVEL=0 set by the user."""
-    for arguments, env in ((["--verbose", "plot", "no-run"], None), (["plot", "no-run", "--verbose"], None),
-                           (["plot", "no-run"], {"TF_CPP_MIN_LOG_LEVEL": "0"})):
+    """`--verbose` (here after the command: it is read from the arguments before argparse runs) and
+    TF_CPP_MIN_LOG_LEVEL=0 set by the user (each run costs a TensorFlow start; the parser's side is
+    test_every_command_accepts_verbose_on_either_side)."""
+    for arguments, env in ((["plot", "no-run", "--verbose"], None), (["plot", "no-run"], {"TF_CPP_MIN_LOG_LEVEL": "0"})):
         result = run_cli(*arguments, cwd=tmp_path, extra_env=env)
         assert result.returncode == 2  # no such run: the command's own error, after TensorFlow loaded
         assert log_lines(result.stderr), (arguments, env, result.stderr)
-    quiet = run_cli("plot", "no-run", cwd=tmp_path)
-    assert quiet.returncode == 2 and log_lines(quiet.stderr) == [], quiet.stderr
+
+
+def test_every_command_accepts_verbose_on_either_side():
+    from keras_transformer import _startup, cli
+
+    parser = cli.build_parser()
+    assert parser.parse_args(["--verbose", "plot", "run"]).verbose
+    assert parser.parse_args(["plot", "run", "--verbose"]).verbose
+    assert not getattr(parser.parse_args(["plot", "run"]), "verbose", False)
+    assert _startup.wants_verbose(["translate", "run", "--verbose"]) and not _startup.wants_verbose(["plot", "run"])
