@@ -10,13 +10,14 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
 # The whole suite: backend-agnostic tests once per Keras backend, then the
-# TensorFlow-only tests (tf.data, MirroredStrategy, export) once.
+# TensorFlow-only tests (tf.data, MirroredStrategy, export, the documentation's
+# commands and `mkdocs build --strict`) once.
 test: $(STAMP)
 	$(BIN)/python tests/run_all.py
 

@@ -160,7 +160,7 @@ def make_optimizer(settings, d_model):
 
 
 def train_and_decode(work, out, minutes, settings, seed, config):
-    from benchmarks.quality import _Clock, count_trained_tokens, read_pairs, versions
+    from benchmarks._quality_common import Clock as _Clock, count_trained_tokens, read_pairs, versions
 
     keras.utils.set_random_seed(seed)
     if settings.get("mixed_precision", "none") != "none":

@@ -6,7 +6,7 @@ in `keras_transformer/__init__.py`, before the package imports Keras, and
 defaults the backend to TensorFlow for the command line only (a library
 user's backend, from the environment or ~/.keras/keras.json, is left alone).
 A stand-alone script that needs TensorFlow (the recipes' and benchmarks'
-`run.py`-style scripts, the README's multi-host example) sets
+`run.py`-style scripts, the multi-host example of docs/distributed.md) sets
 `os.environ.setdefault("KERAS_BACKEND", "tensorflow")` in its own first
 lines, as Keras documents: Python imports this package, and with it Keras,
 before any function here could be called from such a script.
@@ -47,14 +47,24 @@ def _running_the_command_line():
     return any(a == "-m" and b == "keras_transformer.cli" for a, b in zip(arguments, arguments[1:]))
 
 
+def wants_verbose(argv=None):
+    """Whether the command line asked for TensorFlow's log lines (`--verbose`
+    anywhere among its arguments; read before argparse runs, since the log
+    level must be set before TensorFlow loads)."""
+    return "--verbose" in (sys.argv[1:] if argv is None else argv)
+
+
 def prepare():
     """Called first by the package: sets the console script's defaults, then
     imports TensorFlow quietly if it will be the Keras backend."""
     if _running_the_command_line():
         # The command line needs TensorFlow (tf.data, tokenizer, export) and
-        # shows only warnings and errors from it.
+        # shows none of its C++ log lines (INFO, WARNING, ERROR: "E0000 ...
+        # oneDNN supports DT_INT64 only on platforms with AVX-512" on some
+        # CPUs) unless the user sets TF_CPP_MIN_LOG_LEVEL or passes --verbose.
+        # Errors that stop a command still reach the user as Python exceptions.
         os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if wants_verbose() else "3")
     if "keras" not in sys.modules and os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow":
         import_tensorflow_quietly()
 

@@ -15,6 +15,8 @@
 
 Runs on the TensorFlow backend unless KERAS_BACKEND says otherwise (tf.data
 and the tokenizer need TensorFlow; export needs the TensorFlow backend).
+TensorFlow's C++ log lines are hidden unless `--verbose` is given (before or
+after the command) or TF_CPP_MIN_LOG_LEVEL is set.
 """
 
 import argparse
@@ -311,13 +313,24 @@ def _quantizations():
     return QUANTIZATIONS
 
 
+_VERBOSE_HELP = ("show TensorFlow's C++ log lines (hidden by default; read before TensorFlow loads, "
+                 "so it applies to the console script and `python -m keras_transformer.cli`)")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-transformer",
         description="Train, evaluate, run and export Transformer translation models "
         "(Vaswani et al., 2017) on Keras 3.",
     )
+    parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
+    # Also accepted after the command; SUPPRESS keeps a subcommand's default
+    # from overwriting a --verbose given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_parser = commands.add_parser
+    commands.add_parser = lambda *a, **k: add_parser(*a, parents=[common], **k)
 
     prepare = commands.add_parser(
         "prepare", help="turn the training corpus into a tokenizer and shards of token ids (once)",

@@ -46,7 +46,8 @@ def test_readme_python_examples_run():
             # What the example prints: sacreBLEU scores, then the base model's size.
             assert "'bleu_signature': 'nrefs:1|case:mixed|eff:no|tok:13a" in output
             assert f"{base_parameters():,} parameters" in output, output
-            np.testing.assert_allclose(
-                keras.ops.convert_to_numpy(namespace["logits"]),
-                keras.ops.convert_to_numpy(namespace["model"](namespace["inputs"])), atol=1e-5,
-            )
+            if "logits" in namespace:  # the longer example of docs/getting-started.md (tests/tf/test_docs.py)
+                np.testing.assert_allclose(
+                    keras.ops.convert_to_numpy(namespace["logits"]),
+                    keras.ops.convert_to_numpy(namespace["model"](namespace["inputs"])), atol=1e-5,
+                )

@@ -47,7 +47,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow's C++ log lines stay hidden unless asked for (--verbose, or
+# TF_CPP_MIN_LOG_LEVEL set by the user); this must happen before TensorFlow loads.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if "--verbose" in sys.argv[1:] else "3")
 
 HERE = Path(__file__).resolve().parent
 PARALLEL_TEXT = HERE.parent / "parallel_text"
@@ -56,6 +58,8 @@ DEFAULT_TAG = "<BT>"
 
 def parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's C++ log lines (hidden by default)")
     parser.add_argument("corpora", nargs="+", metavar="CORPUS", help="parallel corpora: .jsonl[.gz] or .tsv[.gz]")
     parser.add_argument("--source-key",
                         help="JSON lines: key of the source (English) side (default: data.source_key, en)")

@@ -31,7 +31,9 @@ from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow's C++ log lines stay hidden unless asked for (--verbose, or
+# TF_CPP_MIN_LOG_LEVEL set by the user); this must happen before TensorFlow loads.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if "--verbose" in sys.argv[1:] else "3")
 
 HERE = Path(__file__).resolve().parent
 WSJ_SECTIONS = {"train": [f"{s:02d}" for s in range(2, 22)], "valid": ["22"], "test": ["23"]}
@@ -146,6 +148,8 @@ def evaluate_parses(output_dir, limit=None, decoding=None):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's C++ log lines (hidden by default)")
     parser.add_argument("--config", default=str(HERE / "config.yaml"), help="configuration file")
     parser.add_argument("--set", action="append", default=[], dest="assignments", metavar="KEY=VALUE")
     parser.add_argument("--wsj", help="the WSJ .mrg directory (00/ ... 24/): sections 02-21, 22, 23")

@@ -39,7 +39,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow's C++ log lines stay hidden unless asked for (--verbose, or
+# TF_CPP_MIN_LOG_LEVEL set by the user); this must happen before TensorFlow loads.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if "--verbose" in sys.argv[1:] else "3")
 
 HERE = Path(__file__).resolve().parent
 PARALLEL_TEXT = HERE.parent / "parallel_text"
@@ -49,6 +51,8 @@ DEFAULT_NEW_CORPUS = "../shared/data/po_all.jsonl.gz"
 
 def parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's C++ log lines (hidden by default)")
     parser.add_argument("--base-corpus", metavar="FILE",
                         help=f"corpus of the base model, .jsonl[.gz] or .tsv[.gz] (default {DEFAULT_BASE_CORPUS})")
     parser.add_argument("--base-run", metavar="DIR", help="a trained run to fine-tune instead of training one")

@@ -32,7 +32,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow's C++ log lines stay hidden unless asked for (--verbose, or
+# TF_CPP_MIN_LOG_LEVEL set by the user); this must happen before TensorFlow loads.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if "--verbose" in sys.argv[1:] else "3")
 
 HERE = Path(__file__).resolve().parent
 SPLITS = ("train", "valid", "test")
@@ -52,6 +54,8 @@ def prepare(args, config):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's C++ log lines (hidden by default)")
     parser.add_argument("corpora", nargs="*", metavar="CORPUS", help=".jsonl[.gz] or .tsv[.gz] files")
     parser.add_argument("--pair", nargs=2, action="append", default=[], dest="pairs", metavar=("SOURCE", "TARGET"),
                         help="two aligned plain-text files, one sentence a line")

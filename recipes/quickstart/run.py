@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow's C++ log lines stay hidden unless asked for (--verbose, or
+# TF_CPP_MIN_LOG_LEVEL set by the user); this must happen before TensorFlow loads.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if "--verbose" in sys.argv[1:] else "3")
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = [
@@ -34,6 +36,8 @@ EXAMPLES = [
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's C++ log lines (hidden by default)")
     parser.add_argument("--set", action="append", default=[], dest="assignments", metavar="KEY=VALUE",
                         help="override a configuration key, e.g. training.max_minutes=2")
     parser.add_argument("--train-pairs", type=int, default=30000, help="generated training pairs")

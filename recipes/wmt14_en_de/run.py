@@ -17,7 +17,9 @@ import os
 import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow's C++ log lines stay hidden unless asked for (--verbose, or
+# TF_CPP_MIN_LOG_LEVEL set by the user); this must happen before TensorFlow loads.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if "--verbose" in sys.argv[1:] else "3")
 
 PAPER_TOKENS_PER_UPDATE = 25000
 
@@ -32,6 +34,8 @@ def accumulation_plan(gpu_tokens, replicas, target=PAPER_TOKENS_PER_UPDATE):
 def main(argv=None, *, description=__doc__, paper_bleu="27.3 base / 28.4 big"):
     """The recipe's command line; the English-French recipe runs it with its own text."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's C++ log lines (hidden by default)")
     parser.add_argument("--config", required=True, help="base.yaml or big.yaml")
     parser.add_argument("--gpu-tokens", type=int, help="tokens one GPU holds per step")
     parser.add_argument("--set", action="append", default=[], dest="assignments", metavar="KEY=VALUE")

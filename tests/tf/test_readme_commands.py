@@ -1,17 +1,20 @@
-"""Every shell command in README.md runs here, in a scratch directory, or is
-listed in NOT_RUN with the reason; a command in the README that this test
-does not know fails it, so the README cannot gain a command nobody runs.
+"""Every shell command in README.md and in the documentation (docs/*.md, in
+the site's order) runs here, in a scratch directory, or is listed in NOT_RUN
+with the reason; a command in a ```bash block that this test does not know
+fails it, so neither can gain a command nobody runs.
 
-A command runs with the README's words, followed by options the test
+A command runs with the documents' words, followed by options the test
 appends: `--set` overrides that shrink the job (a smaller model, a few
 steps) for training commands and recipes, `--beam-size 2` for `evaluate`,
 `--print-config` for a first run of the `--preset` command. The one word
 replaced is the corpus path of the `recipes/parallel_text` command
 (../shared/data, which tests must not need, becomes a generated corpus in the
 same format). `keras-transformer` commands run in process through `cli.main`,
-`python` commands as subprocesses. The data around them is small: the
-quickstart recipe on 300 generated pairs instead of 30,000, and the small
-input files the decoding examples name, written first.
+in the order the documents give them (README.md first; a command that two
+documents repeat runs once), `python` commands as subprocesses. The data around
+them is small: the quickstart recipe on 300 generated pairs instead of 30,000
+(one trained run that every command continues), and the small input files the
+decoding examples name, written first.
 """
 
 import gzip
@@ -27,13 +30,28 @@ import pytest
 import yaml
 
 from keras_transformer import cli
+from test_quiet_start import TF_LOG_LINE
 from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
+
+def documents():
+    """README.md, then the site's pages in the order of mkdocs.yml's nav."""
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    pages = [page for entry in nav for page in entry.values()]
+    return [README] + [ROOT / "docs" / page for page in pages]
+
 NOT_RUN = {
     "make test": "it is CI itself (.ci/run)",
+    "pip install": "what `make test` does before the tests (the Makefile installs .[test,docs])",
+    "mkdocs serve": "a server that runs until stopped; tests/tf/test_docs.py builds the same site with "
+                    "`mkdocs build --strict`",
+    "KERAS_BACKEND=": "the benchmarks run for minutes to hours each; tests/test_benchmark_report.py and "
+                      "tests/tf/test_benchmark_contenders.py test their parts",
+    "python benchmarks/report.py --charts": "rewrites the committed charts; tests/test_benchmark_report.py "
+                                            "draws them into a temporary directory",
     "make quickstart": "test_make_quickstart_runs_the_recipe checks it runs recipes/quickstart/run.py, run below",
     "docker run": "no TensorFlow Serving binary or docker daemon in CI; tests/tf/test_export.py runs the stand-ins",
     "curl": "needs the TensorFlow Serving server above",
@@ -55,22 +73,24 @@ SHRINK = [
 
 
 def readme_commands():
-    """The README's ```bash commands, continuation lines joined, comments dropped."""
+    """The ```bash commands of README.md and of the docs, continuation lines joined, comments dropped."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S):
-        for command in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(command, comments=True)
-            if words:
-                commands.append(words)
+    for document in documents():
+        for block in re.findall(r"```bash\n(.*?)```", document.read_text(encoding="utf-8"), flags=re.S):
+            for command in block.replace("\\\n", " ").splitlines():
+                words = shlex.split(command, comments=True)
+                if words:
+                    commands.append(words)
     return commands
 
 
 def readme_yaml(name):
-    """The ```yaml block of the README whose first line is `# NAME ...`."""
-    for block in re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S):
-        if block.startswith(f"# {name}"):
-            return block
-    raise AssertionError(f"README.md has no ```yaml block starting with '# {name}'")
+    """The ```yaml block of README.md or the docs whose first line is `# NAME ...`."""
+    for document in documents():
+        for block in re.findall(r"```yaml\n(.*?)```", document.read_text(encoding="utf-8"), flags=re.S):
+            if block.startswith(f"# {name}"):
+                return block
+    raise AssertionError(f"no ```yaml block starting with '# {name}' in README.md or docs/")
 
 
 def with_settings(words, settings):
@@ -78,10 +98,15 @@ def with_settings(words, settings):
 
 
 def run_script(words, cwd):
+    """Runs a documented `python ...` command as a user's shell would (no TF_CPP_MIN_LOG_LEVEL, which the
+    suite's runner sets): it must succeed and print none of TensorFlow's C++ log lines."""
     assert words[0] == "python", words
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run([sys.executable, *words[1:]], cwd=cwd, capture_output=True, text=True,
-                            env=dict(os.environ, KERAS_BACKEND="tensorflow"), timeout=900)
+                            env=dict(env, KERAS_BACKEND="tensorflow"), timeout=900)
     assert result.returncode == 0, f"{shlex.join(words)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    noise = [line for line in (result.stdout + result.stderr).splitlines() if TF_LOG_LINE.search(line)]
+    assert not noise, f"{shlex.join(words)} printed TensorFlow's C++ log lines: {noise}"
     return result.stdout
 
 
@@ -94,11 +119,20 @@ def workspace(tmp_path_factory):
 
 
 def test_every_readme_command_is_known():
-    known = ("keras-transformer", "python recipes/parallel_text/run.py", *NOT_RUN)
+    known = ("keras-transformer", "python recipes/parallel_text/run.py", "python benchmarks/report.py --check",
+             *NOT_RUN)
     commands = [" ".join(words) for words in readme_commands()]
-    assert commands, "README.md has no ```bash block"
+    assert commands, "README.md and docs/ have no ```bash block"
     unknown = [command for command in commands if not command.startswith(known)]
-    assert not unknown, f"README commands that no test runs: {unknown}"
+    assert not unknown, f"commands of README.md or docs/ that no test runs: {unknown}"
+    assert len(documents()) > 5 and all(document.is_file() for document in documents())
+
+
+def test_documented_report_check_passes():
+    """`python benchmarks/report.py --check`, as benchmarks.md gives it: the committed figures are the records'."""
+    words = next(w for w in readme_commands() if w[:3] == ["python", "benchmarks/report.py", "--check"])
+    result = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
 def test_make_quickstart_runs_the_recipe():
@@ -131,10 +165,11 @@ def test_readme_cli_commands(workspace, quickstart, monkeypatch):
     (workspace / "translations.de").write_text("Ich habe zwei Äpfel.\nDer Zug kommt um acht an.\n",
                                                encoding="utf-8")
     (workspace / "prefixes.de").write_text("Ich\n\n", encoding="utf-8")
-    ran = []
+    ran, seen = [], set()
     for words in readme_commands():
-        if words[0] != "keras-transformer":
-            continue
+        if words[0] != "keras-transformer" or tuple(words) in seen:
+            continue  # a command that README.md and a page both give runs once
+        seen.add(tuple(words))
         argv = words[1:]
         if argv[0] == "train":
             if "--preset" in argv:
@@ -154,8 +189,11 @@ def test_readme_cli_commands(workspace, quickstart, monkeypatch):
     assert result["sentences"] == 8
     assert (workspace / "averaged.keras").is_file()
     assert (workspace / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    versions = sorted(p.name for p in (workspace / "models" / "translator").iterdir())
-    assert versions == ["1", "2", "3"]  # the CLI block once, the export section twice (plain, --xla)
+    exports = {tuple(w) for w in readme_commands() if w[:2] == ["keras-transformer", "export"] and "--base-dir" in w}
+    versions = sorted((p.name for p in (workspace / "models" / "translator").iterdir()), key=int)
+    # One version per distinct export command (plain, and the serving page's --xla): each took the next
+    # free number, none overwrote another.
+    assert len(exports) >= 2 and versions == [str(i) for i in range(1, len(exports) + 1)]
     assert (run / "export" / "ctranslate2-int8" / "model.bin").is_file()
 
 

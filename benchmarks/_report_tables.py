@@ -1,0 +1,439 @@
+"""The table generators of benchmarks/report.py: each turns the records of one benchmark
+(benchmarks/results/<name>.jsonl) into the Markdown that report.py puts between a document's
+markers. Medians are over the rounds of a record, and a ratio is the median of the ratios taken
+within each round, not the ratio of the medians."""
+
+import re
+import statistics
+from collections import Counter, OrderedDict
+
+SERVE_REFERENCES = ("ours in process, XLA", "CTranslate2 float32")
+
+
+# --------------------------------------------------------------------------- records
+
+
+def parse_options(text):
+    """`commit=ABC time="2026-11-25 03:13:28"` -> {"commit": "ABC", "time": "2026-11-25 03:13:28"}."""
+    options = {}
+    for key, quoted, bare in re.findall(r'(\w+)=(?:"([^"]*)"|(\S+))', text):
+        options[key] = quoted or bare
+    return options
+
+
+def select(records, options, what):
+    """The records matching every option (commit, time, run, benchmark fields); the latest when none is given.
+
+    A value may list alternatives separated by "|" (`run="A|B"`: the records of two invocations, e.g.
+    seeds run in different sessions)."""
+    matching = [r for r in records
+                if all(str(r.get(key)) in value.split("|") for key, value in options.items())]
+    if not matching:
+        raise ValueError(f"{what}: no record matches {options or 'anything'}")
+    return matching
+
+
+def median_ratio(values, references):
+    """Median over rounds of values[i] / references[i] (same-round ratios)."""
+    return statistics.median(v / r for v, r in zip(values, references))
+
+
+def machine_text(record):
+    machine = record.get("machine", {})
+    cpu = machine.get("cpu") or machine.get("processor")
+    gpus = machine.get("gpus") or []
+    parts = [f"{machine.get('cpus')} CPUs" + (f" ({cpu})" if cpu else "")]
+    if gpus:
+        parts.append(", ".join(gpus))
+    return ", ".join(parts)
+
+
+def load_text(record):
+    load = record.get("load_average") or {}
+    before, after = load.get("before"), load.get("after")
+    if not before or not after:
+        return "load average not recorded"
+    return f"load average {before[0]:.1f} before and {after[0]:.1f} after"
+
+
+def caption(record, what):
+    return (f"`{record['command']}`, commit {record.get('commit') or 'unknown'}, {record.get('time')}, "
+            f"{machine_text(record)}, {load_text(record)} ({what}):")
+
+
+def markdown_table(header, rows, align=None):
+    align = align or ["---"] * len(header)
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def serve_rates(record):
+    """{search: {contender: [sentences/s per round]}} of a serve.py record."""
+    batch = record["workload"]["batch"]
+    return {search: {name: [batch / s for s in seconds] for name, seconds in contenders.items()}
+            for search, contenders in record["seconds"].items()}
+
+
+def short_name(name):
+    return name.replace(" (translate_ids)", "")
+
+
+def serve_summary_statistics(record):
+    """{search: {contender: (median, min, max, vs ours XLA, vs CTranslate2 float32)}}; ratios None without the reference."""
+    summary = {}
+    for search, rates in serve_rates(record).items():
+        summary[search] = OrderedDict()
+        for name, values in rates.items():
+            ratios = tuple(median_ratio(values, rates[ref]) if ref in rates else None for ref in SERVE_REFERENCES)
+            summary[search][name] = (statistics.median(values), min(values), max(values)) + ratios
+    return summary
+
+
+def search_title(search, record):
+    return f"beam {record['workload']['beam_size']}" if search == "beam" else search
+
+
+def ratio_text(value):
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def serve_table(records, options):
+    record = select(records, options, "table:serve")[-1]
+    summary = serve_summary_statistics(record)
+    searches = list(summary)
+    rounds = len(next(iter(record["seconds"][searches[0]].values())))
+    header = ["contender"]
+    for search in searches:
+        header += [search_title(search, record), "vs ours XLA", "vs CT2 float32"]
+    names = list(OrderedDict.fromkeys(name for search in searches for name in summary[search]))
+    rows = []
+    for name in names:
+        row = [short_name(name)]
+        for search in searches:
+            if name in summary[search]:
+                median, _, _, vs_ours, vs_ct2 = summary[search][name]
+                row += [f"{median:.1f}", ratio_text(vs_ours), ratio_text(vs_ct2)]
+            else:
+                row += ["-", "-", "-"]
+        rows.append(row)
+    return caption(record, f"sentences/s, medians of {rounds} rounds; ratios are medians of the same-round "
+                           "ratios") + "\n\n" + markdown_table(header, rows)
+
+
+def serve_summary(records, options):
+    """The README's short form: each contender's median sentences/s and its same-round ratio to ours XLA."""
+    record = select(records, options, "table:serve-summary")[-1]
+    summary = serve_summary_statistics(record)
+    searches = list(summary)
+    names = list(OrderedDict.fromkeys(name for search in searches for name in summary[search]))
+    header = ["contender"] + [f"{search_title(s, record)}: sent/s (vs ours XLA)" for s in searches]
+    rows = []
+    for name in names:
+        row = [short_name(name)]
+        for search in searches:
+            if name in summary[search]:
+                median, _, _, vs_ours, _ = summary[search][name]
+                row.append(f"{median:.1f} ({ratio_text(vs_ours)})")
+            else:
+                row.append("-")
+        rows.append(row)
+    rounds = len(next(iter(record["seconds"][searches[0]].values())))
+    text = (f"`benchmarks/serve.py`, commit {record.get('commit')}, {machine_text(record)}, medians of {rounds} "
+            "rounds, ratios the medians of same-round ratios; record in `benchmarks/results/serve.jsonl`:")
+    return text + "\n\n" + markdown_table(header, rows)
+
+
+# --------------------------------------------------------------------------- training throughput
+
+
+def throughput_table(records, options):
+    record = select(records, options, "table:train-throughput")[-1]
+    workload = record["workload"]
+    reference = record["reference"]
+    floor = record["matmul_floor_tokens_per_s"]
+    marked = set(record.get("floor_from_our_batches", []))
+    rows = []
+    for result in record["results"]:
+        low, high = result["vs_reference_range"]
+        bfloat16 = result["name"].endswith("-bf16")
+        share = "-" if bfloat16 else f"{100 * result['tokens_per_s'] / floor:.0f}%"
+        if result["name"] in marked and not bfloat16:
+            share += " (our batches)"
+        rates = result["tokens_per_s_by_round"]
+        rows.append([result["name"], result.get("label", ""), f"{result['tokens_per_s']:.0f}",
+                     f"{min(rates):.0f}-{max(rates):.0f}", f"{result['vs_reference']:.2f}x",
+                     f"{low:.2f}-{high:.2f}x", share])
+    header = ["contender", "what", "tokens/s (median)", "range", f"vs {reference}", "range", "% of matmul floor"]
+    what = (f"{workload['kind']} workload, non-pad target tokens/s, medians of {workload['rounds']} rounds with "
+            "the contenders taking turns; ratios are medians of same-round ratios")
+    return caption(record, what) + "\n\n" + markdown_table(header, rows)
+
+
+def variants_table(records, options):
+    """train_variants.py: each candidate change against the shipped layers, paired in one process;
+    medians and ratios computed here from every round's raw rates."""
+    record = select(records, options, "table:train-variants")[-1]
+    workload, rounds = record["workload"], record["rounds"]
+    rows = []
+    for result in record["results"]:
+        name = result["name"]
+        rates = [r[name]["tokens_per_s"] for r in rounds]
+        ratios = [r[name]["tokens_per_s"] / r[record["reference"]]["tokens_per_s"] for r in rounds]
+        rows.append([name, result["label"], f"{statistics.median(rates):.0f}", f"{min(rates):.0f}-{max(rates):.0f}",
+                     f"{statistics.median(ratios):.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}x"])
+    header = ["variant", "what", "tokens/s (median)", "range", f"vs {record['reference']}", "range"]
+    what = (f"{workload['kind']} workload, non-pad target tokens/s, one process, {len(rounds)} rounds of "
+            f"{workload['steps']} steps per variant taking turns; ratios are medians of same-round ratios")
+    return caption(record, what) + "\n\n" + markdown_table(header, rows)
+
+
+def is_product(op_type):
+    """Matrix-product kernels: (batched) MatMul and Einsum, oneDNN's and Eigen's."""
+    return "MatMul" in op_type or "Einsum" in op_type
+
+
+def profile_table(records, options, others=10):
+    """train_profile.py: kernel time per step by op type, each contender against the reference, per round
+    from the raw sums; medians over rounds, ratios the medians of same-round ratios."""
+    record = select(records, options, "table:train-profile")[-1]
+    workload, rounds, reference = record["workload"], record["rounds"], record["reference"]
+    names = [result["name"] for result in record["results"]]
+
+    def per_step(name, pick):  # [ms per step of the kernels `pick` selects, one per round]
+        return [1000 * sum(s for t, s in r[name]["op_seconds"].items() if pick(t)) / r[name]["steps"]
+                for r in rounds]
+
+    def everything(_):
+        return True
+
+    rows = []
+    for result in record["results"]:
+        name = result["name"]
+        total, products = per_step(name, everything), per_step(name, is_product)
+        ratios = [t / r for t, r in zip(total, per_step(reference, everything))]
+        wall = [1000 * r[name]["wall_seconds"] / r[name]["steps"] for r in rounds]
+        rows.append([name, result["label"], f"{statistics.median(total):.0f}",
+                     f"{statistics.median(products):.0f} ({statistics.median(products) / statistics.median(total):.0%})",
+                     f"{statistics.median(total) - statistics.median(products):.0f}",
+                     f"{statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f}x)",
+                     f"{statistics.median(wall):.0f}"])
+    what = (f"{workload['kind']} workload, one process, {len(rounds)} rounds of one profiled pass over the "
+            f"{workload['batches']} batches per contender taking turns; milliseconds per step, medians over rounds")
+    text = caption(record, what) + "\n\n" + markdown_table(
+        ["contender", "what", "kernel time", "of which matrix products", "other kernels",
+         f"kernel time vs {reference}", "wall time (profiled)"], rows,
+        ["---", "---", "---:", "---:", "---:", "---:", "---:"])
+    sums = Counter()
+    for r in rounds:
+        for op_type, seconds in r[reference]["op_seconds"].items():
+            if not is_product(op_type):
+                sums[op_type] += seconds
+    largest = [op_type for op_type, _ in sums.most_common(others)]
+    text += (f"\n\nThe {len(largest)} largest other op types of {reference} (ms per step, medians over rounds):\n\n")
+    text += markdown_table(["op type", *names], [
+        [op_type, *(f"{statistics.median(per_step(name, lambda t, o=op_type: t == o)):.1f}" for name in names)]
+        for op_type in largest], ["---"] + ["---:"] * len(names))
+    return text
+
+
+# --------------------------------------------------------------------------- time to quality
+
+
+def quality_label(record):
+    settings = record.get("settings", {})
+    label = {"ours": "ours", "keras-hub": "KerasHub layers", "opennmt-tf": "OpenNMT-tf"}.get(
+        record["contender"], record["contender"])
+    if record["contender"] == "keras-hub" and settings.get("optimizer") == "stock":
+        label += ", stock Adam"
+    return label
+
+
+def quality_precision(record):
+    precision = record.get("settings", {}).get("mixed_precision", "none")
+    return "float32" if precision in (None, "none") else precision
+
+
+def quality_groups(records):
+    """{(precision, label): [records]} in first-seen order."""
+    groups = OrderedDict()
+    for record in records:
+        groups.setdefault((quality_precision(record), quality_label(record)), []).append(record)
+    return groups
+
+
+def mean_and_range(values, digits=1):
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def quality_table(records, options):
+    options = dict(options)
+    if "run" not in options:  # the latest invocation
+        runs = [r.get("run") for r in records if r.get("run")]
+        if runs:
+            options["run"] = runs[-1]
+    chosen = select(records, options, "table:quality")
+    groups = quality_groups(chosen)
+    header = ["contender", "precision", "seeds", "steps (mean)", "minutes", "BLEU mean (range)", "chrF mean (range)"]
+    main, extra = [], []
+    for (precision, label), group in groups.items():
+        row = [label, precision, " ".join(str(r.get("seed", 0)) for r in group),
+               f"{statistics.mean(r['steps'] for r in group):.0f}",
+               f"{statistics.mean(r['train_minutes'] for r in group):.1f}",
+               mean_and_range([r["bleu"] for r in group]), mean_and_range([r["chrf"] for r in group])]
+        (main if precision == "float32" else extra).append(row)
+    invocations = OrderedDict((r.get("run"), r) for r in chosen).values()  # one line per invocation
+    text = "; ".join(f"`{r['command']}`, commit {r.get('commit') or 'unknown'}, {r.get('date')}"
+                     for r in invocations)
+    text += (f", {machine_text(chosen[0])} (every contender in float32; mean and range over seeds):\n\n"
+            + markdown_table(header, main))
+    if extra:
+        text += "\n\nExtra rows, other precision (not part of the comparison):\n\n" + markdown_table(header, extra)
+    return text
+
+
+# --------------------------------------------------------------------------- one GPU
+
+
+def gpu_name(record):
+    """The record's GPU model: `machine.gpus[0]`, or the first field of the older `machine.gpu` text."""
+    machine = record.get("machine", {})
+    gpus = machine.get("gpus") or [machine.get("gpu") or "unknown GPU"]
+    return gpus[0].split(",")[0].strip()
+
+
+def gpu_statistics(records):
+    """Per (part, preset, batch, length, contender, precision): each run's figure (train: median seconds per
+    step; decode: median seconds per batch over its rounds, not the best) with its entry, over every record given."""
+    figures = OrderedDict()
+    for record in records:
+        for entry in record["results"]:
+            if "seconds" not in entry:
+                continue
+            key = (entry["part"], entry["preset"], entry["batch"], entry.get("length"), entry["contender"],
+                   entry["precision"])
+            figure = statistics.median(entry["seconds"])
+            figures.setdefault(key, []).append((record["time"], figure, entry))
+    return figures
+
+
+def gpu_table(records, options):
+    """One GPU model's runs (`gpu="H200"` picks the records whose GPU name contains it); rows per model,
+    batch shape, contender and precision."""
+    from benchmarks import gpu
+
+    options = dict(options)
+    wanted = options.pop("gpu", None)
+    if wanted:
+        records = [r for r in records if wanted in gpu_name(r)]
+    records = select(records, options, "table:gpu")
+    names = list(OrderedDict.fromkeys(gpu_name(r) for r in records))
+    if len(names) > 1:
+        raise ValueError(f"table:gpu: the records come from several GPUs ({', '.join(names)}); "
+                         'pick one with gpu="..."')
+    peak = records[-1].get("peak_tflops", gpu.DENSE_BF16_PEAK_TFLOPS)  # one GPU model, one peak
+    figures = gpu_statistics(records)
+    train_rows, decode_rows = [], []
+    for (part, preset, batch, length, contender, precision), runs in figures.items():
+        if part == "train":
+            tokens = batch * length
+            rates = [tokens / seconds for _, seconds, _ in runs]
+            paper = gpu.PAPER_TARGET_TOKENS / gpu.PAPER_SECONDS_PER_STEP[preset]
+            peers = {time: seconds
+                     for time, seconds, _ in figures.get((part, preset, batch, length, "torch", precision), [])}
+            versus = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
+            flops = gpu.training_matmul_flops(preset, batch, length)
+            step = statistics.median(seconds for _, seconds, _ in runs)
+            train_rows.append([
+                preset, f"{batch} x {length}", contender, precision, f"{step * 1000:.1f}",
+                f"{statistics.median(rates):,.0f}" + (f" ({min(rates):,.0f}-{max(rates):,.0f})" if min(rates) != max(rates) else ""),
+                f"{statistics.median(rates) / paper:.2f}x",
+                "-" if contender == "torch" or not versus else f"{statistics.median(versus):.2f}x",
+                f"{flops / step / 1e12 / peak:.0%}", str(len(runs)),
+            ])
+        else:
+            median = statistics.median(seconds for _, seconds, _ in runs)
+            decode_rows.append([preset, contender, precision, f"{batch / median:,.0f}",
+                                f"{median / runs[0][2]['steps'] * 1000:.2f}", str(len(runs))])
+    first, last = records[0], records[-1]
+    gpus = last["machine"].get("gpus") or [last["machine"].get("gpu", "unknown GPU")]
+    text = (f"{len(records)} invocations of `benchmarks/gpu.py` ({first['time']} to {last['time']}; commits "
+            f"{', '.join(OrderedDict.fromkeys(str(r.get('commit')) for r in records))}; {gpus[0]}; "
+            "records in `benchmarks/results/gpu.jsonl`). Training: target tokens per second from each run's "
+            "median step time, the median over runs (range); ratios to torch are medians of same-run ratios; "
+            "the share is the step's matrix-product FLOPs against the GPU's dense bfloat16 peak.")
+    text += "\n\n" + markdown_table(
+        ["model", "batch (pairs x tokens)", "contender", "precision", "ms/step", "target tokens/s",
+         "vs the paper's 8 P100s", "vs torch, same precision", "of bf16 peak", "runs"], train_rows)
+    text += ("\n\nDecoding (ours, `jax.jit`; sentences of 32 tokens, exactly the fixed number of tokens each; "
+             "each run's median over its rounds, the median over runs):\n\n")
+    text += markdown_table(["model", "search", "precision", "sentences/s", "ms per step", "runs"], decode_rows)
+    return text
+
+
+# --------------------------------------------------------------------------- complexity
+
+
+def milliseconds(seconds):
+    value = seconds * 1000
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def complexity_table(records, options):
+    """Table 1 measured: fitted exponents against the paper's, the self-attention / LSTM
+    crossover per width, and times per sequence on the diagonal n = d, all recomputed
+    from the record's raw per-round seconds."""
+    from benchmarks import complexity
+
+    record = select(records, options, "table:complexity")[-1]
+    settings = record["settings"]
+    tokens, lengths, widths = settings["tokens"], settings["lengths"], settings["widths"]
+    seconds = {name: {tuple(int(part.split("=")[1]) for part in key.split(",")): values
+                      for key, values in cells.items()}
+               for name, cells in record["seconds_per_batch"].items()}
+    times = complexity.per_sequence(seconds, tokens)
+    upper_n, upper_d = complexity.middle(lengths), complexity.middle(widths)
+    exponent_rows = []
+    for name, cells in times.items():
+        p, q, _ = complexity.fit_exponents(cells)
+        p_upper, q_upper, _ = complexity.fit_exponents(cells, upper_n, upper_d)
+        paper = complexity.PAPER_EXPONENTS.get(name)
+        exponent_rows.append([name, f"({paper[0]}, {paper[1]})" if paper else "-", f"{p:.2f}", f"{q:.2f}",
+                              f"{p_upper:.2f}", f"{q_upper:.2f}"])
+    text = caption(record, f"forward + backward, {tokens} tokens per batch in every cell, the median of "
+                           f"{settings['rounds']} rounds of the best of {settings['repeats']} calls") + "\n\n"
+    text += markdown_table(
+        ["layer", "paper (p, q)", "p (n), all cells", "q (d), all cells", f"p, n >= {upper_n}, d >= {upper_d}",
+         f"q, n >= {upper_n}, d >= {upper_d}"], exponent_rows, ["---", "---", "---:", "---:", "---:", "---:"])
+    diagonal = [n for n in lengths if n in widths]
+    names = list(times)
+    text += "\n\nMilliseconds per sequence where n = d:\n\n" + markdown_table(
+        ["n = d", *names], [[str(n), *(milliseconds(times[name][n, n]) for name in names)] for n in diagonal],
+        ["---:"] * (len(names) + 1))
+    if "self-attention" in times and "LSTM" in times:
+        rows = []
+        for d in widths:
+            where, n = complexity.crossover(times["self-attention"], times["LSTM"], lengths, d)
+            rows.append([str(d), {"at": f"{n:.0f} (n/d {n / d:.1f})", "below": f"below {n}",
+                                  "above": f"never up to n = {n} (n/d > {n // d})"}[where]])
+        text += ("\n\nFrom which n self-attention (with its projections) is slower than the LSTM; "
+                 "the paper's rule of thumb says n = d:\n\n") + markdown_table(
+            ["d", "self-attention slower than LSTM from n"], rows, ["---:", "---"])
+    return text
+
+
+GENERATORS = {
+    "serve": ("serve", serve_table),
+    "serve-summary": ("serve", serve_summary),
+    "train-throughput": ("train_throughput", throughput_table),
+    "train-variants": ("train_variants", variants_table),
+    "train-profile": ("train_profile", profile_table),
+    "quality": ("quality", quality_table),
+    "gpu": ("gpu", gpu_table),
+    "complexity": ("complexity", complexity_table),
+}
