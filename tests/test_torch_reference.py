@@ -9,7 +9,9 @@ every Keras backend: only the reference is computed with PyTorch.
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from required_imports import required  # noqa: E402
+
+torch = required("torch")  # under CI=true a failed import fails the run
 
 import keras_transformer as kt  # noqa: E402
 from conftest import to_numpy  # noqa: E402

@@ -3,6 +3,7 @@ crossover against known power laws, and a run at tiny sizes that writes its thre
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -35,16 +36,37 @@ def test_fit_recovers_the_exponents_of_known_power_laws(complexity):
 
 
 def test_crossover_is_at_n_equals_d_for_the_papers_operation_counts(complexity):
-    """n^2 d against n d^2 (same constant): equal exactly where n = d."""
-    attention = {(n, d): n**2 * d for n in LENGTHS for d in WIDTHS}
+    """n^2 d against n d^2 (same constant): equal exactly where n = d. The widths are
+    off the length grid, so every crossover is interpolated between two lengths."""
+    widths = [48, 96, 192]
+    attention = {(n, d): n**2 * d for n in LENGTHS for d in widths}
+    recurrent = {(n, d): n * d**2 for n in LENGTHS for d in widths}
+    for d in widths:  # 48 between 32 and 64, 96 between 64 and 128, 192 between 128 and 256
+        assert complexity.crossover(attention, recurrent, LENGTHS, d) == ("at", pytest.approx(d))
+    # Three times the constant on attention: it gets slower at n = d / 3 (85.3 at d = 256, 21.3 at d = 64).
+    slower = {(n, d): 3 * n**2 * d for n in LENGTHS for d in WIDTHS}
     recurrent = {(n, d): n * d**2 for n in LENGTHS for d in WIDTHS}
-    assert complexity.crossover(attention, recurrent, LENGTHS, 128) == ("at", pytest.approx(128))
-    # Four times the constant on attention: it gets slower at n = d / 4 (interpolated between grid points).
-    slower = {cell: 4 * t for cell, t in attention.items()}
-    assert complexity.crossover(slower, recurrent, LENGTHS, 256) == ("at", pytest.approx(64))
-    assert complexity.crossover(slower, recurrent, LENGTHS, 64)[0] == "below"
-    faster = {cell: t / 100 for cell, t in attention.items()}
-    assert complexity.crossover(faster, recurrent, LENGTHS, 64) == ("above", 512)
+    assert complexity.crossover(slower, recurrent, LENGTHS, 256) == ("at", pytest.approx(256 / 3))
+    assert complexity.crossover(slower, recurrent, LENGTHS, 64) == ("at", pytest.approx(64 / 3))
+    assert complexity.crossover(slower, recurrent, LENGTHS, 128) == ("at", pytest.approx(128 / 3))
+    # Not a power law, so the ratio is not linear in log n: attention n^2 + 24 n against
+    # recurrent 50 n (d = 1) cross at n = 26; interpolating the log ratio on log n between
+    # n = 16 (ratio 40/50) and n = 32 (ratio 56/50) puts it at 16 * 2^f, f = -r16 / (r32 - r16).
+    attention = {(n, 1): n**2 + 24 * n for n in LENGTHS}
+    recurrent = {(n, 1): 50 * n for n in LENGTHS}
+    r16, r32 = math.log(40 / 50), math.log(56 / 50)
+    expected = 16 * 2 ** (-r16 / (r32 - r16))  # 25.3, not the true 26: interpolated, not solved
+    kind, n = complexity.crossover(attention, recurrent, LENGTHS, 1)
+    assert kind == "at" and n == pytest.approx(expected) and 25 < n < 25.5
+    faster = {(n, d): n**2 * d / 100 for n in LENGTHS for d in WIDTHS}
+    assert complexity.crossover(faster, recurrent_of(WIDTHS), LENGTHS, 64) == ("above", 512)
+    # Already slower at the shortest length: three times the constant at n = 16, d = 48.
+    slower = {(n, 48): 3 * n**2 * 48 for n in LENGTHS}
+    assert complexity.crossover(slower, recurrent_of([48]), LENGTHS, 48) == ("below", 16)
+
+
+def recurrent_of(widths):
+    return {(n, d): n * d**2 for n in LENGTHS for d in widths}
 
 
 def test_quick_run_writes_the_table_the_plot_and_the_record(complexity, tmp_path, capsys):

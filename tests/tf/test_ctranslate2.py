@@ -29,7 +29,9 @@ import numpy as np
 import pytest
 import sacrebleu
 
-ctranslate2 = pytest.importorskip("ctranslate2")
+from required_imports import required  # noqa: E402
+
+ctranslate2 = required("ctranslate2")  # under CI=true a failed import fails the run
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer import cli, runs  # noqa: E402

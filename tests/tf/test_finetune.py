@@ -11,19 +11,25 @@ import pytest
 from keras_transformer import cli, runs
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.training import NoamSchedule
-from keras_transformer.training.progress import PROGRESS_FILE, read_records
+from keras_transformer.training.progress import PROGRESS_FILE, read_best, read_records
 from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
 
 MODEL = "{preset: tiny, d_model: 64, d_ff: 256, num_heads: 4, num_encoder_layers: 2, num_decoder_layers: 2}"
 
 
-def write_config(path, output_dir, train, test, steps, warmup=150):
+VALIDATION_SENTENCES = 20
+
+
+def write_config(path, output_dir, train, test, steps, warmup=150, valid=None):
+    """A run's config; with `valid`, it validates (BLEU/chrF) every 200 steps on its first 20 sentences."""
+    validation = (f", validate_every_steps: 200, validation_sentences: {VALIDATION_SENTENCES}" if valid else "")
     path.write_text(
         f"""output_dir: {output_dir}
 model: {MODEL}
-data: {{train: {train}, test: {test}, source_key: en, target_key: de, vocabulary_size: 300, max_length: 48}}
+data: {{train: {train}, test: {test}, {f"valid: {valid}, " if valid else ""}source_key: en, target_key: de,
+       vocabulary_size: 300, max_length: 48}}
 training: {{tokens_per_batch: 2048, epochs: 50, max_steps: {steps}, warmup_steps: {warmup},
-           save_every_steps: 1000, average_last: 1}}
+           save_every_steps: 1000, average_last: 1{validation}}}
 decoding: {{beam_size: 1, max_extra_length: 10}}
 """
     )
@@ -43,30 +49,100 @@ def corpora(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def domains(corpora):
-    """A run trained on domain A, and domain B's files."""
+    """A run trained on domain A (validated at steps 200 and 400 on A's test
+    sentences), and domain B's files."""
     work = corpora
-    config = write_config(work / "a.yaml", work / "run-a", work / "a-train.jsonl.gz", work / "a-test.jsonl.gz", 400)
+    config = write_config(work / "a.yaml", work / "run-a", work / "a-train.jsonl.gz", work / "a-test.jsonl.gz", 400,
+                          valid=work / "a-test.jsonl.gz")
     assert cli.main(["train", "--config", str(config)]) == 0
     return work
 
 
+_BLEU_ON_B = {}
+
+
 def bleu_on_b(work, run):
-    result, _ = runs.evaluate(run, corpus=str(work / "b-test.jsonl.gz"), progress=False)
-    return result["bleu"]
+    """BLEU of a run's model.keras on domain B's test file; each run's once a module
+    (both fine-tuning tests read run-b's: one evaluation, about half a minute)."""
+    if run not in _BLEU_ON_B:
+        result, _ = runs.evaluate(run, corpus=str(work / "b-test.jsonl.gz"), progress=False)
+        _BLEU_ON_B[run] = result["bleu"]
+    return _BLEU_ON_B[run]
 
 
-def test_fine_tuning_on_a_second_domain_raises_its_bleu(domains):
+B_STEPS, B_WARMUP = 250, 50
+# How far the fine-tuned run must stay ahead of the from-scratch control (BLEU).
+SCRATCH_MARGIN = 10.0
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(domains):
+    """Run A fine-tuned on domain B for 250 steps (run-b)."""
+    work = domains
+    config = write_config(work / "b.yaml", work / "run-b", work / "b-train.jsonl.gz", work / "b-test.jsonl.gz",
+                          B_STEPS, warmup=B_WARMUP)
+    assert cli.main(["train", "--config", str(config), "--init-from", str(work / "run-a")]) == 0
+    return work / "run-b"
+
+
+@pytest.fixture(scope="module")
+def from_scratch(corpora):
+    """The control: the same 250 steps and schedule on domain B from a fresh
+    model (and B's own tokenizer), as one would train without run A."""
+    work = corpora
+    config = write_config(work / "b-scratch.yaml", work / "run-b-scratch", work / "b-train.jsonl.gz",
+                          work / "b-test.jsonl.gz", B_STEPS, warmup=B_WARMUP)
+    assert cli.main(["train", "--config", str(config)]) == 0
+    return work / "run-b-scratch"
+
+
+def test_fine_tuning_on_a_second_domain_raises_its_bleu(domains, fine_tuned):
     work = domains
     before = bleu_on_b(work, work / "run-a")
-    config = write_config(work / "b.yaml", work / "run-b", work / "b-train.jsonl.gz", work / "b-test.jsonl.gz",
-                          250, warmup=50)
-    assert cli.main(["train", "--config", str(config), "--init-from", str(work / "run-a")]) == 0
     # The run-a tokenizer came along, byte for byte.
-    assert (work / "run-b" / "tokenizer.model").read_bytes() == (work / "run-a" / "tokenizer.model").read_bytes()
-    assert json.loads((work / "run-b" / "config.json").read_text())["training"]["init_from"] == str(work / "run-a")
-    after = bleu_on_b(work, work / "run-b")
+    assert (fine_tuned / "tokenizer.model").read_bytes() == (work / "run-a" / "tokenizer.model").read_bytes()
+    assert json.loads((fine_tuned / "config.json").read_text())["training"]["init_from"] == str(work / "run-a")
+    after = bleu_on_b(work, fine_tuned)
     print(f"domain B BLEU: {before:.1f} before fine-tuning, {after:.1f} after")
     assert after > before + 10
+
+
+def test_fine_tuning_beats_the_same_steps_from_scratch(domains, fine_tuned, from_scratch):
+    """The control for the gain above: 250 steps on B alone, from a fresh model."""
+    work = domains
+    after, scratch = bleu_on_b(work, fine_tuned), bleu_on_b(work, from_scratch)
+    print(f"domain B BLEU after {B_STEPS} steps: {after:.1f} fine-tuned from run A, {scratch:.1f} from scratch")
+    assert after > scratch + SCRATCH_MARGIN
+
+
+def test_logged_validation_scores_are_sacrebleus_on_the_same_sentences_and_outputs(domains):
+    """Run A validated at steps 200 and 400. Its best validated weights
+    retranslate the validation subset (A's first 20 test sentences) with the
+    validation decoding, and sacreBLEU scores them here: the logged BLEU and
+    chrF of that step must be those scores."""
+    import gzip
+
+    import sacrebleu
+
+    run = domains / "run-a"
+    best = read_best(run)
+    validations = {r["step"]: r for r in read_records(run / PROGRESS_FILE) if "valid_bleu" in r}
+    assert sorted(validations) == [200, 400] and best["step"] in validations
+    model, tokenizer, config = runs.load_run(run)
+    model.load_weights(best["weights"])
+    with gzip.open(domains / "a-test.jsonl.gz", "rt", encoding="utf-8") as stream:
+        records = [json.loads(line) for line in stream][:VALIDATION_SENTENCES]
+    sources, references = [r["en"].strip() for r in records], [r["de"].strip() for r in records]
+    decoding = dict(config["decoding"], beam_size=config["training"]["validation_beam_size"])
+    outputs = runs.translate_texts(model, tokenizer, sources, decoding, max_source_length=config["data"]["max_length"])
+    bleu = sacrebleu.corpus_bleu(outputs, [references]).score
+    chrf = sacrebleu.corpus_chrf(outputs, [references]).score
+    print(f"step {best['step']}: BLEU {bleu:.2f}, chrF {chrf:.2f}; logged {validations}")
+    assert bleu > 1 and chrf > 1  # a comparison of zeros would prove nothing
+    logged = validations[best["step"]]
+    assert logged["valid_bleu"] == pytest.approx(bleu, abs=1e-9)
+    assert logged["valid_chrf"] == pytest.approx(chrf, abs=1e-9)
+    assert (best["bleu"], best["chrf"]) == (logged["valid_bleu"], logged["valid_chrf"])
 
 
 def test_init_from_refuses_a_different_tokenizer_or_model(domains, tmp_path):
@@ -91,17 +167,18 @@ def test_init_from_refuses_a_different_tokenizer_or_model(domains, tmp_path):
 
 
 # -- training.init_optimizer ------------------------------------------------------
-SOURCE_STEPS, WARMUP = 6, 150
+# Run A is the source: its only checkpoint, ckpt-400 (written at its last step),
+# holds Adam's moments and iterations 400. (A 6-step run of its own cost this
+# module a minute or more of tracing and training.)
+SOURCE_STEPS, WARMUP = 400, 150
 
 
 @pytest.fixture(scope="module")
-def short_run(corpora):
-    """A 6-step run on domain A: its only checkpoint, ckpt-6, holds Adam's moments and iterations 6."""
-    work = corpora
-    config = write_config(work / "short.yaml", work / "run-short", work / "a-train.jsonl.gz",
-                          work / "a-test.jsonl.gz", SOURCE_STEPS, warmup=WARMUP)
-    runs.train(runs.config_lib.resolve([config]))
-    return work / "run-short"
+def short_run(domains):
+    """Run A, as the source run of the init_optimizer tests."""
+    run = domains / "run-a"
+    assert sorted(p.name for p in (run / "checkpoints").glob("ckpt-*")) == [f"ckpt-{SOURCE_STEPS:09d}.weights.h5"]
+    return run
 
 
 class OptimizerAtStart(keras.callbacks.Callback):
@@ -193,6 +270,6 @@ def test_init_optimizer_keep_errors_name_the_path(corpora, short_run, tmp_path):
     with pytest.raises(runs.RunError, match=f"{bare / 'checkpoints'} holds no checkpoint"):
         fine_tune(corpora, bare, tmp_path / "from-bare", 1, "training.init_optimizer=keep")
     # Gradient accumulation adds optimizer variables the source has not got.
-    with pytest.raises(runs.RunError, match=r"optimizer state in .*ckpt-000000006.weights.h5 does not fit"):
+    with pytest.raises(runs.RunError, match=rf"optimizer state in .*ckpt-{SOURCE_STEPS:09d}.weights.h5 does not fit"):
         fine_tune(corpora, short_run, tmp_path / "accumulating", 1, "training.init_optimizer=keep",
                   "training.gradient_accumulation_steps=2")

@@ -46,7 +46,16 @@ def test_progress_lines_records_validation_and_best_model(corpus, tmp_path, caps
         assert field in lines[0]
     records = read_records(os.path.join(output_dir, PROGRESS_FILE))
     progress = [r for r in records if "tokens_per_second" in r]
-    assert all(r["tokens_per_second"] > 0 and r["learning_rate"] > 0 for r in progress)
+    assert [r["step"] for r in progress] == [3, 6, 9, 12]
+    # The learning rate logged at step s is the optimizer's current rate, the
+    # one its next update (s + 1) takes: the paper's schedule worked out here
+    # (d_model 32, warmup 10, scale 1).
+    for record in progress:
+        update = record["step"] + 1
+        assert record["learning_rate"] == pytest.approx(32**-0.5 * min(update**-0.5, update * 10**-1.5), rel=1e-6)
+    # tokens/s: test_tokens_per_second_is_target_tokens_over_the_interval_between_reports. The
+    # logged validation BLEU and chrF against sacreBLEU: test_finetune.py, on a run that
+    # translates well enough for nonzero scores (this one's outputs are still empty).
     validations = [r for r in records if "valid_bleu" in r]
     assert [r["step"] for r in validations] == [4, 8, 12]
     best = read_best(output_dir)
@@ -59,6 +68,58 @@ def test_progress_lines_records_validation_and_best_model(corpus, tmp_path, caps
 
     png = plot_training_curves(output_dir, tmp_path / "curves.png")
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tokens_per_second_is_target_tokens_over_the_interval_between_reports(tmp_path):
+    """The clock is read by callbacks just before and just after
+    `TrainingProgress` at every step, so each report's interval lies between
+    known bounds; the target tokens of its steps are counted here from the
+    labels (pads excluded). The logged rate must lie between tokens / longest
+    and tokens / shortest possible interval."""
+    import time
+
+    import keras
+
+    from keras_transformer.training.progress import TrainingProgress
+    from keras_transformer.training.metrics import TargetTokenCount
+
+    class Clock(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times = {}
+
+        def on_train_begin(self, logs=None):
+            self.times[0] = time.monotonic()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.times[batch + 1] = time.monotonic()
+
+    rng = np.random.default_rng(0)
+    batch, steps, length = 4, 12, 6
+    labels = rng.integers(1, 10, size=(batch * steps, length)).astype("int32")
+    for row, kept in enumerate(rng.integers(1, length + 1, size=batch * steps)):
+        labels[row, kept:] = 0  # pads (id 0) after a random length
+    inputs = rng.integers(1, 10, size=(batch * steps, length)).astype("int32")
+    model = keras.Sequential([keras.Input((length,), dtype="int32"), keras.layers.Embedding(10, 8),
+                              keras.layers.Dense(10)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=[TargetTokenCount()])
+    before, after = Clock(), Clock()
+    progress = TrainingProgress(tmp_path, every_steps=3, every_seconds=1e9, live=False)
+    model.fit(inputs, labels, batch_size=batch, epochs=1, shuffle=False, verbose=0,
+              callbacks=[before, progress, after])
+    records = [r for r in read_records(tmp_path / PROGRESS_FILE) if "tokens_per_second" in r]
+    assert [r["step"] for r in records] == [3, 6, 9, 12]
+    tokens_per_step = (labels != 0).reshape(steps, batch * length).sum(1)
+    previous = 0
+    for record in records:
+        step = record["step"]
+        tokens = tokens_per_step[previous:step].sum()
+        shortest = before.times[step] - after.times[previous]
+        longest = after.times[step] - before.times[previous]
+        rate = record["tokens_per_second"]
+        assert tokens / longest * (1 - 1e-9) <= rate <= tokens / shortest * (1 + 1e-9), (step, tokens, rate)
+        previous = step
 
 
 def test_early_stopping_stops_after_patience(corpus, tmp_path, capsys):
