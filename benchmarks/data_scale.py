@@ -140,10 +140,10 @@ def measure(size, work, args):
     run_dir = work / f"run-{size}"
     result = {"pairs": size, "corpus_bytes": corpus.stat().st_size}
     _, seconds, rss, output = run_command(["prepare", *run_settings(corpus, run_dir, args.train_steps)])
-    manifest = json.loads((run_dir / "data" / "manifest.json").read_text())
+    manifest = json.loads((run_dir / "prepared" / "manifest.json").read_text())
     result["prepare"] = {"seconds": seconds, "peak_rss_mb": rss, "tokens": manifest["counts"]["tokens"],
                          "shards": len(manifest["shards"]), "prepared_bytes": sum(
-                             f.stat().st_size for f in (run_dir / "data").iterdir())}
+                             f.stat().st_size for f in (run_dir / "prepared").iterdir())}
     print(f"{size:,} pairs: prepared in {seconds:.0f}s, peak RSS {rss:.0f} MB", flush=True)
     _, again, _, output = run_command(["prepare", *run_settings(corpus, run_dir, args.train_steps)])
     assert output.startswith("up to date") or "\nup to date" in output, output[-2000:]
@@ -154,7 +154,7 @@ def measure(size, work, args):
     print(f"  train: first step after {first:.1f}s, peak RSS {rss:.0f} MB over {args.train_steps} steps", flush=True)
     resume_dir = work / f"resume-{size}"
     resume_dir.mkdir()
-    os.symlink(run_dir / "data", resume_dir / "data")  # the same prepared data, a new run
+    os.symlink(run_dir / "prepared", resume_dir / "prepared")  # the same prepared data, a new run
     settings = run_settings(corpus, resume_dir, 10_000)
     run_command(["train", *settings], stop_after_step=args.kill_after)
     first, _, _, output = run_command(["train", *settings, "--set", f"training.max_steps={args.kill_after + 2}"])
@@ -163,7 +163,7 @@ def measure(size, work, args):
                         "seconds_to_first_step": first}
     print(f"  killed after step {args.kill_after}, resumed: step {steps[0] if steps else '?'} after {first:.1f}s",
           flush=True)
-    rates = input_rates(run_dir / "data", corpus, args.rounds, args.batches, with_in_memory=size == args.sizes[0])
+    rates = input_rates(run_dir / "prepared", corpus, args.rounds, args.batches, with_in_memory=size == args.sizes[0])
     result["input_batches_per_second"] = rates
     print("  input batches/s: " + ", ".join(f"{name} {median(values):.0f}" for name, values in rates.items()),
           flush=True)

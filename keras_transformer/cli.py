@@ -336,7 +336,7 @@ def build_parser():
         "prepare", help="turn the training corpus into a tokenizer and shards of token ids (once)",
         description="Prepare data.train once: train the tokenizer on a sample read while the corpus streams by, "
         "tokenize on all cores, and write shards of token ids with a manifest to data.prepared_dir (default "
-        "OUTPUT_DIR/data). Running it again over unchanged inputs does nothing; a changed input is named and "
+        "OUTPUT_DIR/prepared). Running it again over unchanged inputs does nothing; a changed input is named and "
         "prepared again. `train` calls it on first use.")
     _config_arguments(prepare)
     prepare.set_defaults(func=cmd_prepare)

@@ -45,7 +45,7 @@ SCHEMA = {
                                  "(e.g. the tag <BT> of back-translated sources)"),
         "max_length": (128, int, "longest tokenized sentence used in training (longer pairs are dropped)"),
         "prepared_dir": (None, str, "where `keras-transformer prepare` (or the first `train`) writes the tokenizer "
-                         "and the training corpus as shards of token ids (default: OUTPUT_DIR/data); several "
+                         "and the training corpus as shards of token ids (default: OUTPUT_DIR/prepared); several "
                          "runs may share one"),
         "tokenizer_sample_pairs": (500_000, int, "the tokenizer is trained on at most this many pairs, drawn "
                                    "uniformly while the corpus streams by"),

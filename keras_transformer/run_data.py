@@ -19,8 +19,8 @@ TOKENIZER_FILE = "tokenizer.model"
 
 
 def prepared_dir(config):
-    """Where the run's prepared data lives: data.prepared_dir, or OUTPUT_DIR/data."""
-    return Path(config["data"]["prepared_dir"] or Path(config["output_dir"]) / "data")
+    """Where the run's prepared data lives: data.prepared_dir, or OUTPUT_DIR/prepared."""
+    return Path(config["data"]["prepared_dir"] or Path(config["output_dir"]) / "prepared")
 
 
 def _settings(config):

@@ -4,7 +4,7 @@ Layout of `output_dir`:
 
     config.json          the resolved configuration
     tokenizer.model      the joint SentencePiece vocabulary
-    data/                the prepared training corpus (data.prepared_dir by default; see data/prepare.py)
+    prepared/            the prepared training corpus (data.prepared_dir by default; see data/prepare.py)
     checkpoints/         ckpt-<step>.weights.h5 (weights + optimizer state), latest.json
     tensorboard/         training curves
     model.keras          the final model (average of the last checkpoints)

@@ -73,8 +73,8 @@ training: {{tokens_per_batch: 200, epochs: 1, save_every_steps: 4, average_last:
     for index in range(2):
         with open(tmp_path / f"rows{index}.jsonl") as handle:
             rows.append([tuple(map(tuple, json.loads(line))) for line in handle])
-    manifest = read_manifest(run / "data")
-    shards = ShardSet(str(run / "data"), manifest["shards"], manifest["token_dtype"])
+    manifest = read_manifest(run / "prepared")
+    shards = ShardSet(str(run / "prepared"), manifest["shards"], manifest["token_dtype"])
     expected = sorted((tuple(s + [EOS_ID]), tuple(t + [EOS_ID])) for s, t in shards.pairs(range(shards.num_pairs))
                       if max(len(s), len(t)) + 1 <= 40)
     assert len(expected) > 100

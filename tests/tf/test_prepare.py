@@ -158,9 +158,9 @@ def test_train_prepares_on_first_use_and_refuses_a_changed_corpus_under_checkpoi
                    "training.max_steps=2", "training.save_every_steps=1", "training.average_last=1"]
     config = config_lib.resolve([], None, assignments)
     runs.train(config)
-    manifest = json.loads((tmp_path / "run" / "data" / MANIFEST_FILE).read_text())
+    manifest = json.loads((tmp_path / "run" / "prepared" / MANIFEST_FILE).read_text())
     assert manifest["inputs"][0]["path"] == str(corpus)
-    assert (tmp_path / "run" / "tokenizer.model").read_bytes() == (tmp_path / "run" / "data" /
+    assert (tmp_path / "run" / "tokenizer.model").read_bytes() == (tmp_path / "run" / "prepared" /
                                                                     "tokenizer.model").read_bytes()
     write_corpus(corpus, 81)
     with pytest.raises(runs.RunError, match=f"{corpus} changed since it was prepared.*new output_dir"):

@@ -55,7 +55,8 @@ NOT_RUN = {
     "make quickstart": "test_make_quickstart_runs_the_recipe checks it runs recipes/quickstart/run.py, run below",
     "docker run": "no TensorFlow Serving binary or docker daemon in CI; tests/tf/test_export.py runs the stand-ins",
     "curl": "needs the TensorFlow Serving server above",
-    "TF_CONFIG=": "needs two hosts; tests/tf/test_multi_worker.py runs the same training as two workers on localhost",
+    "TF_CONFIG=": "needs two hosts; tests/tf/test_cli_workers.py runs `keras-transformer train` as two workers on "
+                  "localhost, tests/tf/test_multi_worker.py the Python API",
     # Three (two) trainings each: a second run here would add about a minute.
     "python recipes/back_translation/run.py": "tests/tf/test_recipes_workflow.py runs these very words in process, "
                                               "on generated corpora, shrunk with --set",
@@ -171,9 +172,9 @@ def test_readme_cli_commands(workspace, quickstart, monkeypatch):
             continue  # a command that README.md and a page both give runs once
         seen.add(tuple(words))
         argv = words[1:]
+        if argv[0] in ("train", "prepare") and "--preset" in argv:
+            continue  # test_readme_preset_command
         if argv[0] == "train":
-            if "--preset" in argv:
-                continue  # test_readme_preset_command
             # The quickstart ran 3 steps; this resumes the run and trains 3 more.
             argv = with_settings(argv, SHRINK + ["training.max_steps=6"])
         elif argv[0] == "evaluate":
@@ -210,6 +211,10 @@ def test_readme_preset_command(workspace, quickstart, monkeypatch, capsys):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"{en}\t{de}\n" for en, de in pairs), encoding="utf-8")
     words = next(w for w in readme_commands() if w[:2] == ["keras-transformer", "train"] and "--preset" in w)
+    prepare = next(w for w in readme_commands() if w[:2] == ["keras-transformer", "prepare"])
+    assert prepare[2:] == words[2:]  # the large-corpora page prepares what the training page trains on
+    assert cli.main(with_settings(prepare[1:], SHRINK)) == 0
+    assert (workspace / "runs" / "my_data" / "prepared" / "manifest.json").is_file()
 
     capsys.readouterr()
     assert cli.main(words[1:] + ["--print-config"]) == 0
@@ -219,6 +224,7 @@ def test_readme_preset_command(workspace, quickstart, monkeypatch, capsys):
     assert paper["data"]["train"] == files["train"] and paper["output_dir"] == "runs/my_data"
 
     assert cli.main(with_settings(words[1:], SHRINK + ["training.max_steps=2"])) == 0
+    assert "prepared in" in capsys.readouterr().out  # the data prepared above, not prepared again
     config = json.loads((workspace / "runs" / "my_data" / "config.json").read_text())
     assert config["data"]["tokenizer_model_type"] == "bpe" and config["training"]["warmup_steps"] == 4000
     assert sorted(p.name for p in (workspace / "runs" / "my_data" / "checkpoints").glob("ckpt-*")) == [
