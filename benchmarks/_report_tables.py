@@ -427,6 +427,37 @@ def complexity_table(records, options):
     return text
 
 
+def data_scale_table(records, options):
+    """data_scale.py: per corpus size, preparation, the first step, a resume and the input rate."""
+    record = select(records, options, "table:data-scale")[-1]
+    results = record["results"]
+    smallest_rss = results[0]["train"]["peak_rss_mb"]
+    rows = []
+    for result in results:
+        prepare, train, resume = result["prepare"], result["train"], result["resume"]
+        rates = result["input_batches_per_second"]
+        in_memory = rates.get("in-memory pipeline")
+        rows.append([
+            f"{result['pairs']:,}", f"{prepare['seconds'] / 60:.1f} min", f"{prepare['peak_rss_mb']:,.0f} MB",
+            f"{train['seconds_to_first_step']:.0f} s", f"{train['peak_rss_mb']:,.0f} MB",
+            f"{train['peak_rss_mb'] / smallest_rss:.2f}x",
+            f"{resume['seconds_to_first_step']:.0f} s (step {resume['first_step_after_resume']})",
+            f"{statistics.median(rates['prepared stream']):.0f}",
+            "-" if in_memory is None else f"{statistics.median(in_memory):.0f}",
+            "-" if in_memory is None else f"{median_ratio(rates['prepared stream'], in_memory):.1f}x",
+        ])
+    header = ["pairs", "prepare", "prepare peak RSS", "train: first step", "train peak RSS", "vs smallest",
+              "killed after step " + str(results[0]["resume"]["killed_after_step"]) + ", resumed: first step",
+              "stream batches/s", "in-memory batches/s", "stream vs in-memory"]
+    what = (f"each command in its own process; train peak RSS over {results[0]['train']['steps']} steps; input "
+            "rates are medians of rounds taking turns, same-round ratio")
+    text = caption(record, what) + "\n\n" + markdown_table(header, rows)
+    if "extrapolated_36m_prepare_seconds" in record:
+        text += (f"\n\nPreparation time extrapolated linearly from the two largest sizes to 36 million pairs "
+                 f"(WMT14 English-French): {record['extrapolated_36m_prepare_seconds'] / 3600:.1f} hours.")
+    return text
+
+
 GENERATORS = {
     "serve": ("serve", serve_table),
     "serve-summary": ("serve", serve_summary),
@@ -436,4 +467,5 @@ GENERATORS = {
     "quality": ("quality", quality_table),
     "gpu": ("gpu", gpu_table),
     "complexity": ("complexity", complexity_table),
+    "data-scale": ("data_scale", data_scale_table),
 }

@@ -468,3 +468,26 @@ def test_no_import_cycle_between_benchmark_modules(tmp_path):
     (tmp_path / "quality.py").write_text("from benchmarks import _quality_keras_hub\n")
     (tmp_path / "_quality_keras_hub.py").write_text("def f():\n    from benchmarks.quality import versions\n")
     assert import_cycles(benchmark_imports(tmp_path))
+
+
+def test_data_scale_table_from_a_fixture():
+    from benchmarks._report_tables import data_scale_table
+
+    def size(pairs, rss, stream, in_memory=None):
+        rates = {"prepared stream": stream}
+        if in_memory:
+            rates["in-memory pipeline"] = in_memory
+        return {"pairs": pairs, "prepare": {"seconds": 600.0, "peak_rss_mb": 2000.0},
+                "train": {"seconds_to_first_step": 30.4, "peak_rss_mb": rss, "steps": 20},
+                "resume": {"killed_after_step": 7, "first_step_after_resume": 6, "seconds_to_first_step": 20.6},
+                "input_batches_per_second": rates}
+
+    record = {"command": "python benchmarks/data_scale.py", "commit": "abc", "time": "t", "machine": {"cpus": 2},
+              "results": [size(100_000, 2000.0, [300, 500, 400], [100, 100, 200]), size(4_500_000, 2100.0, [350])],
+              "extrapolated_36m_prepare_seconds": 7200.0}
+    text = data_scale_table([record], {"commit": "abc"})
+    rows = [line for line in text.splitlines() if line.startswith("| 100,000") or line.startswith("| 4,500,000")]
+    # Same-round ratios 3.0, 5.0 and 2.0: their median is 3.0 (the ratio of the medians would be 4.0).
+    assert rows[0].split(" | ")[-1] == "3.0x |" and "| 400 | 100 |" in rows[0]
+    assert "| 2,100 MB | 1.05x |" in rows[1] and "| 21 s (step 6) |" in rows[1] and rows[1].endswith("| - | - |")
+    assert "36 million pairs (WMT14 English-French): 2.0 hours" in text
