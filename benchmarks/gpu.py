@@ -76,6 +76,7 @@ PAPER_TARGET_TOKENS = 25000
 # The PyTorch contenders: name -> torch.compile mode (None: eager).
 TORCH_MODES = {"torch.compile": "default", "torch.compile+cudagraphs": "reduce-overhead",
                "torch.compile-max-autotune": "max-autotune", "torch": None}
+COMPILED = {}  # train_torch's count of the graphs torch.compile made, and of its graph breaks
 # Dense bf16 tensor-core peak of the H100 SXM and the H200 (the same GH100 chip and clocks).
 DENSE_BF16_PEAK_TFLOPS = 989.0
 
@@ -176,7 +177,8 @@ def train_torch(args, precision, mode=None):
             return loss_fn(logits.float().reshape(-1, VOCABULARY), labels.reshape(-1))
 
     if mode is not None:
-        forward_loss = torch.compile(forward_loss, mode=mode, fullgraph=True)
+        # Graph breaks allowed (what a user gets); the record counts the graphs compiled.
+        forward_loss = torch.compile(forward_loss, mode=mode)
     cudagraphs = mode in ("reduce-overhead", "max-autotune")
     times = []
     for step in range(args.warmup + args.steps):
@@ -191,6 +193,11 @@ def train_torch(args, precision, mode=None):
         optimizer.step()
         synchronize()
         times.append(time.perf_counter() - start)
+    if mode is not None:
+        from torch._dynamo.utils import counters
+
+        COMPILED["graphs"] = counters["stats"]["unique_graphs"]
+        COMPILED["graph_breaks"] = sum(counters["graph_break"].values())
     return times, sum(t.numel() for t in model.parameters())
 
 
@@ -237,7 +244,7 @@ def worker(args):
             times, parameters = train_torch(args, precision, TORCH_MODES[contender])
         warmup, times = times[:args.warmup], times[args.warmup:]
         mode = "XLA (jit)" if contender == "ours" else TORCH_MODES[contender] or "eager"
-        result = {"seconds": times, "parameters": parameters, "warmup_seconds": warmup, "mode": mode}
+        result = {"seconds": times, "parameters": parameters, "warmup_seconds": warmup, "mode": mode, **COMPILED}
     else:
         times, parameters = decode_ours(args, precision, contender)
         result = {"seconds": times, "parameters": parameters}
