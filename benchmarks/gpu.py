@@ -9,10 +9,23 @@ padding), timed after a warm-up. Contenders, each in its own process:
   XLA program), the paper's loss (label smoothing 0.1) and Adam, float32
   (TF32 matrix products, JAX's default on NVIDIA GPUs since Ampere) and
   `mixed_bfloat16`;
-- torch: `torch.nn.Transformer` of the same size (post-LN, shared embedding
-  tied to the output, sinusoids, dropout on the same places), eager PyTorch
-  with fused Adam and the same loss, float32 with TF32 matrix products and
-  bfloat16 autocast.
+- torch.compile: `torch.nn.Transformer` of the same size (post-LN, shared
+  embedding tied to the output, sinusoids, dropout on the same places) with
+  the same loss, its forward and loss under `torch.compile` (Inductor, the
+  default mode; AOTAutograd compiles the backward too) and fused Adam,
+  float32 with TF32 matrix products and bfloat16 autocast: the like-for-like
+  peer of ours (a compiled program per step);
+- torch.compile+cudagraphs: the same under `mode="reduce-overhead"` (Inductor
+  plus CUDA graphs, which apply: every batch has the same shape);
+- torch.compile-max-autotune: `mode="max-autotune"` (Triton matrix-product
+  autotuning plus CUDA graphs); not run by default, its compile takes minutes;
+- torch: the same model run eagerly (no compile), kept as a labelled extra.
+
+The compiled contenders' compile (the first warm-up step) is left out of the
+rate and reported: every contender records its warm-up steps' seconds
+(`warmup_seconds`; ours' first step holds XLA's compile). Inductor keeps its
+cache between processes (its default), so a later torch.compile mode of the
+same run may reuse kernels of an earlier one.
 
 Reported: target tokens per second, seconds per step, the share of the
 GPU's dense bf16 peak (`--peak-tflops`, 989 for an H100 SXM or an H200) that the step's
@@ -29,6 +42,8 @@ CTranslate2 GPU build.
     KERAS_BACKEND=jax python benchmarks/gpu.py                 # everything
     KERAS_BACKEND=jax python benchmarks/gpu.py --part train --presets base
     KERAS_BACKEND=jax python benchmarks/gpu.py --part decode
+    KERAS_BACKEND=jax python benchmarks/gpu.py --part train --presets base \
+        --contenders ours torch.compile torch.compile-max-autotune torch
 
 One JSON line per run goes to `--record` (default benchmarks/results/gpu.jsonl):
 machine, GPU, versions, command, commit, every contender's raw step times.
@@ -58,6 +73,10 @@ PAD, BOS, EOS = 0, 2, 3
 # batches of about 25,000 source and 25,000 target tokens.
 PAPER_SECONDS_PER_STEP = {"base": 0.4, "big": 1.0}
 PAPER_TARGET_TOKENS = 25000
+# The PyTorch contenders: name -> torch.compile mode (None: eager).
+TORCH_MODES = {"torch.compile": "default", "torch.compile+cudagraphs": "reduce-overhead",
+               "torch.compile-max-autotune": "max-autotune", "torch": None}
+COMPILED = {}  # train_torch's count of the graphs torch.compile made, and of its graph breaks
 # Dense bf16 tensor-core peak of the H100 SXM and the H200 (the same GH100 chip and clocks).
 DENSE_BF16_PEAK_TFLOPS = 989.0
 
@@ -109,10 +128,12 @@ def train_ours(args, precision):
         start = time.perf_counter()
         model.train_on_batch({"source": source, "target": target}, labels)  # returns host values: synchronous
         times.append(time.perf_counter() - start)
-    return times[args.warmup:], int(model.count_params())
+    return times, int(model.count_params())
 
 
-def train_torch(args, precision):
+def train_torch(args, precision, mode=None):
+    """Seconds of every step (warm-up first) of torch.nn.Transformer; `mode`: None runs eagerly, else the
+    `torch.compile` mode of the forward and loss (whose backward AOTAutograd compiles too)."""
     import torch
 
     torch.manual_seed(0)
@@ -149,20 +170,35 @@ def train_torch(args, precision):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=0.1)
     data = [tuple(torch.from_numpy(a).long().to(device) for a in batch) for batch in batches(args.batch, args.length)]
+
+    def forward_loss(source, target, labels):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "mixed_bfloat16"):
+            logits = model(source, target)
+            return loss_fn(logits.float().reshape(-1, VOCABULARY), labels.reshape(-1))
+
+    if mode is not None:
+        # Graph breaks allowed (what a user gets); the record counts the graphs compiled.
+        forward_loss = torch.compile(forward_loss, mode=mode)
+    cudagraphs = mode in ("reduce-overhead", "max-autotune")
     times = []
     for step in range(args.warmup + args.steps):
         source, target, labels = data[step % len(data)]
         synchronize()
         start = time.perf_counter()
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "mixed_bfloat16"):
-            logits = model(source, target)
-            loss = loss_fn(logits.float().reshape(-1, VOCABULARY), labels.reshape(-1))
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()  # a new step: the last step's graph outputs may be reused
+        loss = forward_loss(source, target, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         synchronize()
         times.append(time.perf_counter() - start)
-    return times[args.warmup:], sum(t.numel() for t in model.parameters())
+    if mode is not None:
+        from torch._dynamo.utils import counters
+
+        COMPILED["graphs"] = counters["stats"]["unique_graphs"]
+        COMPILED["graph_breaks"] = sum(counters["graph_break"].values())
+    return times, sum(t.numel() for t in model.parameters())
 
 
 def decode_ours(args, precision, kind):
@@ -202,11 +238,17 @@ def decode_ours(args, precision, kind):
 def worker(args):
     kind, contender, precision = args.worker.split(":")
     if kind == "train":
-        function = train_ours if contender == "ours" else train_torch
-        times, parameters = function(args, precision)
+        if contender == "ours":
+            times, parameters = train_ours(args, precision)
+        else:
+            times, parameters = train_torch(args, precision, TORCH_MODES[contender])
+        warmup, times = times[:args.warmup], times[args.warmup:]
+        mode = "XLA (jit)" if contender == "ours" else TORCH_MODES[contender] or "eager"
+        result = {"seconds": times, "parameters": parameters, "warmup_seconds": warmup, "mode": mode, **COMPILED}
     else:
         times, parameters = decode_ours(args, precision, contender)
-    print("RESULT " + json.dumps({"seconds": times, "parameters": parameters}), flush=True)
+        result = {"seconds": times, "parameters": parameters}
+    print("RESULT " + json.dumps(result), flush=True)
 
 
 def run_worker(args, spec):
@@ -218,7 +260,11 @@ def run_worker(args, spec):
     env = dict(os.environ, KERAS_BACKEND="jax", XLA_PYTHON_CLIENT_MEM_FRACTION="0.9",
                TF_CPP_MIN_LOG_LEVEL="2")
     started = time.time()
-    output = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
+    try:
+        output = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT,
+                                timeout=args.worker_timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {args.worker_timeout} s"}
     for line in output.stdout.splitlines():
         if line.startswith("RESULT "):
             result = json.loads(line[len("RESULT "):])
@@ -233,7 +279,10 @@ def main():
     parser.add_argument("--part", choices=("train", "decode", "all"), default="all")
     parser.add_argument("--presets", nargs="+", default=["base", "big"])
     parser.add_argument("--precisions", nargs="+", default=["float32", "mixed_bfloat16"])
-    parser.add_argument("--contenders", nargs="+", default=["ours", "torch"])
+    parser.add_argument("--contenders", nargs="+",
+                        default=["ours", "torch.compile", "torch.compile+cudagraphs", "torch"],
+                        choices=["ours", *TORCH_MODES],
+                        help="training contenders (torch: eager; torch.compile-max-autotune is not run by default)")
     parser.add_argument("--batch", type=int, default=784, help="pairs per training batch")
     parser.add_argument("--length", type=int, default=32, help="source and target tokens per pair")
     parser.add_argument("--steps", type=int, default=30)
@@ -244,6 +293,9 @@ def main():
     parser.add_argument("--peak-tflops", type=float, default=DENSE_BF16_PEAK_TFLOPS,
                         help="the GPU's dense bf16 peak (H100 SXM and H200: 989)")
     parser.add_argument("--record", default=_records.default_path("gpu"))
+    parser.add_argument("--worker-timeout", type=float, default=900,
+                        help="seconds a contender's process may take (compile included)")
+    parser.add_argument("--commit", help="the commit to record when the checkout is a copy without its git history")
     parser.add_argument("--preset", default="base", help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -252,6 +304,8 @@ def main():
 
     os.environ.setdefault("KERAS_BACKEND", "jax")  # named in the recorded command
     record = _records.start("gpu", packages=("jax", "keras", "torch"))
+    if args.commit:
+        record["commit"] = args.commit
     record["results"] = []
     record["peak_tflops"] = args.peak_tflops
     print(f"GPU: {record['machine']['gpus']}; {record['versions']}", flush=True)
@@ -270,13 +324,15 @@ def main():
                                  batch=args.batch, length=args.length, matmul_flops=flops, **result)
                     record["results"].append(entry)
                     if "error" in result:
-                        print(f"  {contender:6} {precision:15} failed: {result['error']}", flush=True)
+                        print(f"  {contender:24} {precision:15} failed: {result['error']}", flush=True)
                         continue
                     step = statistics.median(result["seconds"])
-                    print(f"  {contender:6} {precision:15} {step * 1000:8.1f} ms/step  {tokens / step:10,.0f} "
+                    compiled = (f"  first step {result['warmup_seconds'][0]:.1f} s"
+                                if result.get("warmup_seconds") else "")
+                    print(f"  {contender:24} {precision:15} {step * 1000:8.1f} ms/step  {tokens / step:10,.0f} "
                           f"target tokens/s  {tokens / step / paper_rate:5.2f}x the paper's 8 P100s  "
                           f"{flops / step / 1e12 / args.peak_tflops:6.1%} of bf16 peak  "
-                          f"({result['parameters'] / 1e6:.1f}M parameters)", flush=True)
+                          f"({result['parameters'] / 1e6:.1f}M parameters){compiled}", flush=True)
         if args.part in ("decode", "all"):
             print(f"\n{preset}: decoding {args.decode_batch} sentences of 32 tokens, exactly "
                   f"{args.decode_steps} tokens each (ours, jax.jit)", flush=True)
