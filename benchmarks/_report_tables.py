@@ -344,16 +344,18 @@ def gpu_table(records, options):
             tokens = batch * length
             rates = [tokens / seconds for _, seconds, _ in runs]
             paper = gpu.PAPER_TARGET_TOKENS / gpu.PAPER_SECONDS_PER_STEP[preset]
-            peers = {time: seconds
-                     for time, seconds, _ in figures.get((part, preset, batch, length, "torch", precision), [])}
-            versus = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
+            def versus(peer):  # same-run ratios to a peer of the same precision
+                peers = {time: seconds
+                         for time, seconds, _ in figures.get((part, preset, batch, length, peer, precision), [])}
+                ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
+                return "-" if contender == peer or not ratios else f"{statistics.median(ratios):.2f}x"
             flops = gpu.training_matmul_flops(preset, batch, length)
             step = statistics.median(seconds for _, seconds, _ in runs)
             train_rows.append([
                 preset, f"{batch} x {length}", contender, precision, f"{step * 1000:.1f}",
                 f"{statistics.median(rates):,.0f}" + (f" ({min(rates):,.0f}-{max(rates):,.0f})" if min(rates) != max(rates) else ""),
                 f"{statistics.median(rates) / paper:.2f}x",
-                "-" if contender == "torch" or not versus else f"{statistics.median(versus):.2f}x",
+                versus("torch.compile"), versus("torch"),
                 f"{flops / step / 1e12 / peak:.0%}", str(len(runs)),
             ])
         else:
@@ -365,11 +367,13 @@ def gpu_table(records, options):
     text = (f"{len(records)} invocations of `benchmarks/gpu.py` ({first['time']} to {last['time']}; commits "
             f"{', '.join(OrderedDict.fromkeys(str(r.get('commit')) for r in records))}; {gpus[0]}; "
             "records in `benchmarks/results/gpu.jsonl`). Training: target tokens per second from each run's "
-            "median step time, the median over runs (range); ratios to torch are medians of same-run ratios; "
+            "median step time, the median over runs (range); ratios to torch (`torch.compile`, the fair contender, "
+            "and eager, where a record has them) are medians of same-run ratios; "
             "the share is the step's matrix-product FLOPs against the GPU's dense bfloat16 peak.")
     text += "\n\n" + markdown_table(
         ["model", "batch (pairs x tokens)", "contender", "precision", "ms/step", "target tokens/s",
-         "vs the paper's 8 P100s", "vs torch, same precision", "of bf16 peak", "runs"], train_rows)
+         "vs the paper's 8 P100s", "vs torch.compile, same precision", "vs torch eager, same precision",
+         "of bf16 peak", "runs"], train_rows)
     text += ("\n\nDecoding (ours, `jax.jit`; sentences of 32 tokens, exactly the fixed number of tokens each; "
              "each run's median over its rounds, the median over runs):\n\n")
     text += markdown_table(["model", "search", "precision", "sentences/s", "ms per step", "runs"], decode_rows)
