@@ -30,8 +30,24 @@ def epoch_batches(plan, epoch):
     return [plan.batch(epoch * plan.steps_per_epoch + position) for position in range(plan.steps_per_epoch)]
 
 
+def reference_batches(lengths, tokens_per_batch):
+    """Batch sizes and widths of the plan's cutting, by a loop over the pairs sorted by length bucket: a
+    batch closes with the budget of the bucket being read, once it has that many pairs, and is padded
+    to its longest pair's boundary."""
+    batches, pending = [], []
+    for bucket in sorted(b for b in map(reference_bucket, lengths) if b is not None):
+        pending.append(bucket)
+        budget = max(1, tokens_per_batch // BOUNDARIES[bucket])
+        while len(pending) >= budget:
+            batches.append((budget, BOUNDARIES[max(pending[:budget])]))
+            pending = pending[budget:]
+    if pending:
+        batches.append((len(pending), BOUNDARIES[pending[-1]]))
+    return sorted(batches)
+
+
 @pytest.mark.parametrize("tokens_per_batch", [7, 64, 1000])
-def test_every_kept_pair_once_per_epoch_in_its_own_bucket(tokens_per_batch):
+def test_every_kept_pair_once_per_epoch_within_its_batch_width(tokens_per_batch):
     lengths = lengths_of(500)
     plan = BatchPlan(lengths, BOUNDARIES, tokens_per_batch, seed=3)
     kept = [i for i, length in enumerate(lengths) if reference_bucket(length) is not None]
@@ -39,23 +55,24 @@ def test_every_kept_pair_once_per_epoch_in_its_own_bucket(tokens_per_batch):
     for epoch in range(2):
         seen = []
         for pair_ids, width in epoch_batches(plan, epoch):
-            buckets = {reference_bucket(lengths[i]) for i in pair_ids}
-            assert buckets == {BOUNDARIES.index(width)}
+            # The batch is padded to the boundary of its longest pair.
+            assert max(reference_bucket(lengths[i]) for i in pair_ids) == BOUNDARIES.index(width)
             assert 1 <= len(pair_ids) <= max(1, tokens_per_batch // width)
             seen.extend(pair_ids.tolist())
         assert sorted(seen) == kept
 
 
-def test_batches_fill_their_budget_except_one_per_bucket():
+@pytest.mark.parametrize("tokens_per_batch", [7, 128, 1000])
+def test_batches_are_cut_as_the_reference_cuts_them(tokens_per_batch):
     lengths = lengths_of(2000, seed=1)
-    plan = BatchPlan(lengths, BOUNDARIES, 128, seed=0)
-    partial = {}
-    for pair_ids, width in epoch_batches(plan, 0):
-        if len(pair_ids) < 128 // width:
-            partial[width] = partial.get(width, 0) + 1
-    assert all(count == 1 for count in partial.values())
-    expected = sum(-(-sum(reference_bucket(x) == b for x in lengths) // (128 // w)) for b, w in enumerate(BOUNDARIES))
-    assert plan.steps_per_epoch == expected
+    plan = BatchPlan(lengths, BOUNDARIES, tokens_per_batch, seed=0)
+    batches = epoch_batches(plan, 0)
+    # Below the budget of their width: the epoch's last, and at a bucket's end pairs carried over that fill
+    # the next, longer bucket's smaller budget on their own (padded to their own width).
+    partial = [len(ids) for ids, width in batches if len(ids) < max(1, tokens_per_batch // width)]
+    assert len(partial) <= len(BOUNDARIES)
+    assert sorted((len(ids), width) for ids, width in batches) == reference_batches(lengths, tokens_per_batch)
+    assert plan.steps_per_epoch == len(reference_batches(lengths, tokens_per_batch))
 
 
 def test_the_plan_is_a_function_of_its_arguments():

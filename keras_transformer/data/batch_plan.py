@@ -1,9 +1,15 @@
 """Which pairs make up the batch of each training step: a function of the step.
 
 The order is computed, not replayed. For an epoch `e` the plan shuffles the
-pairs with a generator seeded by `(seed, e)`, groups them by length bucket
-(each bucket's pairs in that random order), cuts each bucket into batches
-of its token budget and shuffles the batches. So:
+pairs with a generator seeded by `(seed, e)`, sorts them by length bucket
+(each bucket's pairs in that random order), cuts the sorted pairs into
+batches of the token budget and shuffles the batches. A bucket's last,
+partial batch is filled up with the next bucket's pairs (padded to the
+longer boundary), so every batch is full but the epoch's last: with
+hundreds of narrow buckets over a small corpus, batches cut bucket by bucket
+would mostly be partial ones, and each step would learn from far fewer
+tokens than `tokens_per_batch` (a streamed, repeated `tf.data`
+`group_by_window` fills them across epochs). So:
 
 - the shuffle is global (every pair can meet every other pair of its bucket,
   unlike a bounded shuffle buffer over a stream);
@@ -31,9 +37,9 @@ class BatchPlan:
             boundary >= its length.
         max_length: pairs longer than this (default: the last boundary)
             are left out (`left_out` counts them).
-        tokens_per_batch: token budget: a bucket's batches hold
-            `max(1, tokens_per_batch // boundary)` pairs (the last one of an
-            epoch fewer).
+        tokens_per_batch: token budget: a batch padded to `boundary` holds
+            `max(1, tokens_per_batch // boundary)` pairs (the epoch's last
+            one fewer).
         seed: the shuffle seed.
         num_workers, worker: this process's share (see the module docstring).
     """
@@ -55,10 +61,10 @@ class BatchPlan:
         self._kept = np.flatnonzero(bucket < len(self.boundaries)).astype(id_type)
         self.left_out = len(lengths) - len(self._kept)
         counts = np.bincount(bucket[self._kept], minlength=len(self.boundaries))
-        self.batches_per_epoch = int(np.sum(-(-counts // self.batch_sizes)))
+        starts, ends, _ = self._cut(counts)
+        self.batches_per_epoch = len(starts)
         splits = -self.batches_per_epoch % self.num_workers
-        splittable = int(np.sum(counts // self.batch_sizes * (self.batch_sizes > 1)
-                                + (counts % self.batch_sizes > 1)))
+        splittable = int(np.sum(ends - starts > 1))
         if splits > splittable:
             raise ValueError(
                 f"{self.batches_per_epoch} batches of {len(self._kept)} pairs cannot be dealt evenly to "
@@ -79,16 +85,7 @@ class BatchPlan:
         shuffled = self._kept[rng.permutation(len(self._kept))]
         order = shuffled[np.argsort(self._bucket[shuffled], kind="stable")]
         del shuffled
-        counts = np.bincount(self._bucket[order], minlength=len(self.boundaries))
-        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        starts, ends, widths = [], [], []
-        for bucket in np.flatnonzero(counts):
-            size = int(self.batch_sizes[bucket])
-            bucket_starts = np.arange(first[bucket], first[bucket] + counts[bucket], size)
-            starts.append(bucket_starts)
-            ends.append(np.minimum(bucket_starts + size, first[bucket] + counts[bucket]))
-            widths.append(np.full(len(bucket_starts), self.boundaries[bucket]))
-        starts, ends, widths = (np.concatenate(a) for a in (starts, ends, widths))
+        starts, ends, widths = self._cut(np.bincount(self._bucket[order], minlength=len(self.boundaries)))
         shuffle = rng.permutation(len(starts))
         starts, ends, widths = starts[shuffle], ends[shuffle], widths[shuffle]
         starts, ends, widths = self._even_out(starts, ends, widths)
@@ -96,6 +93,28 @@ class BatchPlan:
         plan = (order, starts[mine], ends[mine], widths[mine])
         self._cached = (epoch, plan)
         return plan
+
+    def _cut(self, counts):
+        """`(starts, ends, widths)` of the batches over pairs sorted by bucket,
+        `counts[b]` of them in bucket `b`: batches of bucket `b`'s budget
+        while its pairs come; the pairs left over at the end of a bucket open
+        the next bucket's first batch."""
+        starts = []
+        position, end = 0, 0
+        for bucket in range(len(self.boundaries)):
+            end += int(counts[bucket])
+            size = int(self.batch_sizes[bucket])
+            full = (end - position) // size
+            starts.append(position + size * np.arange(full, dtype=np.int64))
+            position += full * size
+        if position < end:  # the epoch's last batch, partial
+            starts.append(np.array([position], np.int64))
+        starts = np.concatenate(starts)
+        ends = np.append(starts[1:], end).astype(np.int64)[:len(starts)]
+        # Padded to the boundary of its longest pair (a batch of pairs carried over from shorter
+        # buckets holds fewer pairs than their own budget, so it stays within the budget).
+        last_bucket = np.searchsorted(np.cumsum(counts), ends - 1, side="right")
+        return starts, ends, self.boundaries[last_bucket] if len(starts) else np.zeros(0, np.int64)
 
     def _even_out(self, starts, ends, widths):
         """Halves the first batches of two or more pairs until the count is a
