@@ -208,14 +208,21 @@ def test_cached_step_follows_pre_layer_norm_models(source):
     np.testing.assert_allclose(cached["scores"], uncached["scores"], rtol=1e-5, atol=1e-5)
 
 
-def test_beam_size_one_is_greedy_or_better(model, source):
-    # One live hypothesis drawn from the two best extensions: it follows
-    # greedy's path, but a hypothesis that ends while greedy goes on is
-    # kept, so its score is never below greedy's (alpha 0: same ranking).
-    greedy = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
-    beam = as_numpy(beam_search(model, source, beam_size=1, alpha=0.0, max_extra_length=EXTRA))
-    assert np.all(beam["log_probs"] >= greedy["scores"] - 1e-5)
-    np.testing.assert_allclose(beam["scores"], beam["log_probs"], rtol=1e-6)
+def test_beam_size_one_equals_the_reference(tiny_vocabulary_model):
+    """One live hypothesis drawn from the two best extensions: exactly the
+    reference's output (greedy's path, but a hypothesis ending while the
+    path goes on is kept)."""
+    model = tiny_vocabulary_model
+    source = make_sources(vocabulary_size=9, lengths=(4, 1, 3, 2, 4), seed=1)
+    limits = [int(limit) for limit in limits_of(source)]
+    for seed in range(3):
+        draw_weights(model, seed=700 + seed, eos_scale=1.0 + 0.5 * seed)
+        beam = as_numpy(beam_search(model, source, beam_size=1, alpha=0.0, max_extra_length=EXTRA))
+        expected, _ = reference_beam_search(full_pass_log_probs(model, source), limits, 1, 0.0)
+        for row, hypotheses in enumerate(expected):
+            _, best_log_p, best_tokens = hypotheses[0]
+            assert output_tokens(beam["ids"][row], beam["lengths"][row]) == list(best_tokens)
+            np.testing.assert_allclose(beam["scores"][row], best_log_p, rtol=1e-4, atol=1e-4)
 
 
 # ---------------------------------------------------------------------------
@@ -223,14 +230,17 @@ def test_beam_size_one_is_greedy_or_better(model, source):
 # over full forward passes of the model, one Python list per hypothesis.
 
 
-def reference_beam_search(log_probs_of, limits, beam_size, alpha):
+def reference_beam_search(log_probs_of, limits, beam_size, alpha, limit_rule="fallback"):
     """GNMT / tensor2tensor beam search for every sentence of a batch.
 
     `log_probs_of(prefixes)` gives, for each sentence, a list of (decoder
     input -> next-token log-probabilities) results: it is called with one
     list of token prefixes per sentence and returns one array per prefix.
     No early stopping: a sentence runs until no live hypothesis is left, so
-    the search's early stop is checked, not copied. Returns, per sentence,
+    the search's early stop is checked, not copied. `limit_rule` as the
+    search's: "fallback" returns the live hypotheses at the limit only when
+    none finished, "force_eos" allows only EOS at the last position,
+    "finish" finishes a hypothesis cut at the limit. Returns, per sentence,
     the finished set sorted best first as (score, log P, tokens), and
     whether pruning changed anything (a finished hypothesis kept while live
     ones went on, or candidates cut to 2 * beam_size).
@@ -244,10 +254,13 @@ def reference_beam_search(log_probs_of, limits, beam_size, alpha):
             break
         rows_log_probs = log_probs_of({row: [tokens for tokens, _ in live[row]] for row in active})
         for row in active:
+            last = step + 1 == limits[row]
             candidates = []
             for (tokens, log_p), next_log_probs in zip(live[row], rows_log_probs[row]):
                 for token in range(len(next_log_probs)):
                     if token in (PAD, BOS) or not np.isfinite(next_log_probs[token]):
+                        continue
+                    if limit_rule == "force_eos" and last and token != EOS:
                         continue
                     candidates.append((log_p + float(next_log_probs[token]), tokens + (token,)))
             # Best first; ties to the earlier beam, then the lower token id.
@@ -256,13 +269,16 @@ def reference_beam_search(log_probs_of, limits, beam_size, alpha):
                 pruned[row] = True
             live[row] = []
             for log_p, tokens in candidates[: 2 * beam_size]:
-                if tokens[-1] == EOS or len(tokens) == limits[row]:
+                if tokens[-1] == EOS or (last and limit_rule == "finish"):
                     finished[row].append((log_p / gnmt_penalty(len(tokens), alpha), log_p, tokens))
                 elif len(live[row]) < beam_size:
                     live[row].append((tokens, log_p))
-            if finished[row] and live[row]:
+            if finished[row] and live[row] and not last:
                 pruned[row] = True
             finished[row] = sorted(finished[row], key=lambda h: -h[0])[:beam_size]
+    for row, hypotheses in enumerate(live):
+        if limit_rule == "fallback" and not finished[row]:
+            finished[row] = [(log_p / gnmt_penalty(len(tokens), alpha), log_p, tokens) for tokens, log_p in hypotheses]
     return finished, pruned
 
 
@@ -317,27 +333,33 @@ def tiny_vocabulary_model():
     return make_model(vocabulary_size=9, num_encoder_layers=1, num_decoder_layers=1)
 
 
-@pytest.mark.parametrize("alpha", [0.0, 0.6])
-@pytest.mark.parametrize("beam_size", [2, 3, 4])
-def test_beam_search_equals_an_independent_standard_beam_search(beam_size, alpha, tiny_vocabulary_model):
+@pytest.mark.parametrize("beam_size, alpha, limit_rule", [
+    (2, 0.0, "fallback"), (3, 0.6, "fallback"), (4, 0.6, "fallback"), (4, 0.0, "fallback"),
+    (3, 0.0, "force_eos"), (2, 0.6, "force_eos"), (3, 0.6, "finish"), (2, 0.0, "finish"),
+])
+def test_beam_search_equals_an_independent_standard_beam_search(beam_size, alpha, limit_rule,
+                                                                tiny_vocabulary_model):
     model = tiny_vocabulary_model
     # Mixed source lengths in one batch (EOS included), limits source + EXTRA.
     source = make_sources(vocabulary_size=9, lengths=(4, 1, 3, 2, 4), seed=beam_size)
     limits = [int(limit) for limit in limits_of(source)]
-    pruned_cases, compared = 0, 0
+    pruned_cases, compared, rows, cut = 0, 0, 0, 0
     for seed in range(8):
         # EOS scales from 1 to 2.75: some models end early, some run long.
         draw_weights(model, seed=100 * beam_size + seed, eos_scale=1.0 + 0.25 * seed)
         result = as_numpy(beam_search(model, source, beam_size=beam_size, alpha=alpha,
-                                      max_extra_length=EXTRA, return_all_beams=True))
-        expected, pruned = reference_beam_search(full_pass_log_probs(model, source), limits, beam_size, alpha)
+                                      max_extra_length=EXTRA, return_all_beams=True, limit_rule=limit_rule))
+        expected, pruned = reference_beam_search(full_pass_log_probs(model, source), limits, beam_size, alpha,
+                                                 limit_rule)
         for row, hypotheses in enumerate(expected):
-            compared += 1
-            pruned_cases += pruned[row]
+            rows += 1
             best_score, best_log_p, best_tokens = hypotheses[0]
             # A near tie between the best two can go either way in float32.
             if len(hypotheses) > 1 and hypotheses[0][0] - hypotheses[1][0] < 1e-4:
                 continue
+            compared += 1
+            pruned_cases += pruned[row]
+            cut += best_tokens[-1] != EOS
             length = len(best_tokens)
             np.testing.assert_array_equal(result["ids"][row, 0, :length], best_tokens)
             assert np.all(result["ids"][row, 0, length:] == PAD)
@@ -347,9 +369,16 @@ def test_beam_search_equals_an_independent_standard_beam_search(beam_size, alpha
             # The whole finished set, best first (where the early stop left one).
             kept = result["scores"][row][np.isfinite(result["scores"][row])]
             np.testing.assert_allclose(kept, [h[0] for h in hypotheses][: len(kept)], rtol=1e-4, atol=1e-4)
-    # The reference pruned in most cases: a search that kept every hypothesis
-    # could not pass this test by accident.
+    # Most rows were compared, and the reference pruned in most of those: a
+    # search that kept every hypothesis could not pass this test by accident.
+    assert compared >= 0.8 * rows, (compared, rows)
     assert pruned_cases >= compared // 2, (pruned_cases, compared)
+    # The rule decided some outputs: cut hypotheses won under "finish" only
+    # (and under "fallback" only where nothing ended).
+    if limit_rule == "finish":
+        assert cut > 0
+    elif limit_rule == "force_eos":
+        assert cut == 0
 
 
 def test_finished_hypothesis_is_not_pushed_out_by_live_ones():
@@ -399,15 +428,16 @@ def test_finished_hypothesis_is_not_pushed_out_by_live_ones():
     np.testing.assert_allclose(result["scores"][0], np.log(0.2), rtol=1e-6)
 
 
-def exhaustive_hypotheses(model, source_row, limit, alpha, vocabulary_size):
-    """Every output sequence (ending with EOS, or cut at `limit`) with its GNMT score."""
+def exhaustive_hypotheses(model, source_row, limit, alpha, vocabulary_size, limit_rule):
+    """Every output sequence the rule can return (ending with EOS; under
+    "finish" also those cut at `limit`) with its GNMT score."""
     allowed = [t for t in range(vocabulary_size) if t not in (PAD, BOS)]
     continuing = [t for t in allowed if t != EOS]
     sequences = []
     for length in range(1, limit + 1):
         for prefix in itertools.product(continuing, repeat=length - 1):
             sequences.append(list(prefix) + [EOS])
-            if length == limit:  # cut at the limit without EOS
+            if length == limit and limit_rule == "finish":  # cut at the limit without EOS
                 sequences.extend(list(prefix) + [last] for last in continuing)
     padded = [[BOS] + s[:-1] + [PAD] * (limit - len(s)) for s in sequences]
     log_probs = full_log_probs(model, source_row, padded)
@@ -418,20 +448,21 @@ def exhaustive_hypotheses(model, source_row, limit, alpha, vocabulary_size):
     return sorted(hypotheses, key=lambda h: -h[0])
 
 
-@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
-def test_wide_beam_finds_the_exhaustive_optimum(alpha):
+@pytest.mark.parametrize("alpha, limit_rule", [(0.0, "fallback"), (0.6, "fallback"), (2.0, "fallback"),
+                                               (0.6, "finish"), (2.0, "finish"), (0.6, "force_eos")])
+def test_wide_beam_finds_the_exhaustive_optimum(alpha, limit_rule):
     vocabulary_size = 6  # pad, unk, bos, eos and two words: 3 ways to continue
     model = make_model(vocabulary_size=vocabulary_size, seed=1)
     # Non-pad source lengths 2 and 1 with max_extra_length=1: output limits 3 and 2.
     source = np.array([[4, EOS], [EOS, PAD]], "int32")
     beam_size = 40  # every hypothesis of length <= 3 fits: 1 + 3 + 9 * 4
     result = as_numpy(beam_search(model, source, beam_size=beam_size, alpha=alpha, max_extra_length=1,
-                                  return_all_beams=True))
+                                  return_all_beams=True, limit_rule=limit_rule))
     best_lengths = []
     for row, limit in enumerate([3, 2]):
         # Each sentence is scored alone, without the batch's padding.
         alone = source[row, : int((source[row] != PAD).sum())]
-        expected = exhaustive_hypotheses(model, alone, limit, alpha, vocabulary_size)
+        expected = exhaustive_hypotheses(model, alone, limit, alpha, vocabulary_size, limit_rule)
         best_score, best_log_p, best_sequence = expected[0]
         best_lengths.append(len(best_sequence))
         assert len(expected) <= beam_size
@@ -447,8 +478,8 @@ def test_wide_beam_finds_the_exhaustive_optimum(alpha):
         np.testing.assert_allclose(finite, [h[0] for h in expected], rtol=1e-5, atol=1e-5)
         found_sequences = sorted(tuple(ids[k, : lengths[k]]) for k in range(len(finite)))
         assert found_sequences == sorted(tuple(h[2]) for h in expected)
-    if alpha == 2.0:
-        assert best_lengths[0] == 3  # a strong penalty favours long hypotheses
+    if alpha == 2.0 and limit_rule == "finish":
+        assert best_lengths[0] == 3  # a strong penalty favours long (here: cut) hypotheses
 
 
 def check_hypotheses(ids, lengths, limits):
@@ -464,22 +495,38 @@ def check_hypotheses(ids, lengths, limits):
             assert length == limits[row]  # cut at the limit, never extended past it
 
 
-def test_finished_hypotheses_are_not_extended_and_limits_hold(model, source):
+@pytest.mark.parametrize("limit_rule", ["fallback", "finish"])
+def test_finished_hypotheses_are_not_extended_and_limits_hold(limit_rule, model, source):
     limits = limits_of(source)
-    greedy = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
+    greedy = as_numpy(greedy_search(model, source, max_extra_length=EXTRA, limit_rule=limit_rule))
     check_hypotheses(greedy["ids"], greedy["lengths"], limits)
-    beams = as_numpy(beam_search(model, source, max_extra_length=EXTRA, return_all_beams=True))
+    beams = as_numpy(beam_search(model, source, max_extra_length=EXTRA, return_all_beams=True,
+                                 limit_rule=limit_rule))
     assert beams["ids"].shape == (4, 4, source.shape[1] + EXTRA)
-    for k in range(4):
-        check_hypotheses(beams["ids"][:, k], beams["lengths"][:, k], limits)
+    filled = np.isfinite(beams["scores"])
+    for row in range(4):
+        kept = int(filled[row].sum())
+        assert kept >= 1 and filled[row, :kept].all()  # filled slots first
+        check_hypotheses(beams["ids"][row, :kept], beams["lengths"][row, :kept], [limits[row]] * kept)
+        assert np.all(beams["ids"][row, kept:] == PAD) and np.all(beams["lengths"][row, kept:] == 0)
+        ended = (beams["ids"][row, :kept] == EOS).any(axis=1)
+        if limit_rule == "fallback":
+            # Cut hypotheses only where none ended, and then all of them.
+            assert ended.all() or not ended.any()
     # Beams are sorted best first and the reported scores are log P / lp(length).
-    assert np.all(np.diff(beams["scores"], axis=1) <= 1e-6)
+    scores = np.where(filled, beams["scores"], -1e30)
+    assert np.all(np.diff(scores, axis=1) <= 1e-6)
     np.testing.assert_allclose(
-        beams["scores"], beams["log_probs"] / gnmt_penalty(beams["lengths"], 0.6), rtol=1e-5, atol=1e-5
+        beams["scores"][filled], (beams["log_probs"] / gnmt_penalty(beams["lengths"], 0.6))[filled],
+        rtol=1e-5, atol=1e-5,
     )
-    # The fixture mixes hypotheses ended by EOS and cut at the limit.
-    ended = beams["ids"] == EOS
-    assert ended.any() and not ended.any(axis=2).all()
+    ended = (beams["ids"] == EOS).any(axis=2)
+    if limit_rule == "finish":
+        # The fixture mixes hypotheses ended by EOS and cut at the limit.
+        assert ended.any() and not ended[filled].all()
+    else:
+        # Under the default rule the fixture's outputs all end with EOS.
+        assert ended[filled].all()
 
 
 @pytest.mark.parametrize("vocabulary_size", [1031, 8000])  # a prime (padded blocks), and blocks of 80

@@ -30,8 +30,14 @@ Conventions shared by both searches:
 - A sentence may produce at most `source_length + max_extra_length` tokens,
   where source_length is its own count of non-pad ids (EOS included); the
   output buffer is `padded_source_length + max_extra_length` wide. An optional
-  `max_length` caps both. A hypothesis that reaches its limit without EOS is
-  finished as it is (truncated, no EOS).
+  `max_length` caps both. `limit_rule` says what becomes of a hypothesis
+  that reaches its limit without EOS (`LIMIT_RULES`): "fallback"
+  (tensor2tensor, the default) returns it only when no hypothesis of its
+  sentence ended with EOS; "force_eos" (fairseq) allows only EOS at the
+  last position, so every hypothesis ends and pays for its EOS; "finish"
+  (CTranslate2) finishes it as it is, unpaid, competing with those that
+  ended. Greedy search and sampling have one hypothesis: "fallback" and
+  "finish" return it as it is, "force_eos" ends it with EOS.
 - Reported lengths count the generated tokens *including* EOS, as GNMT and
   tensor2tensor do; the GNMT length penalty uses that length:
   lp = ((5 + length) / 6) ** alpha, score = log P / lp.
@@ -43,16 +49,21 @@ Conventions shared by both searches:
 
 Beam search is the standard algorithm of GNMT and tensor2tensor: at each
 step the `2 * beam_size` best extensions of the live hypotheses are taken;
-those that finish (EOS, or the length limit) enter a separate finished set
+those that finish (EOS; under "finish" also the length limit) enter a separate finished set
 (the `beam_size` best by final score), the best `beam_size` others stay live.
 A finished hypothesis never competes with live ones for a slot, and the best
-finished one is returned. A sentence stops early only when no live
+finished one is returned (under "fallback", the best live one at the limit
+when none finished). A sentence stops early only when no live
 hypothesis can beat the worst kept finished one even under the most
 favourable length penalty it could reach (the one at its limit, since log P
-only falls): a bound that never changes the result.
+only falls): a bound that never changes the result under any rule (a
+hypothesis at its limit scores at most log P / lp(limit) under "finish",
+less under "force_eos", which adds an EOS term, and under "fallback" it
+competes only when nothing finished, when no early stop happens).
 """
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from keras import ops
@@ -62,6 +73,9 @@ from keras_transformer.models.incremental import batch_size_of, write_column
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID  # noqa: F401  (re-exported)
 
 _NEG_INF = float("-inf")
+
+# What becomes of a hypothesis at its length limit without EOS (see above).
+LIMIT_RULES = ("fallback", "force_eos", "finish")
 
 
 def length_penalty(length, alpha=0.6):
@@ -93,7 +107,14 @@ def check_sampling_options(temperature=1.0, top_k=0, top_p=1.0, seed=None):
         _check_int("seed", seed, 0)
 
 
-def _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id):
+def check_limit_rule(limit_rule):
+    if limit_rule not in LIMIT_RULES:
+        raise ValueError(f"`limit_rule` must be one of {', '.join(map(repr, LIMIT_RULES))}, got {limit_rule!r}.")
+    return limit_rule
+
+
+def _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id, limit_rule="fallback"):
+    check_limit_rule(limit_rule)
     _check_int("max_extra_length", max_extra_length, 0)
     _check_int("min_length", min_length, 0)
     if max_length is not None:
@@ -182,6 +203,24 @@ def _mask_special_tokens(log_probs, ids, step, bos_id, eos_id, pad_id, min_lengt
     return ops.where(banned, ops.cast(_NEG_INF, "float32"), log_probs)
 
 
+def _keep_a_candidate(allowed, logits, eos_id):
+    """`allowed` logits (rows, V), with EOS allowed again in rows where
+    bans left no token at all (blocking with min_length in a small
+    vocabulary): banning never leaves a row without a finite candidate."""
+    vocabulary = ops.arange(ops.shape(logits)[-1], dtype="int32")
+    none_left = ops.logical_not(ops.any(ops.greater(allowed, _NEG_INF), axis=-1, keepdims=True))
+    reopen = ops.logical_and(none_left, ops.equal(ops.expand_dims(vocabulary, 0), eos_id))
+    return ops.where(reopen, logits, allowed)
+
+
+def _eos_only(allowed, logits, at_limit, eos_id):
+    """Rows of `allowed` (rows, V) where `at_limit` (rows,) allow EOS alone,
+    at its model logit ("force_eos")."""
+    vocabulary = ops.arange(ops.shape(logits)[-1], dtype="int32")
+    eos_logits = ops.where(ops.equal(ops.expand_dims(vocabulary, 0), eos_id), logits, _NEG_INF)
+    return ops.where(ops.expand_dims(at_limit, 1), eos_logits, allowed)
+
+
 # Vocabularies at least this large take the blockwise top-k below.
 BLOCKWISE_TOP_K_MIN_VOCABULARY = 1024
 
@@ -217,6 +256,8 @@ def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length, ba
         vocabulary = ops.arange(vocabulary_size, dtype="int32")
         allowed = logits if banned is None else ops.where(banned, _NEG_INF, logits)
         allowed = _mask_special_tokens(allowed, vocabulary, step, bos_id, eos_id, pad_id, min_length)
+        if banned is not None:
+            allowed = _keep_a_candidate(allowed, logits, eos_id)
         values, ids = ops.top_k(allowed, k=k, sorted=True)
         return values, ops.cast(ids, "int32"), ops.logsumexp(logits, axis=-1)
     rows = batch_size_of(logits)
@@ -285,11 +326,13 @@ class _Constraints:
         if self.no_repeat_ngram_size > 0:
             banned = ops.logical_or(banned, self._repeated(step, history))
         if self.prefix is not None:
+            # A forced token is exempt from blocking: while a row is forced,
+            # every other token is banned, and only those.
             width = ops.shape(self.prefix)[1]
             forced = ops.take(self.prefix, ops.minimum(step, width - 1), axis=1)
-            forcing = ops.less(step, self.prefix_lengths)
+            forcing = ops.expand_dims(ops.less(step, self.prefix_lengths), 1)
             other = ops.not_equal(ops.expand_dims(self.vocabulary, 0), ops.expand_dims(forced, 1))
-            banned = ops.logical_or(banned, ops.logical_and(ops.expand_dims(forcing, 1), other))
+            banned = ops.where(forcing, other, banned)
         return banned
 
     def _repeated(self, step, history):
@@ -425,7 +468,7 @@ def _sampled_tokens(allowed, uniforms, temperature, top_k, top_p):
 def _greedy(
     model, source_ids, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id, use_cache,
     xla_ops=False, prefix_ids=None, no_repeat_ngram_size=0, uniforms=None, temperature=1.0, top_k=0,
-    top_p=1.0,
+    top_p=1.0, limit_rule="fallback",
 ):
     """Greedy search, or random sampling when `uniforms` (batch, buffer) is given."""
     source_ids = ops.cast(source_ids, "int32")
@@ -445,6 +488,10 @@ def _greedy(
         banned = constraints.banned(step, tokens)
         allowed = logits if banned is None else ops.where(banned, _NEG_INF, logits)
         allowed = _mask_special_tokens(allowed, vocabulary, step, bos_id, eos_id, pad_id, min_length)
+        if banned is not None:
+            allowed = _keep_a_candidate(allowed, logits, eos_id)
+        if limit_rule == "force_eos":
+            allowed = _eos_only(allowed, logits, ops.greater_equal(step + 1, limits), eos_id)
         if uniforms is None:
             next_tokens = ops.cast(ops.argmax(allowed, axis=-1), "int32")
         else:
@@ -482,10 +529,28 @@ def _take_rows(x, indices):
     return ops.take_along_axis(x, indices, axis=1)
 
 
+class BeamState(NamedTuple):
+    """The beam loop's state besides the step and the decoder's caches.
+
+    Live hypotheses are rows (batch * beam_size, ...) as the decoder sees
+    them; finished ones (batch, beam_size, ...), best first. Slots not yet
+    filled score -inf.
+    """
+
+    live_tokens: object  # (rows, buffer) tokens so far
+    last_tokens: object  # (rows,) the decoder's next input
+    live_log_probs: object  # (batch, beam_size), best first
+    finished_tokens: object  # (batch, beam_size, buffer)
+    finished_scores: object  # (batch, beam_size) log P / length penalty
+    finished_log_probs: object  # (batch, beam_size)
+    finished_lengths: object  # (batch, beam_size), EOS included
+    done: object  # (batch,) no live hypothesis can change the result
+
+
 def _beam(
     model, source_ids, beam_size, alpha, max_extra_length, max_length, min_length,
     bos_id, eos_id, pad_id, use_cache, return_all_beams, xla_ops=False, prefix_ids=None,
-    no_repeat_ngram_size=0,
+    no_repeat_ngram_size=0, limit_rule="fallback",
 ):
     source_ids = ops.cast(source_ids, "int32")
     limits, buffer_length = _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length)
@@ -506,26 +571,32 @@ def _beam(
     width = min(2 * beam_size, beam_size * per_row)
     # The most favourable penalty a live hypothesis can still get: the one at its limit.
     best_penalty = length_penalty(limits, alpha)
+    row_limits = ops.repeat(limits, beam_size, axis=0)  # (rows,)
     limits = ops.expand_dims(limits, 1)  # (batch, 1) against (batch, candidates)
     row_offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * beam_size, 1)
     # Flat index of (beam, token) in a sentence's beam * vocabulary extensions.
     beam_offsets = ops.reshape(
         ops.tile(ops.arange(beam_size, dtype="int32") * vocabulary_size, (batch,)), (rows, 1)
     )
+    first_column = ops.equal(ops.arange(per_row, dtype="int32"), 0)
 
-    def cond(step, live_tokens, last_tokens, live_log_probs, finished_tokens, finished_scores,
-             finished_log_probs, finished_lengths, done, state):
-        return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(done)))
+    def cond(step, beam, decoder_state):
+        return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(beam.done)))
 
-    def body(step, live_tokens, last_tokens, live_log_probs, finished_tokens, finished_scores,
-             finished_log_probs, finished_lengths, done, state):
-        logits, state = decoder.step(state, last_tokens, step)
+    def body(step, beam, decoder_state):
+        logits, decoder_state = decoder.step(decoder_state, beam.last_tokens, step)
         row_values, row_indices, normalizers = _top_k_and_logsumexp(
             logits, per_row, step, bos_id, eos_id, pad_id, min_length,
-            banned=constraints.banned(step, live_tokens),
+            banned=constraints.banned(step, beam.live_tokens),
         )
+        if limit_rule == "force_eos":
+            # At the limit a row extends by EOS alone, at its own log P.
+            at_limit = ops.expand_dims(ops.greater_equal(step + 1, row_limits), 1)
+            eos_values = ops.where(first_column, ops.expand_dims(logits[:, eos_id], 1), neg_inf)
+            row_values = ops.where(at_limit, eos_values, row_values)
+            row_indices = ops.where(at_limit, ops.where(first_column, eos_id, row_indices), row_indices)
         # A sentence that is done extends nothing (its dead beams are -inf already).
-        live = ops.where(ops.expand_dims(done, 1), neg_inf, live_log_probs)
+        live = ops.where(ops.expand_dims(beam.done, 1), neg_inf, beam.live_log_probs)
         offsets = ops.reshape(live, (rows,)) - normalizers
         candidates = ops.reshape(row_values + ops.expand_dims(offsets, 1), (batch, beam_size * per_row))
         candidate_ids = ops.reshape(row_indices + beam_offsets, (batch, beam_size * per_row))
@@ -533,58 +604,80 @@ def _beam(
         flat_ids = ops.take_along_axis(candidate_ids, ops.cast(positions, "int32"), axis=1)
         parents = flat_ids // vocabulary_size
         tokens = flat_ids % vocabulary_size
-        ends = ops.logical_or(ops.equal(tokens, eos_id), ops.greater_equal(step + 1, limits))
+        ends = ops.equal(tokens, eos_id)
+        if limit_rule == "finish":
+            ends = ops.logical_or(ends, ops.greater_equal(step + 1, limits))
         # Every candidate's whole hypothesis: its parent's tokens and this one.
         parent_rows = row_offsets + parents  # (batch, width)
-        hypotheses = ops.take(live_tokens, ops.reshape(parent_rows, (-1,)), axis=0)
+        hypotheses = ops.take(beam.live_tokens, ops.reshape(parent_rows, (-1,)), axis=0)
         hypotheses = write_column(hypotheses, step, ops.reshape(tokens, (-1,)))
         hypotheses = ops.reshape(hypotheses, (batch, width, -1))
 
         # Finished: the best beam_size of the kept ones and those ending now
         # (ties keep the earlier ones, which come first).
         ending_scores = ops.where(ends, log_probs / length_penalty(step + 1, alpha), neg_inf)
-        pooled_scores = ops.concatenate([finished_scores, ending_scores], axis=1)
+        pooled_scores = ops.concatenate([beam.finished_scores, ending_scores], axis=1)
         finished_scores, picks = ops.top_k(pooled_scores, k=beam_size, sorted=True)
-        finished_tokens = _take_rows(ops.concatenate([finished_tokens, hypotheses], axis=1), picks)
+        finished_tokens = _take_rows(ops.concatenate([beam.finished_tokens, hypotheses], axis=1), picks)
         finished_log_probs = _take_rows(
-            ops.concatenate([finished_log_probs, ops.where(ends, log_probs, neg_inf)], axis=1), picks
+            ops.concatenate([beam.finished_log_probs, ops.where(ends, log_probs, neg_inf)], axis=1), picks
         )
         ending_lengths = ops.broadcast_to(ops.reshape(step + 1, (1, 1)), ops.shape(tokens))
-        finished_lengths = _take_rows(ops.concatenate([finished_lengths, ending_lengths], axis=1), picks)
+        finished_lengths = _take_rows(ops.concatenate([beam.finished_lengths, ending_lengths], axis=1), picks)
 
-        # Live: the best beam_size of those that do not end.
+        # Live: the best beam_size of those that do not end. A sentence
+        # already done keeps its live set: under "fallback" the live
+        # hypotheses at the limit are its answer when none finished.
         live_log_probs, picks = ops.top_k(ops.where(ends, neg_inf, log_probs), k=beam_size, sorted=True)
         live_rows = ops.reshape(_take_rows(parent_rows, picks), (rows,))
         last_tokens = ops.reshape(_take_rows(tokens, picks), (rows,))
         live_tokens = ops.reshape(_take_rows(hypotheses, picks), (rows, -1))
-        state = decoder.reorder(state, live_rows)
+        was_done = ops.repeat(beam.done, beam_size, axis=0)
+        live_tokens = ops.where(ops.expand_dims(was_done, 1), beam.live_tokens, live_tokens)
+        live_log_probs = ops.where(ops.expand_dims(beam.done, 1), beam.live_log_probs, live_log_probs)
+        decoder_state = decoder.reorder(decoder_state, live_rows)
 
         # Done when no live hypothesis can beat the worst kept finished one
         # (-inf while fewer than beam_size have finished), or at the limit.
         bound = live_log_probs[:, 0] / best_penalty
-        done = ops.logical_or(done, ops.greater_equal(finished_scores[:, -1], bound))
+        done = ops.logical_or(beam.done, ops.greater_equal(finished_scores[:, -1], bound))
         done = ops.logical_or(done, ops.greater_equal(step + 1, limits[:, 0]))
-        return (step + 1, live_tokens, last_tokens, live_log_probs, finished_tokens, finished_scores,
-                finished_log_probs, finished_lengths, done, state)
+        beam = BeamState(live_tokens, last_tokens, live_log_probs, finished_tokens, finished_scores,
+                         finished_log_probs, finished_lengths, done)
+        return step + 1, beam, decoder_state
 
     # Only the first beam is live at the start, so the first step's
     # candidates hold distinct tokens.
     first_beam = ops.equal(ops.arange(beam_size, dtype="int32"), 0)
     initial = ops.broadcast_to(ops.expand_dims(ops.where(first_beam, 0.0, neg_inf), 0), (batch, beam_size))
     empty = ops.full((batch, beam_size), neg_inf, dtype="float32")
-    loop_state = (
-        ops.convert_to_tensor(0, dtype="int32"),
-        ops.zeros((rows, buffer_length), dtype="int32"),
-        ops.full((rows,), bos_id, dtype="int32"),
-        initial,
-        ops.zeros((batch, beam_size, buffer_length), dtype="int32"),
-        empty,
-        empty,
-        ops.zeros((batch, beam_size), dtype="int32"),
-        ops.zeros((batch,), dtype="bool"),
+    start = BeamState(
+        live_tokens=ops.zeros((rows, buffer_length), dtype="int32"),
+        last_tokens=ops.full((rows,), bos_id, dtype="int32"),
+        live_log_probs=initial,
+        finished_tokens=ops.zeros((batch, beam_size, buffer_length), dtype="int32"),
+        finished_scores=empty,
+        finished_log_probs=empty,
+        finished_lengths=ops.zeros((batch, beam_size), dtype="int32"),
+        done=ops.zeros((batch,), dtype="bool"),
     )
-    results = _while_loop_in_phases(cond, body, loop_state, decoder, buffer_length)
-    tokens, scores, log_probs, lengths = results[4:8]
+    _, beam, _ = _while_loop_in_phases(
+        cond, body, (ops.convert_to_tensor(0, dtype="int32"), start), decoder, buffer_length
+    )
+    beam = BeamState(*beam)
+    tokens, scores = beam.finished_tokens, beam.finished_scores
+    log_probs, lengths = beam.finished_log_probs, beam.finished_lengths
+    if limit_rule == "fallback":
+        # A sentence none of whose hypotheses ended returns its live ones,
+        # cut at the limit (tensor2tensor's rule).
+        none_finished = ops.expand_dims(ops.equal(scores[:, 0], neg_inf), 1)
+        live_lengths = ops.broadcast_to(limits, (batch, beam_size))
+        live_scores = beam.live_log_probs / length_penalty(live_lengths, alpha)
+        tokens = ops.where(ops.expand_dims(none_finished, -1),
+                           ops.reshape(beam.live_tokens, (batch, beam_size, -1)), tokens)
+        scores = ops.where(none_finished, live_scores, scores)
+        log_probs = ops.where(none_finished, beam.live_log_probs, log_probs)
+        lengths = ops.where(none_finished, live_lengths, lengths)
     # Slots no hypothesis ever filled (a vocabulary smaller than the beam)
     # score -inf and hold no tokens.
     filled = ops.greater(scores, neg_inf)
@@ -619,6 +712,7 @@ def greedy_search(
     jit_compile=False,
     prefix_ids=None,
     no_repeat_ngram_size=0,
+    limit_rule="fallback",
 ):
     """Greedy decoding: the most probable token at every step.
 
@@ -643,7 +737,14 @@ def greedy_search(
             padded with `pad_id` (a row of pads: no prefix). The prefix
             counts in the output, its length and its log-probability.
         no_repeat_ngram_size: n > 0 forbids any n-gram from appearing twice
-            in an output (fairseq's option; EOS is exempt).
+            in an output (fairseq's option; EOS and forced prefix tokens
+            are exempt). Where blocking and `min_length` leave a step no
+            token at all, EOS is allowed.
+        limit_rule: what becomes of an output reaching its length limit
+            without EOS, one of `LIMIT_RULES` (see the module docstring):
+            "fallback" (default) and "finish" keep it as it is;
+            "force_eos" allows only EOS at the last position (it wins over
+            `min_length` and a longer prefix).
 
     Returns:
         A dict of tensors: "ids" (batch, buffer_length) int32, the tokens
@@ -651,12 +752,13 @@ def greedy_search(
         of the tokens' log-probabilities; "lengths" (batch,) tokens generated,
         EOS included.
     """
-    max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id)
+    max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id,
+                                limit_rule)
     return _run_one_hypothesis(
         model, source_ids, prefix_ids, None, dict(
             max_extra_length=max_extra_length, max_length=max_length, min_length=min_length, bos_id=bos_id,
             eos_id=eos_id, pad_id=pad_id, use_cache=use_cache, xla_ops=bool(jit_compile),
-            no_repeat_ngram_size=no_repeat_ngram_size,
+            no_repeat_ngram_size=no_repeat_ngram_size, limit_rule=limit_rule,
         ), compile, jit_compile,
     )
 
@@ -699,6 +801,7 @@ def sampling_search(
     jit_compile=False,
     prefix_ids=None,
     no_repeat_ngram_size=0,
+    limit_rule="fallback",
 ):
     """Random sampling: each token drawn from the model's distribution
     (for back-translation, diverse outputs).
@@ -716,7 +819,8 @@ def sampling_search(
     model's log-probabilities of the drawn tokens (before temperature and
     cuts).
     """
-    max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id)
+    max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id,
+                                limit_rule)
     check_sampling_options(temperature, top_k, top_p, seed)
     rows, width = compiled.as_ids("source_ids", source_ids).shape
     if rows is None or width is None:
@@ -729,7 +833,7 @@ def sampling_search(
         model, source_ids, prefix_ids, uniforms, dict(
             max_extra_length=max_extra_length, max_length=max_length, min_length=min_length, bos_id=bos_id,
             eos_id=eos_id, pad_id=pad_id, use_cache=use_cache, xla_ops=bool(jit_compile),
-            no_repeat_ngram_size=no_repeat_ngram_size,
+            no_repeat_ngram_size=no_repeat_ngram_size, limit_rule=limit_rule,
         ), compile, jit_compile, sampling=dict(temperature=float(temperature), top_k=top_k, top_p=float(top_p)),
     )
 
@@ -752,6 +856,7 @@ def beam_search(
     jit_compile=False,
     prefix_ids=None,
     no_repeat_ngram_size=0,
+    limit_rule="fallback",
 ):
     """Beam search with the GNMT length penalty (the paper's setting: 4 beams, alpha 0.6).
 
@@ -767,6 +872,12 @@ def beam_search(
         alpha: length penalty exponent (0: plain log-probability).
         return_all_beams: return the kept finished hypotheses, best first,
             instead of the best one.
+        limit_rule: "fallback" (default, tensor2tensor's rule): a
+            hypothesis cut at the length limit is returned only when none of
+            its sentence ended with EOS; "force_eos" (fairseq's): only EOS
+            may come at the last position, so every hypothesis pays for its
+            end; "finish" (CTranslate2's): a cut hypothesis is finished as
+            it is and competes unpaid with those that ended.
 
     Returns:
         A dict of tensors: "ids" (batch, buffer_length) int32 (with
@@ -775,7 +886,8 @@ def beam_search(
         "lengths" tokens generated, EOS included. Slots of the finished set
         that no hypothesis filled score -inf, with no tokens and length 0.
     """
-    max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id)
+    max_length = _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id,
+                                limit_rule)
     _check_int("beam_size", beam_size, 1)
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha < 0:
         raise ValueError(f"`alpha` must be a finite number >= 0, got {alpha!r}.")
@@ -789,11 +901,12 @@ def beam_search(
             max_length=max_length, min_length=min_length, return_all_beams=return_all_beams,
             bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, use_cache=use_cache,
             xla_ops=bool(jit_compile), prefix_ids=prefix_ids, no_repeat_ngram_size=no_repeat_ngram_size,
+            limit_rule=limit_rule,
         )
 
     key = (
         "beam", beam_size, alpha, max_extra_length, max_length, min_length, return_all_beams,
         bos_id, eos_id, pad_id, use_cache, jit_compile, bool(extra_inputs), no_repeat_ngram_size,
-        PHASE_CAPACITIES,
+        limit_rule, PHASE_CAPACITIES,
     )
     return compiled.run(model, source_ids, key, search, compile, jit_compile, extra_inputs)

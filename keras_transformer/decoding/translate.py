@@ -15,7 +15,13 @@ from keras import ops
 from keras_transformer.data.corpus import unpaired_surrogate
 from keras_transformer.decoding.alignment import attention_alignments, words_alignment
 from keras_transformer.decoding.scoring import score_translations
-from keras_transformer.decoding.search import beam_search, check_sampling_options, greedy_search, sampling_search
+from keras_transformer.decoding.search import (
+    beam_search,
+    check_limit_rule,
+    check_sampling_options,
+    greedy_search,
+    sampling_search,
+)
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -72,6 +78,11 @@ class Translator:
             `beam_size` is 1, else beam).
         no_repeat_ngram_size: forbid any n-gram from appearing twice in an
             output (0: off).
+        limit_rule: what becomes of an output reaching its length limit
+            without EOS (`keras_transformer.decoding.LIMIT_RULES`):
+            "fallback" (default) keeps it only when no hypothesis ended,
+            "force_eos" ends it with EOS, "finish" (CTranslate2's rule)
+            lets it compete as it is.
         temperature, top_k, top_p, seed: the sampling search's options
             (`keras_transformer.decoding.sampling_search`); each batch draws
             with `seed` + its index, so a seed reproduces a whole call.
@@ -92,6 +103,7 @@ class Translator:
         width_multiple=8,
         search=None,
         no_repeat_ngram_size=0,
+        limit_rule="fallback",
         temperature=1.0,
         top_k=0,
         top_p=1.0,
@@ -107,6 +119,7 @@ class Translator:
                              f"got {max_source_length!r}.")
         # Bad sampling options fail here, naming the argument, not at the first search.
         check_sampling_options(temperature, top_k, top_p, seed)
+        self.limit_rule = check_limit_rule(limit_rule)
         if search is None:
             search = "greedy" if beam_size == 1 else "beam"
         if search not in ("beam", "greedy", "sampling"):
@@ -146,6 +159,7 @@ class Translator:
             jit_compile=self.jit_compile,
             prefix_ids=prefix_ids,
             no_repeat_ngram_size=self.no_repeat_ngram_size,
+            limit_rule=self.limit_rule,
         )
         if self.search == "greedy":
             return greedy_search(self.model, source_ids, **options)
