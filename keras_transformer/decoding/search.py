@@ -69,6 +69,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.decoding import compiled
+from keras_transformer.decoding.inputs import check_inputs, check_prefix
 from keras_transformer.models.incremental import batch_size_of, write_column
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID  # noqa: F401  (re-exported)
 
@@ -136,33 +137,6 @@ def _check_options(model, max_extra_length, max_length, min_length, bos_id, eos_
         # Learned positions exist only up to the model's max_length.
         max_length = model.max_length if max_length is None else min(max_length, model.max_length)
     return max_length
-
-
-def _check_prefix(prefix_ids, source_ids, bos_id, eos_id, pad_id, vocabulary_size):
-    """() without a prefix, else (prefix_ids,) after checking what can be
-    checked without running a graph: shape, batch, and (for concrete
-    arrays) the ids themselves."""
-    if prefix_ids is None:
-        return ()
-    prefix_ids = compiled.as_ids("prefix_ids", prefix_ids)
-    source_ids = compiled.as_ids("source_ids", source_ids)
-    rows, source_rows = prefix_ids.shape[0], source_ids.shape[0]
-    if rows is not None and source_rows is not None and rows != source_rows:
-        raise ValueError(f"`prefix_ids` has {rows} rows but `source_ids` has {source_rows}.")
-    try:
-        values = ops.convert_to_numpy(prefix_ids)
-    except Exception:  # a symbolic tensor: nothing more to check here
-        return (prefix_ids,)
-    for row, ids in enumerate(values.tolist()):
-        content = ids[: len(ids) - next((i for i, t in enumerate(reversed(ids)) if t != pad_id), len(ids))]
-        for token in content:
-            if token in (pad_id, bos_id, eos_id) or not 0 <= token < vocabulary_size:
-                raise ValueError(
-                    f"`prefix_ids` row {row} holds id {token}: a prefix holds token ids in "
-                    f"[0, {vocabulary_size}) other than pad {pad_id}, bos {bos_id} and eos {eos_id}, "
-                    "padded at the end with pad."
-                )
-    return (prefix_ids,)
 
 
 # ---------------------------------------------------------------------------
@@ -766,8 +740,9 @@ def greedy_search(
 def _run_one_hypothesis(model, source_ids, prefix_ids, uniforms, options, compile, jit_compile, sampling=None):
     """Greedy search, or sampling with `uniforms` and `sampling` options, compiled per option set."""
     _check_int("no_repeat_ngram_size", options["no_repeat_ngram_size"], 0)
+    source_ids, _ = check_inputs(model, compiled.as_ids("source_ids", source_ids), pad_id=options["pad_id"])
     extra_inputs = () if uniforms is None else (uniforms,)
-    extra_inputs += _check_prefix(
+    extra_inputs += check_prefix(
         prefix_ids, source_ids, options["bos_id"], options["eos_id"], options["pad_id"], model.vocabulary_size
     )
     sampling = sampling or {}
@@ -893,7 +868,8 @@ def beam_search(
         raise ValueError(f"`alpha` must be a finite number >= 0, got {alpha!r}.")
     alpha = float(alpha)
     _check_int("no_repeat_ngram_size", no_repeat_ngram_size, 0)
-    extra_inputs = _check_prefix(prefix_ids, source_ids, bos_id, eos_id, pad_id, model.vocabulary_size)
+    source_ids, _ = check_inputs(model, compiled.as_ids("source_ids", source_ids), pad_id=pad_id)
+    extra_inputs = check_prefix(prefix_ids, source_ids, bos_id, eos_id, pad_id, model.vocabulary_size)
 
     def search(model, source_ids, prefix_ids=None):
         return _beam(

@@ -14,6 +14,7 @@ from keras import ops
 
 from keras_transformer.data.corpus import unpaired_surrogate
 from keras_transformer.decoding.alignment import attention_alignments, words_alignment
+from keras_transformer.decoding.inputs import source_length_limit, truncate_source
 from keras_transformer.decoding.scoring import score_translations
 from keras_transformer.decoding.search import (
     beam_search,
@@ -130,11 +131,8 @@ class Translator:
         self.alpha = alpha
         self.max_extra_length = max_extra_length
         self.max_length = max_length
-        if getattr(model, "positional_encoding", None) == "learned":
-            # Longer sources (or padding) would index past the learned
-            # position table, an error from deep inside the backend.
-            max_source_length = min(max_source_length or model.max_length, model.max_length)
-        self.max_source_length = max_source_length
+        # Longer sources (or padding) would index past a learned position table.
+        self.max_source_length = source_length_limit(model, max_source_length)
         self.batch_size = batch_size
         self.jit_compile = jit_compile
         self.width_multiple = width_multiple
@@ -184,10 +182,10 @@ class Translator:
         indices = range(len(token_lists)) if indices is None else indices
         sources, self.last_truncated = [], []
         for index, tokens in zip(indices, token_lists):
-            if self.max_source_length is not None and len(tokens) >= self.max_source_length:
+            source, cut = truncate_source(tokens, self.max_source_length, self.eos_id)
+            if cut:
                 self.last_truncated.append(index)
-                tokens = tokens[: self.max_source_length - 1]
-            sources.append(tokens + [self.eos_id])
+            sources.append(source)
         if self.last_truncated:
             shown = ", ".join(str(i) for i in self.last_truncated[:10])
             more = ", ..." if len(self.last_truncated) > 10 else ""
