@@ -15,6 +15,7 @@ from keras import ops
 from keras_transformer.data.corpus import unpaired_surrogate
 from keras_transformer.decoding.alignment import attention_alignments, words_alignment
 from keras_transformer.decoding.inputs import source_length_limit, truncate_source
+from keras_transformer.decoding.options import check_int
 from keras_transformer.decoding.scoring import score_translations
 from keras_transformer.decoding.search import (
     beam_search,
@@ -111,8 +112,7 @@ class Translator:
         seed=None,
     ):
         for name, value in (("beam_size", beam_size), ("batch_size", batch_size), ("width_multiple", width_multiple)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
+            check_int(name, value, 1)
         if max_source_length is not None and (
             isinstance(max_source_length, bool) or not isinstance(max_source_length, int) or max_source_length < 2
         ):
@@ -214,11 +214,7 @@ class Translator:
         first (the raw hypotheses: two may detokenize alike). `beam_size`
         overrides the translator's."""
         beam_size = beam_size or self.beam_size
-        if n_best > 1 and (self.search != "beam" or n_best > beam_size):
-            raise ValueError(
-                f"`n_best`={n_best} needs beam search with beam_size >= {n_best} "
-                f"(search is {self.search!r}, beam_size {beam_size})."
-            )
+        self._check_n_best(n_best, beam_size)
         results = [None] * len(sources)
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         for batch_index, start in enumerate(range(0, len(order), self.batch_size)):
@@ -243,6 +239,13 @@ class Translator:
                 results[index] = hypotheses
         return results
 
+    def _check_n_best(self, n_best, beam_size):
+        if n_best > 1 and (self.search != "beam" or n_best > beam_size):
+            raise ValueError(
+                f"`n_best`={n_best} needs beam search with beam_size >= {n_best} "
+                f"(search is {self.search!r}, beam_size {beam_size})."
+            )
+
     def _texts_of(self, decoded):
         """The detokenized text of every hypothesis of `decode_ids`, per source."""
         flat = [tokens for row in decoded for tokens, _, _ in row]
@@ -263,8 +266,8 @@ class Translator:
         times max(beam_size, n_best)), and its new texts join the others
         after the translation, all best first.
         """
-        kept = [[] for _ in sources]
-        seen = [set() for _ in sources]
+        self._check_n_best(n_best, self.beam_size)
+        kept, seen = [[] for _ in sources], [set() for _ in sources]
 
         def add(row, hypotheses, texts):
             for hypothesis, text in zip(hypotheses, texts):
@@ -276,8 +279,7 @@ class Translator:
         decoded = self.decode_ids(sources, prefixes, n_best=beam_size)
         for row, texts in enumerate(self._texts_of(decoded)):
             add(row, decoded[row], texts)
-        limit = 4 * max(self.beam_size, n_best)
-        while 2 * beam_size <= limit:
+        while 2 * beam_size <= 4 * max(self.beam_size, n_best):
             short = [row for row in range(len(sources)) if len(kept[row]) < n_best]
             if not short:
                 break
@@ -287,8 +289,7 @@ class Translator:
                                     n_best=beam_size, beam_size=beam_size)
             for row, hypotheses, texts in zip(short, wider, self._texts_of(wider)):
                 add(row, hypotheses, texts)
-        # The translation first, then the others best first (a wider beam's
-        # text may outscore one of the first beam's).
+        # The translation first, then the others best first (a wider beam's text may outscore one).
         kept = [row[:1] + sorted(row[1:], key=lambda pair: -pair[0][1]) for row in kept]
         return [[h for h, _ in row] for row in kept], [[t for _, t in row] for row in kept]
 

@@ -48,6 +48,8 @@ import tensorflow as tf
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.decoding.inputs import source_tokens_kept
+from keras_transformer.decoding.options import check_alpha
+from keras_transformer.decoding.options import check_int as _check_int
 from keras_transformer.decoding.scoring import score_translations
 from keras_transformer.export.opcheck import check_serving_ops
 
@@ -96,12 +98,6 @@ def _write_errno(error):
             if os.strerror(code) in error.message:
                 return code
     return None
-
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}.")
-    return value
 
 
 def _check_name(name):
@@ -396,8 +392,7 @@ def export_saved_model(
     if version is not None:
         _check_int("version", version, 0)
     _check_int("beam_size", beam_size, 1)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 0:
-        raise ValueError(f"`alpha` must be a number >= 0, got {alpha!r}.")
+    alpha = check_alpha(alpha)
     _check_int("max_extra_length", max_extra_length, 0)
     if max_input_length is None:
         max_input_length = DEFAULT_MAX_INPUT_LENGTH
