@@ -14,7 +14,9 @@ import pytest
 import keras_transformer as kt
 from conftest import to_numpy
 from keras_transformer.decoding import beam_search, greedy_search, length_penalty
-from keras_transformer.decoding import search as search_module
+from keras_transformer.decoding import beam as beam_module
+from keras_transformer.decoding import candidates as candidates_module
+from keras_transformer.decoding import phases as phases_module
 
 PAD, BOS, EOS = 0, 2, 3
 EXTRA = 4  # max_extra_length used throughout, so compiled searches are reused
@@ -157,7 +159,7 @@ def test_outputs_crossing_several_phases_equal_the_uncached_search(search, jit_c
     grow. Entries lost, moved or misplaced by a growth change the outputs."""
     if jit_compile and keras.backend.backend() != "tensorflow":
         pytest.skip("jit_compile selects a different cache layout on TensorFlow only")
-    assert search_module.PHASE_CAPACITIES[:2] == (16, 32)
+    assert phases_module.PHASE_CAPACITIES[:2] == (16, 32)
     options = dict(max_extra_length=36, min_length=36, jit_compile=jit_compile)
     if search == "greedy":
         run = lambda use_cache: as_numpy(greedy_search(model, source, use_cache=use_cache, **options))
@@ -166,7 +168,8 @@ def test_outputs_crossing_several_phases_equal_the_uncached_search(search, jit_c
             beam_search(model, source, beam_size=3, use_cache=use_cache, return_all_beams=True, **options)
         )
     cached, uncached = run(True), run(False)
-    assert np.all(cached["lengths"] >= 36)
+    filled = np.isfinite(cached["scores"])  # under the default rule some beams' slots stay empty
+    assert np.all(cached["lengths"][filled] >= 36)
     np.testing.assert_array_equal(cached["ids"], uncached["ids"])
     np.testing.assert_array_equal(cached["lengths"], uncached["lengths"])
     np.testing.assert_allclose(cached["scores"], uncached["scores"], rtol=1e-5, atol=1e-5)
@@ -184,15 +187,17 @@ def test_phases_change_no_output(search, monkeypatch):
     prefixes = np.array([[5, 6, 0], [0, 0, 0], [7, 0, 0], [4, 4, 8]], "int32")
     constraints = dict(prefix_ids=prefixes, no_repeat_ngram_size=2, min_length=2)
     runs = {
-        "beam": lambda: beam_search(model, source, beam_size=3, max_extra_length=5, return_all_beams=True),
+        # "finish": hypotheses cut at the limit fill the beams, long enough for the last phase.
+        "beam": lambda: beam_search(model, source, beam_size=3, max_extra_length=5, return_all_beams=True,
+                                    limit_rule="finish"),
         "beam with constraints": lambda: beam_search(model, source, beam_size=2, max_extra_length=5,
                                                      **constraints),
         "greedy with constraints": lambda: greedy_search(model, source, max_extra_length=5, **constraints),
         "sampling": lambda: sampling_search(model, source, seed=1, top_p=0.9, max_extra_length=5),
     }
-    monkeypatch.setattr(search_module, "PHASE_CAPACITIES", ())
+    monkeypatch.setattr(phases_module, "PHASE_CAPACITIES", ())
     whole = as_numpy(runs[search]())
-    monkeypatch.setattr(search_module, "PHASE_CAPACITIES", (1, 2, 4))
+    monkeypatch.setattr(phases_module, "PHASE_CAPACITIES", (1, 2, 4))
     phased = as_numpy(runs[search]())
     assert np.max(phased["lengths"]) > 4  # the last phase decoded
     np.testing.assert_array_equal(phased["ids"], whole["ids"])
@@ -208,14 +213,21 @@ def test_cached_step_follows_pre_layer_norm_models(source):
     np.testing.assert_allclose(cached["scores"], uncached["scores"], rtol=1e-5, atol=1e-5)
 
 
-def test_beam_size_one_is_greedy_or_better(model, source):
-    # One live hypothesis drawn from the two best extensions: it follows
-    # greedy's path, but a hypothesis that ends while greedy goes on is
-    # kept, so its score is never below greedy's (alpha 0: same ranking).
-    greedy = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
-    beam = as_numpy(beam_search(model, source, beam_size=1, alpha=0.0, max_extra_length=EXTRA))
-    assert np.all(beam["log_probs"] >= greedy["scores"] - 1e-5)
-    np.testing.assert_allclose(beam["scores"], beam["log_probs"], rtol=1e-6)
+def test_beam_size_one_equals_the_reference(tiny_vocabulary_model):
+    """One live hypothesis drawn from the two best extensions: exactly the
+    reference's output (greedy's path, but a hypothesis ending while the
+    path goes on is kept)."""
+    model = tiny_vocabulary_model
+    source = make_sources(vocabulary_size=9, lengths=(4, 1, 3, 2, 4), seed=1)
+    limits = [int(limit) for limit in limits_of(source)]
+    for seed in range(3):
+        draw_weights(model, seed=700 + seed, eos_scale=1.0 + 0.5 * seed)
+        beam = as_numpy(beam_search(model, source, beam_size=1, alpha=0.0, max_extra_length=EXTRA))
+        expected, _ = reference_beam_search(full_pass_log_probs(model, source), limits, 1, 0.0)
+        for row, hypotheses in enumerate(expected):
+            _, best_log_p, best_tokens = hypotheses[0]
+            assert output_tokens(beam["ids"][row], beam["lengths"][row]) == list(best_tokens)
+            np.testing.assert_allclose(beam["scores"][row], best_log_p, rtol=1e-4, atol=1e-4)
 
 
 # ---------------------------------------------------------------------------
@@ -223,14 +235,17 @@ def test_beam_size_one_is_greedy_or_better(model, source):
 # over full forward passes of the model, one Python list per hypothesis.
 
 
-def reference_beam_search(log_probs_of, limits, beam_size, alpha):
+def reference_beam_search(log_probs_of, limits, beam_size, alpha, limit_rule="fallback"):
     """GNMT / tensor2tensor beam search for every sentence of a batch.
 
     `log_probs_of(prefixes)` gives, for each sentence, a list of (decoder
     input -> next-token log-probabilities) results: it is called with one
     list of token prefixes per sentence and returns one array per prefix.
     No early stopping: a sentence runs until no live hypothesis is left, so
-    the search's early stop is checked, not copied. Returns, per sentence,
+    the search's early stop is checked, not copied. `limit_rule` as the
+    search's: "fallback" returns the live hypotheses at the limit only when
+    none finished, "force_eos" allows only EOS at the last position,
+    "finish" finishes a hypothesis cut at the limit. Returns, per sentence,
     the finished set sorted best first as (score, log P, tokens), and
     whether pruning changed anything (a finished hypothesis kept while live
     ones went on, or candidates cut to 2 * beam_size).
@@ -244,10 +259,13 @@ def reference_beam_search(log_probs_of, limits, beam_size, alpha):
             break
         rows_log_probs = log_probs_of({row: [tokens for tokens, _ in live[row]] for row in active})
         for row in active:
+            last = step + 1 == limits[row]
             candidates = []
             for (tokens, log_p), next_log_probs in zip(live[row], rows_log_probs[row]):
                 for token in range(len(next_log_probs)):
                     if token in (PAD, BOS) or not np.isfinite(next_log_probs[token]):
+                        continue
+                    if limit_rule == "force_eos" and last and token != EOS:
                         continue
                     candidates.append((log_p + float(next_log_probs[token]), tokens + (token,)))
             # Best first; ties to the earlier beam, then the lower token id.
@@ -256,13 +274,16 @@ def reference_beam_search(log_probs_of, limits, beam_size, alpha):
                 pruned[row] = True
             live[row] = []
             for log_p, tokens in candidates[: 2 * beam_size]:
-                if tokens[-1] == EOS or len(tokens) == limits[row]:
+                if tokens[-1] == EOS or (last and limit_rule == "finish"):
                     finished[row].append((log_p / gnmt_penalty(len(tokens), alpha), log_p, tokens))
                 elif len(live[row]) < beam_size:
                     live[row].append((tokens, log_p))
-            if finished[row] and live[row]:
+            if finished[row] and live[row] and not last:
                 pruned[row] = True
             finished[row] = sorted(finished[row], key=lambda h: -h[0])[:beam_size]
+    for row, hypotheses in enumerate(live):
+        if limit_rule == "fallback" and not finished[row]:
+            finished[row] = [(log_p / gnmt_penalty(len(tokens), alpha), log_p, tokens) for tokens, log_p in hypotheses]
     return finished, pruned
 
 
@@ -317,27 +338,33 @@ def tiny_vocabulary_model():
     return make_model(vocabulary_size=9, num_encoder_layers=1, num_decoder_layers=1)
 
 
-@pytest.mark.parametrize("alpha", [0.0, 0.6])
-@pytest.mark.parametrize("beam_size", [2, 3, 4])
-def test_beam_search_equals_an_independent_standard_beam_search(beam_size, alpha, tiny_vocabulary_model):
+@pytest.mark.parametrize("beam_size, alpha, limit_rule", [
+    (2, 0.0, "fallback"), (3, 0.6, "fallback"), (4, 0.6, "fallback"), (4, 0.0, "fallback"),
+    (3, 0.0, "force_eos"), (2, 0.6, "force_eos"), (3, 0.6, "finish"), (2, 0.0, "finish"),
+])
+def test_beam_search_equals_an_independent_standard_beam_search(beam_size, alpha, limit_rule,
+                                                                tiny_vocabulary_model):
     model = tiny_vocabulary_model
     # Mixed source lengths in one batch (EOS included), limits source + EXTRA.
     source = make_sources(vocabulary_size=9, lengths=(4, 1, 3, 2, 4), seed=beam_size)
     limits = [int(limit) for limit in limits_of(source)]
-    pruned_cases, compared = 0, 0
+    pruned_cases, compared, rows, cut = 0, 0, 0, 0
     for seed in range(8):
         # EOS scales from 1 to 2.75: some models end early, some run long.
         draw_weights(model, seed=100 * beam_size + seed, eos_scale=1.0 + 0.25 * seed)
         result = as_numpy(beam_search(model, source, beam_size=beam_size, alpha=alpha,
-                                      max_extra_length=EXTRA, return_all_beams=True))
-        expected, pruned = reference_beam_search(full_pass_log_probs(model, source), limits, beam_size, alpha)
+                                      max_extra_length=EXTRA, return_all_beams=True, limit_rule=limit_rule))
+        expected, pruned = reference_beam_search(full_pass_log_probs(model, source), limits, beam_size, alpha,
+                                                 limit_rule)
         for row, hypotheses in enumerate(expected):
-            compared += 1
-            pruned_cases += pruned[row]
+            rows += 1
             best_score, best_log_p, best_tokens = hypotheses[0]
             # A near tie between the best two can go either way in float32.
             if len(hypotheses) > 1 and hypotheses[0][0] - hypotheses[1][0] < 1e-4:
                 continue
+            compared += 1
+            pruned_cases += pruned[row]
+            cut += best_tokens[-1] != EOS
             length = len(best_tokens)
             np.testing.assert_array_equal(result["ids"][row, 0, :length], best_tokens)
             assert np.all(result["ids"][row, 0, length:] == PAD)
@@ -347,9 +374,16 @@ def test_beam_search_equals_an_independent_standard_beam_search(beam_size, alpha
             # The whole finished set, best first (where the early stop left one).
             kept = result["scores"][row][np.isfinite(result["scores"][row])]
             np.testing.assert_allclose(kept, [h[0] for h in hypotheses][: len(kept)], rtol=1e-4, atol=1e-4)
-    # The reference pruned in most cases: a search that kept every hypothesis
-    # could not pass this test by accident.
+    # Most rows were compared, and the reference pruned in most of those: a
+    # search that kept every hypothesis could not pass this test by accident.
+    assert compared >= 0.8 * rows, (compared, rows)
     assert pruned_cases >= compared // 2, (pruned_cases, compared)
+    # The rule decided some outputs: cut hypotheses won under "finish" only
+    # (and under "fallback" only where nothing ended).
+    if limit_rule == "finish":
+        assert cut > 0
+    elif limit_rule == "force_eos":
+        assert cut == 0
 
 
 def test_finished_hypothesis_is_not_pushed_out_by_live_ones():
@@ -359,7 +393,6 @@ def test_finished_hypothesis_is_not_pushed_out_by_live_ones():
     loses it; the standard search must return it."""
     from keras import ops
 
-    from keras_transformer.decoding import search as search_module
 
     vocabulary_size = 6  # pad, unk, bos, eos, a, b
     first = np.full(vocabulary_size, -np.inf)
@@ -390,7 +423,7 @@ def test_finished_hypothesis_is_not_pushed_out_by_live_ones():
     model.incremental_decoder = lambda source_ids, beam_size, max_length, xla_layout, use_cache: Scripted(
         int(source_ids.shape[0]) * beam_size)
     source = np.array([[4, 4, EOS]], "int32")
-    result = search_module._beam(model, ops.convert_to_tensor(source), beam_size=2, alpha=0.0,
+    result = beam_module._beam(model, ops.convert_to_tensor(source), beam_size=2, alpha=0.0,
                                  max_extra_length=3, max_length=None, min_length=0, bos_id=BOS,
                                  eos_id=EOS, pad_id=PAD, use_cache=True, return_all_beams=False)
     result = as_numpy(result)
@@ -399,15 +432,16 @@ def test_finished_hypothesis_is_not_pushed_out_by_live_ones():
     np.testing.assert_allclose(result["scores"][0], np.log(0.2), rtol=1e-6)
 
 
-def exhaustive_hypotheses(model, source_row, limit, alpha, vocabulary_size):
-    """Every output sequence (ending with EOS, or cut at `limit`) with its GNMT score."""
+def exhaustive_hypotheses(model, source_row, limit, alpha, vocabulary_size, limit_rule):
+    """Every output sequence the rule can return (ending with EOS; under
+    "finish" also those cut at `limit`) with its GNMT score."""
     allowed = [t for t in range(vocabulary_size) if t not in (PAD, BOS)]
     continuing = [t for t in allowed if t != EOS]
     sequences = []
     for length in range(1, limit + 1):
         for prefix in itertools.product(continuing, repeat=length - 1):
             sequences.append(list(prefix) + [EOS])
-            if length == limit:  # cut at the limit without EOS
+            if length == limit and limit_rule == "finish":  # cut at the limit without EOS
                 sequences.extend(list(prefix) + [last] for last in continuing)
     padded = [[BOS] + s[:-1] + [PAD] * (limit - len(s)) for s in sequences]
     log_probs = full_log_probs(model, source_row, padded)
@@ -418,20 +452,21 @@ def exhaustive_hypotheses(model, source_row, limit, alpha, vocabulary_size):
     return sorted(hypotheses, key=lambda h: -h[0])
 
 
-@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
-def test_wide_beam_finds_the_exhaustive_optimum(alpha):
+@pytest.mark.parametrize("alpha, limit_rule", [(0.0, "fallback"), (0.6, "fallback"), (2.0, "fallback"),
+                                               (0.6, "finish"), (2.0, "finish"), (0.6, "force_eos")])
+def test_wide_beam_finds_the_exhaustive_optimum(alpha, limit_rule):
     vocabulary_size = 6  # pad, unk, bos, eos and two words: 3 ways to continue
     model = make_model(vocabulary_size=vocabulary_size, seed=1)
     # Non-pad source lengths 2 and 1 with max_extra_length=1: output limits 3 and 2.
     source = np.array([[4, EOS], [EOS, PAD]], "int32")
     beam_size = 40  # every hypothesis of length <= 3 fits: 1 + 3 + 9 * 4
     result = as_numpy(beam_search(model, source, beam_size=beam_size, alpha=alpha, max_extra_length=1,
-                                  return_all_beams=True))
+                                  return_all_beams=True, limit_rule=limit_rule))
     best_lengths = []
     for row, limit in enumerate([3, 2]):
         # Each sentence is scored alone, without the batch's padding.
         alone = source[row, : int((source[row] != PAD).sum())]
-        expected = exhaustive_hypotheses(model, alone, limit, alpha, vocabulary_size)
+        expected = exhaustive_hypotheses(model, alone, limit, alpha, vocabulary_size, limit_rule)
         best_score, best_log_p, best_sequence = expected[0]
         best_lengths.append(len(best_sequence))
         assert len(expected) <= beam_size
@@ -447,8 +482,8 @@ def test_wide_beam_finds_the_exhaustive_optimum(alpha):
         np.testing.assert_allclose(finite, [h[0] for h in expected], rtol=1e-5, atol=1e-5)
         found_sequences = sorted(tuple(ids[k, : lengths[k]]) for k in range(len(finite)))
         assert found_sequences == sorted(tuple(h[2]) for h in expected)
-    if alpha == 2.0:
-        assert best_lengths[0] == 3  # a strong penalty favours long hypotheses
+    if alpha == 2.0 and limit_rule == "finish":
+        assert best_lengths[0] == 3  # a strong penalty favours long (here: cut) hypotheses
 
 
 def check_hypotheses(ids, lengths, limits):
@@ -464,22 +499,38 @@ def check_hypotheses(ids, lengths, limits):
             assert length == limits[row]  # cut at the limit, never extended past it
 
 
-def test_finished_hypotheses_are_not_extended_and_limits_hold(model, source):
+@pytest.mark.parametrize("limit_rule", ["fallback", "finish"])
+def test_finished_hypotheses_are_not_extended_and_limits_hold(limit_rule, model, source):
     limits = limits_of(source)
-    greedy = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
+    greedy = as_numpy(greedy_search(model, source, max_extra_length=EXTRA, limit_rule=limit_rule))
     check_hypotheses(greedy["ids"], greedy["lengths"], limits)
-    beams = as_numpy(beam_search(model, source, max_extra_length=EXTRA, return_all_beams=True))
+    beams = as_numpy(beam_search(model, source, max_extra_length=EXTRA, return_all_beams=True,
+                                 limit_rule=limit_rule))
     assert beams["ids"].shape == (4, 4, source.shape[1] + EXTRA)
-    for k in range(4):
-        check_hypotheses(beams["ids"][:, k], beams["lengths"][:, k], limits)
+    filled = np.isfinite(beams["scores"])
+    for row in range(4):
+        kept = int(filled[row].sum())
+        assert kept >= 1 and filled[row, :kept].all()  # filled slots first
+        check_hypotheses(beams["ids"][row, :kept], beams["lengths"][row, :kept], [limits[row]] * kept)
+        assert np.all(beams["ids"][row, kept:] == PAD) and np.all(beams["lengths"][row, kept:] == 0)
+        ended = (beams["ids"][row, :kept] == EOS).any(axis=1)
+        if limit_rule == "fallback":
+            # Cut hypotheses only where none ended, and then all of them.
+            assert ended.all() or not ended.any()
     # Beams are sorted best first and the reported scores are log P / lp(length).
-    assert np.all(np.diff(beams["scores"], axis=1) <= 1e-6)
+    scores = np.where(filled, beams["scores"], -1e30)
+    assert np.all(np.diff(scores, axis=1) <= 1e-6)
     np.testing.assert_allclose(
-        beams["scores"], beams["log_probs"] / gnmt_penalty(beams["lengths"], 0.6), rtol=1e-5, atol=1e-5
+        beams["scores"][filled], (beams["log_probs"] / gnmt_penalty(beams["lengths"], 0.6))[filled],
+        rtol=1e-5, atol=1e-5,
     )
-    # The fixture mixes hypotheses ended by EOS and cut at the limit.
-    ended = beams["ids"] == EOS
-    assert ended.any() and not ended.any(axis=2).all()
+    ended = (beams["ids"] == EOS).any(axis=2)
+    if limit_rule == "finish":
+        # The fixture mixes hypotheses ended by EOS and cut at the limit.
+        assert ended.any() and not ended[filled].all()
+    else:
+        # Under the default rule the fixture's outputs all end with EOS.
+        assert ended[filled].all()
 
 
 @pytest.mark.parametrize("vocabulary_size", [1031, 8000])  # a prime (padded blocks), and blocks of 80
@@ -491,7 +542,7 @@ def test_blockwise_top_k_equals_a_full_sort(vocabulary_size, min_length):
     logits[1, [PAD, BOS, EOS]] = 20.0  # the largest logits on banned ids
     logits[2] = np.round(logits[2])  # ties everywhere
     logits[3, -3:] = 12.0  # the best tokens in the last (padded) block
-    values, ids, normalizers = search_module._top_k_and_logsumexp(
+    values, ids, normalizers = candidates_module._top_k_and_logsumexp(
         keras.ops.convert_to_tensor(logits), 4, keras.ops.convert_to_tensor(1, "int32"),
         bos_id=BOS, eos_id=EOS, pad_id=PAD, min_length=min_length,
     )
@@ -502,13 +553,8 @@ def test_blockwise_top_k_equals_a_full_sort(vocabulary_size, min_length):
     expected_ids = np.argsort(-allowed, axis=1, kind="stable")[:, :4]  # ties: lower id first
     ids = to_numpy(ids)
     np.testing.assert_array_equal(to_numpy(values), np.take_along_axis(logits, expected_ids, axis=1))
-    if keras.backend.backend() == "torch":
-        # torch.topk does not order ties by index; the ids must still be
-        # distinct, allowed and hold the expected values.
-        np.testing.assert_array_equal(np.take_along_axis(allowed, ids, axis=1), to_numpy(values))
-        assert all(len(set(row)) == len(row) for row in ids.tolist())
-    else:
-        np.testing.assert_array_equal(ids, expected_ids)
+    # Ties go to the lower id on every backend (torch.topk alone keeps no order).
+    np.testing.assert_array_equal(ids, expected_ids)
     shifted = logits.astype("float64") - logits.max(1, keepdims=True)
     expected_normalizers = logits.max(1) + np.log(np.exp(shifted).sum(1))
     np.testing.assert_allclose(to_numpy(normalizers), expected_normalizers, rtol=1e-6, atol=1e-5)
@@ -520,9 +566,9 @@ def test_beam_search_with_blockwise_top_k_equals_plain_top_k(monkeypatch):
     blockwise, plain = (make_model(vocabulary_size=vocabulary_size, eos_scale=1.0) for _ in range(2))
     source = make_sources(vocabulary_size=vocabulary_size)
     options = dict(max_extra_length=EXTRA, return_all_beams=True)
-    assert vocabulary_size >= search_module.BLOCKWISE_TOP_K_MIN_VOCABULARY
+    assert vocabulary_size >= candidates_module.BLOCKWISE_TOP_K_MIN_VOCABULARY
     with_blocks = as_numpy(beam_search(blockwise, source, **options))
-    monkeypatch.setattr(search_module, "BLOCKWISE_TOP_K_MIN_VOCABULARY", 10**9)
+    monkeypatch.setattr(candidates_module, "BLOCKWISE_TOP_K_MIN_VOCABULARY", 10**9)
     without = as_numpy(beam_search(plain, source, **options))
     np.testing.assert_array_equal(with_blocks["ids"], without["ids"])
     np.testing.assert_array_equal(with_blocks["lengths"], without["lengths"])
@@ -701,3 +747,29 @@ def test_bad_constraints_are_named(model, source):
         greedy_search(model, source, prefix_ids=np.array([[0, 5], [0, 0], [0, 0], [0, 0]]))
     with pytest.raises(ValueError, match="prefix_ids.*3 rows"):
         greedy_search(model, source, prefix_ids=np.zeros((3, 2), "int32"))
+
+
+@pytest.mark.parametrize("vocabulary_size", [12, 1031])  # the plain and the blockwise path
+def test_ties_go_to_the_lower_id_and_the_earlier_beam(vocabulary_size):
+    """Every token equally likely: the search's tie rule (the earlier beam,
+    then the lower id) decides everything, on every backend."""
+    from keras import ops
+
+    from keras_transformer.decoding import StepFunction
+
+    def uniform(source_ids, inputs, step):
+        return ops.zeros((ops.shape(inputs)[0], vocabulary_size), "float32")
+
+    model = StepFunction(uniform, vocabulary_size)
+    source = np.array([[EOS, PAD], [5, EOS]], "int32")  # limits 3 and 4
+    greedy = as_numpy(greedy_search(model, source, max_extra_length=2))
+    # The lowest allowed id is unk (1): pad 0 and BOS 2 are banned; EOS 3 never wins.
+    np.testing.assert_array_equal(greedy["ids"][:, :4], [[1, 1, 1, 0], [1, 1, 1, 1]])
+    beams = as_numpy(beam_search(model, source, beam_size=3, alpha=0.0, max_extra_length=2,
+                                 return_all_beams=True))
+    # Each step's extensions tie: the earlier beam and the lower id go
+    # first, so the first beam is always 1, 1, ...; shorter finished ones
+    # score better (alpha 0).
+    for row in range(2):
+        assert [output_tokens(beams["ids"][row, k], beams["lengths"][row, k]) for k in range(3)] == \
+            [[EOS], [1, EOS], [1, 1, EOS]]

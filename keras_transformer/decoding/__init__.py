@@ -10,17 +10,21 @@ from keras_transformer.evaluation import compound_split_bleu
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.evaluation import evaluate
 from keras_transformer.evaluation import split_compounds
+from keras_transformer.decoding.search import LIMIT_RULES
 from keras_transformer.decoding.search import beam_search
 from keras_transformer.decoding.search import greedy_search
 from keras_transformer.decoding.search import length_penalty
 from keras_transformer.decoding.search import sampling_search
 from keras_transformer.decoding.scoring import score_translations
+from keras_transformer.decoding.step_function import StepFunction
 from keras_transformer.decoding.translate import Hypothesis
 from keras_transformer.decoding.translate import Translator
 from keras_transformer.decoding.translate import translate
 
 __all__ = [
     "Hypothesis",
+    "LIMIT_RULES",
+    "StepFunction",
     "Translator",
     "attention_alignments",
     "beam_search",

@@ -10,7 +10,9 @@ beam output scored here gets back its beam score). `keras.ops` only.
 from keras import ops
 
 from keras_transformer.decoding import compiled
-from keras_transformer.decoding.search import length_penalty
+from keras_transformer.decoding.inputs import check_inputs
+from keras_transformer.decoding.options import check_alpha
+from keras_transformer.decoding.penalty import length_penalty
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -72,9 +74,11 @@ def score_translations(
         "log_probs" (batch,) their sum; "lengths" (batch,) the tokens
         scored; "scores" log_probs / ((5 + length) / 6) ** alpha.
     """
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 0:
-        raise ValueError(f"`alpha` must be a number >= 0, got {alpha!r}.")
+    alpha = check_alpha(alpha)
     target_ids = compiled.as_ids("target_ids", target_ids)
+    source = compiled.as_ids("source_ids", source_ids)
+    # Out-of-range ids, and sources or targets longer than learned positions, refused alike on every backend.
+    source_ids, target_ids = check_inputs(model, source, target_ids, pad_id=pad_id)
     source = compiled.as_ids("source_ids", source_ids)
     if source.shape[0] is not None and target_ids.shape[0] is not None and source.shape[0] != target_ids.shape[0]:
         raise ValueError(

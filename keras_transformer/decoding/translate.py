@@ -14,8 +14,16 @@ from keras import ops
 
 from keras_transformer.data.corpus import unpaired_surrogate
 from keras_transformer.decoding.alignment import attention_alignments, words_alignment
+from keras_transformer.decoding.inputs import source_length_limit, truncate_source
+from keras_transformer.decoding.options import check_int
 from keras_transformer.decoding.scoring import score_translations
-from keras_transformer.decoding.search import beam_search, check_sampling_options, greedy_search, sampling_search
+from keras_transformer.decoding.search import (
+    beam_search,
+    check_limit_rule,
+    check_sampling_options,
+    greedy_search,
+    sampling_search,
+)
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -72,6 +80,11 @@ class Translator:
             `beam_size` is 1, else beam).
         no_repeat_ngram_size: forbid any n-gram from appearing twice in an
             output (0: off).
+        limit_rule: what becomes of an output reaching its length limit
+            without EOS (`keras_transformer.decoding.LIMIT_RULES`):
+            "fallback" (default) keeps it only when no hypothesis ended,
+            "force_eos" ends it with EOS, "finish" (CTranslate2's rule)
+            lets it compete as it is.
         temperature, top_k, top_p, seed: the sampling search's options
             (`keras_transformer.decoding.sampling_search`); each batch draws
             with `seed` + its index, so a seed reproduces a whole call.
@@ -92,14 +105,14 @@ class Translator:
         width_multiple=8,
         search=None,
         no_repeat_ngram_size=0,
+        limit_rule="fallback",
         temperature=1.0,
         top_k=0,
         top_p=1.0,
         seed=None,
     ):
         for name, value in (("beam_size", beam_size), ("batch_size", batch_size), ("width_multiple", width_multiple)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
+            check_int(name, value, 1)
         if max_source_length is not None and (
             isinstance(max_source_length, bool) or not isinstance(max_source_length, int) or max_source_length < 2
         ):
@@ -107,6 +120,7 @@ class Translator:
                              f"got {max_source_length!r}.")
         # Bad sampling options fail here, naming the argument, not at the first search.
         check_sampling_options(temperature, top_k, top_p, seed)
+        self.limit_rule = check_limit_rule(limit_rule)
         if search is None:
             search = "greedy" if beam_size == 1 else "beam"
         if search not in ("beam", "greedy", "sampling"):
@@ -117,11 +131,8 @@ class Translator:
         self.alpha = alpha
         self.max_extra_length = max_extra_length
         self.max_length = max_length
-        if getattr(model, "positional_encoding", None) == "learned":
-            # Longer sources (or padding) would index past the learned
-            # position table, an error from deep inside the backend.
-            max_source_length = min(max_source_length or model.max_length, model.max_length)
-        self.max_source_length = max_source_length
+        # Longer sources (or padding) would index past a learned position table.
+        self.max_source_length = source_length_limit(model, max_source_length)
         self.batch_size = batch_size
         self.jit_compile = jit_compile
         self.width_multiple = width_multiple
@@ -136,7 +147,7 @@ class Translator:
 
     # -- ids ----------------------------------------------------------------
 
-    def _search(self, source_ids, prefix_ids=None, all_beams=False, batch_index=0):
+    def _search(self, source_ids, prefix_ids=None, all_beams=False, batch_index=0, beam_size=None):
         options = dict(
             max_extra_length=self.max_extra_length,
             max_length=self.max_length,
@@ -146,13 +157,14 @@ class Translator:
             jit_compile=self.jit_compile,
             prefix_ids=prefix_ids,
             no_repeat_ngram_size=self.no_repeat_ngram_size,
+            limit_rule=self.limit_rule,
         )
         if self.search == "greedy":
             return greedy_search(self.model, source_ids, **options)
         if self.search == "sampling":
             seed = None if self.seed is None else self.seed + batch_index
             return sampling_search(self.model, source_ids, seed=seed, **self.sampling, **options)
-        return beam_search(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
+        return beam_search(self.model, source_ids, beam_size=beam_size or self.beam_size, alpha=self.alpha,
                            return_all_beams=all_beams, **options)
 
     def token_ids(self, texts):
@@ -170,10 +182,10 @@ class Translator:
         indices = range(len(token_lists)) if indices is None else indices
         sources, self.last_truncated = [], []
         for index, tokens in zip(indices, token_lists):
-            if self.max_source_length is not None and len(tokens) >= self.max_source_length:
+            source, cut = truncate_source(tokens, self.max_source_length, self.eos_id)
+            if cut:
                 self.last_truncated.append(index)
-                tokens = tokens[: self.max_source_length - 1]
-            sources.append(tokens + [self.eos_id])
+            sources.append(source)
         if self.last_truncated:
             shown = ", ".join(str(i) for i in self.last_truncated[:10])
             more = ", ..." if len(self.last_truncated) > 10 else ""
@@ -196,21 +208,20 @@ class Translator:
             batch[position, : len(lists[index])] = lists[index]
         return batch
 
-    def decode_ids(self, sources, prefixes=None, n_best=1):
+    def decode_ids(self, sources, prefixes=None, n_best=1, beam_size=None):
         """Lists of source ids (with EOS) -> for each source, its `n_best`
-        best hypotheses as (ids without EOS, score, log-probability), best first."""
-        if n_best > 1 and (self.search != "beam" or n_best > self.beam_size):
-            raise ValueError(
-                f"`n_best`={n_best} needs beam search with beam_size >= {n_best} "
-                f"(search is {self.search!r}, beam_size {self.beam_size})."
-            )
+        best hypotheses as (ids without EOS, score, log-probability), best
+        first (the raw hypotheses: two may detokenize alike). `beam_size`
+        overrides the translator's."""
+        beam_size = beam_size or self.beam_size
+        self._check_n_best(n_best, beam_size)
         results = [None] * len(sources)
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         for batch_index, start in enumerate(range(0, len(order), self.batch_size)):
             rows = order[start : start + self.batch_size]
             prefix_batch = None if prefixes is None else self._padded(rows, prefixes, 1)
             result = self._search(self._padded(rows, sources, self.width_multiple), prefix_batch,
-                                  all_beams=n_best > 1, batch_index=batch_index)
+                                  all_beams=n_best > 1, batch_index=batch_index, beam_size=beam_size)
             ids, lengths, scores, log_probs = (
                 ops.convert_to_numpy(result[key]) for key in ("ids", "lengths", "scores", "log_probs")
             )
@@ -227,6 +238,60 @@ class Translator:
                     hypotheses.append((tokens, float(scores[position, k]), float(log_probs[position, k])))
                 results[index] = hypotheses
         return results
+
+    def _check_n_best(self, n_best, beam_size):
+        if n_best > 1 and (self.search != "beam" or n_best > beam_size):
+            raise ValueError(
+                f"`n_best`={n_best} needs beam search with beam_size >= {n_best} "
+                f"(search is {self.search!r}, beam_size {beam_size})."
+            )
+
+    def _texts_of(self, decoded):
+        """The detokenized text of every hypothesis of `decode_ids`, per source."""
+        flat = [tokens for row in decoded for tokens, _, _ in row]
+        strings = _to_strings(self.tokenizer.detokenize(flat)) if flat else []
+        texts, position = [], 0
+        for row in decoded:
+            texts.append(strings[position : position + len(row)])
+            position += len(row)
+        return texts
+
+    def decode_distinct(self, sources, prefixes=None, n_best=1):
+        """For each source, up to `n_best` hypotheses of distinct texts, as
+        (hypotheses, texts): the best-scored segmentation of each text.
+
+        The translator's beam comes first (its best hypothesis is what
+        `translate` returns); a source with fewer distinct texts than
+        `n_best` is searched again with a beam twice as wide (up to four
+        times max(beam_size, n_best)), and its new texts join the others
+        after the translation, all best first.
+        """
+        self._check_n_best(n_best, self.beam_size)
+        kept, seen = [[] for _ in sources], [set() for _ in sources]
+
+        def add(row, hypotheses, texts):
+            for hypothesis, text in zip(hypotheses, texts):
+                if text not in seen[row] and len(kept[row]) < n_best:
+                    seen[row].add(text)
+                    kept[row].append((hypothesis, text))
+
+        beam_size = self.beam_size
+        decoded = self.decode_ids(sources, prefixes, n_best=beam_size)
+        for row, texts in enumerate(self._texts_of(decoded)):
+            add(row, decoded[row], texts)
+        while 2 * beam_size <= 4 * max(self.beam_size, n_best):
+            short = [row for row in range(len(sources)) if len(kept[row]) < n_best]
+            if not short:
+                break
+            beam_size *= 2
+            wider = self.decode_ids([sources[row] for row in short],
+                                    None if prefixes is None else [prefixes[row] for row in short],
+                                    n_best=beam_size, beam_size=beam_size)
+            for row, hypotheses, texts in zip(short, wider, self._texts_of(wider)):
+                add(row, hypotheses, texts)
+        # The translation first, then the others best first (a wider beam's text may outscore one).
+        kept = [row[:1] + sorted(row[1:], key=lambda pair: -pair[0][1]) for row in kept]
+        return [[h for h, _ in row] for row in kept], [[t for _, t in row] for row in kept]
 
     def translate_ids(self, sources):
         """Lists of source ids (with EOS) -> (output id lists without EOS, scores)."""
@@ -251,7 +316,8 @@ class Translator:
                 raise ValueError(f"translate: {label} is not valid Unicode: {problem}.")
         return texts, single
 
-    def translate(self, texts, return_scores=False, *, n_best=None, prefixes=None, return_alignments=False):
+    def translate(self, texts, return_scores=False, *, n_best=None, prefixes=None, return_alignments=False,
+                  distinct=True):
         """Translates a string or a list of strings.
 
         A text without any token (empty, whitespace, or only characters the
@@ -265,7 +331,12 @@ class Translator:
                 beam scores are length-penalised log-probabilities, greedy
                 and sampling scores the sum of log-probabilities.
             n_best: return the N best hypotheses of each text (N <= the
-                beam size), best first, as lists of `Hypothesis`.
+                beam size), as lists of `Hypothesis`: by default of
+                distinct texts, the best-scored segmentation of each
+                (`decode_distinct`; fewer than N only if a beam four times
+                as wide finds no more), the first being the translation.
+            distinct: False returns the raw N best hypotheses instead, best
+                first, of which two may detokenize to the same text.
             prefixes: a target prefix per text ("" or None: none), forced at
                 the start of its translation; decoding continues from it.
             return_alignments: return `Hypothesis` records with Pharaoh word
@@ -297,17 +368,17 @@ class Translator:
             prefix_ids = None
             if prefixes is not None:
                 prefix_ids = self.token_ids([prefixes[i] for i in to_decode])
-            decoded = self.decode_ids(sources, prefix_ids, n_best=count)
-            flat = [tokens for row in decoded for tokens, _, _ in row]
-            strings = _to_strings(self.tokenizer.detokenize(flat)) if flat else []
+            if count > 1 and distinct:
+                decoded, strings = self.decode_distinct(sources, prefix_ids, n_best=count)
+            else:
+                decoded = self.decode_ids(sources, prefix_ids, n_best=count)
+                strings = self._texts_of(decoded)
             alignments = self._alignments(sources, decoded) if return_alignments else None
-            position = 0
             for row, index in enumerate(to_decode):
                 hypotheses[index] = []
                 for k, (_, score, log_prob) in enumerate(decoded[row]):
                     alignment = alignments[row][k] if alignments else None
-                    hypotheses[index].append(Hypothesis(strings[position], score, log_prob, alignment))
-                    position += 1
+                    hypotheses[index].append(Hypothesis(strings[row][k], score, log_prob, alignment))
         else:
             self.last_truncated = []
         if n_best is not None or return_alignments:

@@ -44,6 +44,7 @@ import tempfile
 
 import numpy as np
 
+from keras_transformer.decoding.inputs import source_length_limit, truncate_source
 from keras_transformer.special_tokens import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE
 
 __all__ = [
@@ -219,7 +220,7 @@ def _padded_vocabulary(pieces, size):
     return pieces + [f"<keras_transformer_unused_{i}>" for i in range(len(pieces), size)]
 
 
-def ctranslate2_options(beam_size=4, alpha=0.6, max_extra_length=50, source_length=None, n_best=1):
+def ctranslate2_options(beam_size=4, alpha=0.6, max_extra_length=50, source_length=None, n_best=1, max_length=None):
     """Keyword arguments for `ctranslate2.Translator.translate_batch` that run
     the engine's search with our conventions as far as they go.
 
@@ -228,6 +229,7 @@ def ctranslate2_options(beam_size=4, alpha=0.6, max_extra_length=50, source_leng
     source of `source_length` tokens (EOS included; the engine's limit is one
     per batch, so pass the batch's longest). `alpha` is given to the engine's
     own length penalty, which differs from ours (module docstring).
+    `max_length` caps the limit (a learned position table's length).
     """
     options = dict(
         beam_size=beam_size,
@@ -238,7 +240,8 @@ def ctranslate2_options(beam_size=4, alpha=0.6, max_extra_length=50, source_leng
         return_scores=True,
     )
     if source_length is not None:
-        options["max_decoding_length"] = max(1, source_length + max_extra_length)
+        limit = source_length + max_extra_length
+        options["max_decoding_length"] = max(1, limit if max_length is None else min(limit, max_length))
     return options
 
 
@@ -279,6 +282,11 @@ def export_ctranslate2(
     output_dir = os.fspath(output_dir)
     if os.path.exists(output_dir) and not force:
         raise FileExistsError(f"{output_dir} already exists (pass force=True, or --force, to replace it).")
+    # A learned position table ends at the model's max_length: sources are
+    # capped there (the wrapper cuts them, by the one truncation rule) and
+    # outputs too, as our search caps them.
+    learned_positions = model.max_length if model.positional_encoding == "learned" else None
+    max_input_length = source_length_limit(model, max_input_length)
     max_positions = max(_DEFAULT_POSITIONS, max_input_length + max_extra_length + 1)
     spec = model_spec(model, tokenizer, max_positions=max_positions)
     spec.validate()
@@ -298,7 +306,7 @@ def export_ctranslate2(
             "tokenizer": TOKENIZER_FILE,
             "search": {
                 "beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length,
-                "max_input_length": max_input_length,
+                "max_input_length": max_input_length, "learned_positions": learned_positions,
             },
             "length_penalty_note": (
                 "CTranslate2 divides by length ** alpha, keras_transformer by "
@@ -372,12 +380,17 @@ class CTranslate2Translator:
         alpha = search["alpha"] if alpha is None else alpha
         max_extra_length = search["max_extra_length"] if max_extra_length is None else max_extra_length
         max_input_length = search["max_input_length"] if max_input_length is None else max_input_length
+        learned_positions = search.get("learned_positions")
+        if learned_positions is not None:  # no positions beyond the learned table
+            max_input_length = min(max_input_length, learned_positions)
         texts = list(texts)
         token_lists = self.processor.encode(texts) if texts else []
-        self.last_truncated = [i for i, tokens in enumerate(token_lists) if len(tokens) >= max_input_length]
-        by_length = {}
+        self.last_truncated, by_length = [], {}
         for index, tokens in enumerate(token_lists):
-            tokens = tokens[: max_input_length - 1]
+            source, cut = truncate_source(tokens, max_input_length)
+            if cut:
+                self.last_truncated.append(index)
+            tokens = source[:-1]  # the engine appends EOS itself
             if tokens:
                 by_length.setdefault(len(tokens), []).append((index, tokens))
         translations, scores = [""] * len(texts), [0.0] * len(texts)
@@ -387,7 +400,8 @@ class CTranslate2Translator:
                 results = self.translator.translate_batch(
                     [[self.processor.id_to_piece(t) for t in tokens] for _, tokens in chunk],
                     max_input_length=0,  # truncated above, by our rule
-                    **ctranslate2_options(beam_size, alpha, max_extra_length, source_length=length + 1),
+                    **ctranslate2_options(beam_size, alpha, max_extra_length, source_length=length + 1,
+                                          max_length=learned_positions),
                 )
                 for (index, _), result in zip(chunk, results):
                     pieces = result.hypotheses[0]

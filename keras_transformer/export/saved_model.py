@@ -17,11 +17,13 @@ Serving watches). Signatures:
 - `score`: `source` and `target` strings -> `log_probs`, length-penalised
   `scores` and `tokens` (EOS included) of each given translation (forced
   decoding); targets are cut at `max_input_length + max_extra_length`
-  tokens, the longest translation the export makes.
+  tokens, the longest translation the export makes (a documented cut: in
+  process, `Translator.score` refuses a target the model cannot read).
 
 Beam size, length penalty and the length limits are fixed at export time.
 Inputs longer than `max_input_length` tokens (EOS included) are truncated to
-their first `max_input_length - 1` tokens, so no request can make the
+their first `max_input_length - 1` tokens (the rule of
+`keras_transformer.decoding.inputs.truncate_source`), so no request can make the
 server's work unbounded: a translation has at most `max_input_length +
 max_extra_length` tokens (or `max_output_length`). Inputs without any token
 (empty or whitespace-only strings) translate to "" with score 0. These are
@@ -45,6 +47,9 @@ import tensorflow as tf
 
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding import beam_search, greedy_search
+from keras_transformer.decoding.inputs import source_tokens_kept
+from keras_transformer.decoding.options import check_alpha
+from keras_transformer.decoding.options import check_int as _check_int
 from keras_transformer.decoding.scoring import score_translations
 from keras_transformer.export.opcheck import check_serving_ops
 
@@ -93,12 +98,6 @@ def _write_errno(error):
             if os.strerror(code) in error.message:
                 return code
     return None
-
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}.")
-    return value
 
 
 def _check_name(name):
@@ -210,7 +209,7 @@ class _Translator:
         Rows are cut to `max_input_length - 1` tokens so that, with EOS, no
         source exceeds `max_input_length` (the training pipeline's convention).
         """
-        tokens = tokens[:, : self.max_input_length - 1]
+        tokens = tokens[:, : source_tokens_kept(self.max_input_length)]  # the one truncation rule
         lengths = tf.cast(tokens.row_lengths(), tf.int32)
         dense = tokens.to_tensor(default_value=PAD_ID)
         # One more column so that the longest row has room for its EOS.
@@ -393,8 +392,7 @@ def export_saved_model(
     if version is not None:
         _check_int("version", version, 0)
     _check_int("beam_size", beam_size, 1)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 0:
-        raise ValueError(f"`alpha` must be a number >= 0, got {alpha!r}.")
+    alpha = check_alpha(alpha)
     _check_int("max_extra_length", max_extra_length, 0)
     if max_input_length is None:
         max_input_length = DEFAULT_MAX_INPUT_LENGTH

@@ -144,7 +144,9 @@ def ours_all(model, sources, beam_size, alpha):
     if beam_size == 1:
         result = greedy_search(model, ids, max_extra_length=MAX_EXTRA)
     else:
-        result = beam_search(model, ids, beam_size=beam_size, alpha=alpha, max_extra_length=MAX_EXTRA)
+        # The engine finishes a hypothesis cut at its limit as it is: compare under that rule.
+        result = beam_search(model, ids, beam_size=beam_size, alpha=alpha, max_extra_length=MAX_EXTRA,
+                             limit_rule="finish")
     outputs = []
     for tokens in np.asarray(result["ids"]).tolist():
         outputs.append(tokens[: tokens.index(EOS)] if EOS in tokens else [t for t in tokens if t])
@@ -350,7 +352,7 @@ def test_texts_translate_alike_in_process_and_through_the_engine(trained, float3
     texts = [en for en, _ in test] + ["", "   ", "\ufeff", "\u200b"]
     references = [de for _, de in test]
     for beam_size, alpha in ((1, 0.0), (4, 0.0)):
-        expected = Translator(model, tokenizer, beam_size=beam_size, alpha=alpha,
+        expected = Translator(model, tokenizer, beam_size=beam_size, alpha=alpha, limit_rule="finish",
                               max_extra_length=MAX_EXTRA, max_source_length=48).translate(texts)
         engine_translator = CTranslate2Translator(float32_export)
         got = engine_translator.translate(texts, beam_size=beam_size, alpha=alpha)
