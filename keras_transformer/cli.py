@@ -346,9 +346,9 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Train a model. Running it again on the same output_dir resumes from the newest checkpoint, "
         "with the batch it would have seen next.",
-        epilog="Large corpora: the training corpus is prepared once into shards of token ids (`keras-transformer "
-        "prepare`, or the first `train`), then streamed with a global shuffle in bounded memory; a start or a "
-        "resume at any step takes seconds. For WMT-sized data:\n"
+        epilog="Large corpora: the training corpus is prepared once into shards of token ids\n"
+        "(`keras-transformer prepare`, or the first `train`), then streamed with a global shuffle in\n"
+        "bounded memory; a start or a resume at any step reads no earlier batch. For WMT-sized data:\n"
         "  keras-transformer prepare --preset wmt14-base --train wmt14.en-de.tsv --output-dir runs/wmt\n"
         "  keras-transformer train   --preset wmt14-base --train wmt14.en-de.tsv --output-dir runs/wmt\n"
         "Several runs can share prepared data: --set data.prepared_dir=DIR.")
