@@ -245,12 +245,15 @@ def cmd_export(args):
         raise SystemExit("error: --quantization applies to --format ctranslate2 only")
     if args.format == "ctranslate2" and args.xla:
         raise SystemExit("error: --xla applies to --format saved_model only")
+    if args.format == "ctranslate2" and args.warmup_rows is not None:
+        raise SystemExit("error: --warmup-rows applies to --format saved_model only")
     if args.format == "ctranslate2":
         path = runs.export_ctranslate2(args.run_dir, args.output, quantization=args.quantization or "float32",
                                        force=args.force, decoding=_decoding_overrides(args))
     else:
         path = runs.export(args.run_dir, args.base_dir, name=args.name, version=args.version,
-                           decoding=_decoding_overrides(args), jit_compile=args.xla)
+                           decoding=_decoding_overrides(args), jit_compile=args.xla,
+                           warmup_rows=args.warmup_rows)
     print(f"exported: {path}")
     return 0
 
@@ -384,6 +387,9 @@ def build_parser():
     export.add_argument("--xla", action="store_true",
                         help="SavedModel whose search is compiled with XLA (2-3x faster on CPU): for TF "
                              "Serving with --xla_cpu_compilation_enabled, or GPU; stock servers need the default")
+    export.add_argument("--warmup-rows", type=int,
+                        help="TF Serving warm-up records cover requests of up to this many rows (default 64): "
+                             "with --xla, one per padded (rows, length) shape the server will compile")
     _decoding_arguments(export)
     export.set_defaults(func=cmd_export)
 

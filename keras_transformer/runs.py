@@ -452,12 +452,14 @@ def _with_decoding(output_dir, decoding):
 
 
 def export(output_dir, base_dir=None, *, name="translator", version=None, decoding=None, jit_compile=False,
-           check_ops=True):
+           check_ops=True, warmup_rows=None):
     """Exports the run's model and tokenizer as a SavedModel for TF Serving, with
     its decoding settings (`decoding` overrides some) and, as the input limit,
     the longest source seen in training (`data.max_length`). `base_dir`
-    defaults to RUN/export; returns the version directory."""
+    defaults to RUN/export; `warmup_rows` (default 64) bounds the requests
+    the TF Serving warm-up records cover; returns the version directory."""
     from keras_transformer.export import export_saved_model
+    from keras_transformer.export.warmup import DEFAULT_WARMUP_ROWS
 
     model, tokenizer, config = _with_decoding(output_dir, decoding)
     settings = config["decoding"]
@@ -465,6 +467,7 @@ def export(output_dir, base_dir=None, *, name="translator", version=None, decodi
         model, tokenizer, str(base_dir or Path(output_dir) / "export"), name=name, version=version,
         beam_size=settings["beam_size"], alpha=settings["alpha"], max_extra_length=settings["max_extra_length"],
         max_input_length=config["data"]["max_length"], jit_compile=jit_compile, check_ops=check_ops,
+        warmup_rows=DEFAULT_WARMUP_ROWS if warmup_rows is None else warmup_rows,
     )
 
 
