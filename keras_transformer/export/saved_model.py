@@ -47,6 +47,7 @@ from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.decoding.scoring import score_translations
 from keras_transformer.export.opcheck import check_serving_ops
+from keras_transformer.export import quantize as quantize_lib
 from keras_transformer.export import warmup as warmup_lib
 
 __all__ = ["ExportDirectoryError", "export_saved_model", "next_version"]
@@ -336,6 +337,7 @@ def export_saved_model(
     jit_compile=False,
     check_ops=True,
     warmup_rows=warmup_lib.DEFAULT_WARMUP_ROWS,
+    quantize=None,
     verbose=False,
 ):
     """Writes `model` and `tokenizer` as a SavedModel for TensorFlow Serving.
@@ -378,6 +380,12 @@ def export_saved_model(
             and `max_input_length` tokens, so that the server compiles them
             before it reports the version available. An int >= 1; the
             records may not exceed TF Serving's 1,000.
+        quantize: None (float weights as trained), "int8" (the Dense
+            kernels stored as int8, activations quantized per row at run
+            time) or "int8_weights" (int8 kernels, float32 products): see
+            `keras_transformer.export.quantize`. A copy is quantized;
+            `model` is unchanged. A model quantized already with
+            `quantize_model` is exported as it is (leave this None).
         verbose: print the endpoints (Keras' export summary).
 
     Returns:
@@ -410,8 +418,12 @@ def export_saved_model(
         _check_int("max_output_length", max_output_length, 1)
     _check_compatible(model, tokenizer, max_input_length)
     warmup_lib.check_warmup_rows(warmup_rows, max_input_length, bool(jit_compile))
+    quantize_lib.check_mode(quantize)
     if not model.built:
         model.build()
+    if quantize is not None:
+        model = quantize_lib.quantize_model(model, quantize)
+    quantization = getattr(model, "keras_transformer_quantization", None)
 
     model_dir = os.path.join(os.fspath(base_dir), name)
     _make_model_dir(model_dir)
@@ -460,7 +472,7 @@ def export_saved_model(
         )
         try:
             archive.write_out(temp_dir, verbose=verbose)
-            _write_export_info(temp_dir, model, tokenizer, translator, warmup_rows)
+            _write_export_info(temp_dir, model, tokenizer, translator, warmup_rows, quantization)
             signatures = [SERVING_SIGNATURE, IDS_SIGNATURE, SCORE_SIGNATURE]
             if beam_size > 1:
                 signatures.append(N_BEST_SIGNATURE)
@@ -479,6 +491,8 @@ def export_saved_model(
             ) from error
         if check_ops:
             check_serving_ops(temp_dir, allow_xla=bool(jit_compile))
+            if quantization is not None:
+                quantize_lib.check_int8_export(temp_dir, quantization, len(quantize_lib.int8_dense_layers(model)))
         try:
             # Fails (instead of replacing) if the version appeared meanwhile.
             os.rename(temp_dir, version_dir)
@@ -492,7 +506,7 @@ def export_saved_model(
     return version_dir
 
 
-def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows):
+def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, quantization=None):
     import keras_transformer
 
     info = {
@@ -522,6 +536,7 @@ def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows):
             "max_output_length": translator.max_output_length,
             "jit_compile": translator.jit_compile,
         },
+        "quantization": quantization,
         "warmup": {"path": warmup_lib.WARMUP_PATH, "rows": warmup_rows,
                    "xla_shapes": ([[r, w] for r in warmup_lib.row_buckets(warmup_rows)
                                    for w in warmup_lib.width_buckets(translator.max_input_length)]
