@@ -186,6 +186,7 @@ def parse_args(argv=None):
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--vocabulary-size", type=int, default=8000)
     parser.add_argument("--variants", default="plain,xla")
+    parser.add_argument("--starts", default="cold,warm", help="cold (no warm-up), warm (records replayed first)")
     parser.add_argument("--export-base", help="where to export (default: a temporary directory)")
     parser.add_argument("--record", default=_records.default_path("serve_mix"),
                         help="JSON-lines file the run's record is appended to (default %(default)s)")
@@ -198,6 +199,10 @@ def parse_args(argv=None):
     if not variants or set(variants) - set(VARIANTS):
         parser.error(f"--variants must be a comma-separated subset of {','.join(VARIANTS)}")
     args.variants = variants
+    starts = args.starts.split(",")
+    if not starts or set(starts) - {"cold", "warm"}:
+        parser.error("--starts must be a comma-separated subset of cold,warm")
+    args.starts = starts
     return args
 
 
@@ -234,7 +239,7 @@ def main(argv=None):
     directories, model_config = export_variants(args, base)
     runs = {}
     for variant, export_dir in directories.items():
-        for start in ("cold", "warm"):
+        for start in args.starts:
             result_path = os.path.join(base, f"{variant}-{start}.json")
             command = [sys.executable, os.path.abspath(__file__), "--requests", str(args.requests),
                        "--seed", str(args.seed), "--child", export_dir, start, result_path]
