@@ -77,6 +77,8 @@ def parse_args(argv=None):
     parser.add_argument("--searches", default="beam,greedy")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-ctranslate2", action="store_true")
+    parser.add_argument("--quantize", choices=("int8", "int8_weights"), action="append", default=[],
+                        help="also the SavedModel variants exported with this int8 mode (repeatable)")
     parser.add_argument("--record", default=_records.default_path("serve"),
                         help="JSON-lines file the run's record is appended to (default %(default)s)")
     return parser.parse_args(argv)
@@ -148,15 +150,18 @@ def contenders_for(search, model, tokenizer, sources, args, work):
         "ours in process, XLA": ours(True),
         "ours in process, plain graph": ours(False),
     }
-    for variant, jit_compile in (("plain", False), ("XLA", True)):
-        export_dir = export_saved_model(
-            model, tokenizer, os.path.join(work, f"{search}-{variant}"), beam_size=beam, alpha=args.alpha,
-            max_extra_length=max_extra, max_input_length=args.source_tokens, jit_compile=jit_compile,
-        )
-        signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
-        contenders[f"SavedModel {variant} variant (translate_ids)"] = (
-            lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
-        )
+    for quantize in [None, *args.quantize]:
+        for variant, jit_compile in (("plain", False), ("XLA", True)):
+            suffix = f", {quantize}" if quantize else ""
+            export_dir = export_saved_model(
+                model, tokenizer, os.path.join(work, f"{search}-{variant}-{quantize}"), beam_size=beam,
+                alpha=args.alpha, max_extra_length=max_extra, max_input_length=args.source_tokens,
+                jit_compile=jit_compile, quantize=quantize, warmup_rows=8,
+            )
+            signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
+            contenders[f"SavedModel {variant} variant{suffix} (translate_ids)"] = (
+                lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
+            )
     if not args.no_ctranslate2:
         try:
             import ctranslate2
