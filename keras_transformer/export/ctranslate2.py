@@ -268,6 +268,27 @@ def ctranslate2_options(beam_size=4, alpha=0.6, max_extra_length=50, source_leng
     return options
 
 
+def is_int8_model(model):
+    return any(getattr(layer, "quantization_mode", None) for layer in model._flatten_layers())
+
+
+def optimized_spec(model, tokenizer, quantization="float32", max_positions=_DEFAULT_POSITIONS):
+    """`model_spec`, validated and optimized for `quantization` as `export_ctranslate2` saves it."""
+    quantized = [layer.name for layer in model._flatten_layers() if getattr(layer, "quantization_mode", None)]
+    if quantized and quantization != "int8":
+        raise ValueError(
+            f"the model holds int8 weights ({len(quantized)} quantized layers): export it with "
+            f"quantization='int8' (its weights as they are), not {quantization!r}."
+        )
+    spec = model_spec(model, tokenizer, max_positions=max_positions)
+    spec.validate()
+    # An int8 model's kernels are int8 already: optimizing with a quantization
+    # would quantize them a second time (int8 values read as floats, their
+    # scales replaced), so only aliasing runs.
+    spec.optimize(quantization=None if quantized else quantization)
+    return spec
+
+
 def export_ctranslate2(
     model,
     tokenizer,
@@ -311,18 +332,8 @@ def export_ctranslate2(
     if os.path.exists(output_dir) and not force:
         raise FileExistsError(f"{output_dir} already exists (pass force=True, or --force, to replace it).")
     max_positions = max(_DEFAULT_POSITIONS, max_input_length + max_extra_length + 1)
-    quantized = [layer.name for layer in model._flatten_layers() if getattr(layer, "quantization_mode", None)]
-    if quantized and quantization != "int8":
-        raise ValueError(
-            f"the model holds int8 weights ({len(quantized)} quantized layers): export it with "
-            f"quantization='int8' (its weights as they are), not {quantization!r}."
-        )
-    spec = model_spec(model, tokenizer, max_positions=max_positions)
-    spec.validate()
-    # An int8 model's kernels are int8 already: optimizing with a quantization
-    # would quantize them a second time (int8 values read as floats), so only
-    # aliasing runs.
-    spec.optimize(quantization=None if quantized else quantization)
+    spec = optimized_spec(model, tokenizer, quantization, max_positions=max_positions)
+    quantized = is_int8_model(model)
 
     parent = os.path.dirname(os.path.abspath(output_dir))
     os.makedirs(parent, exist_ok=True)
