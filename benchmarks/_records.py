@@ -77,6 +77,133 @@ def machine():
             "platform": platform.platform(), "python": platform.python_version(), "gpus": gpus()}
 
 
+# CPU flags that decide which matrix kernels run (Linux /proc/cpuinfo names).
+MATRIX_FLAG_PREFIXES = ("avx", "fma", "f16c", "amx")
+
+
+def cpu_flags():
+    """The CPU's flags that matter to matrix libraries (AVX*, FMA, F16C, AVX-512*, VNNI, AMX*); [] if unknown."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = line.split(":", 1)[1].split()
+                return sorted(flag for flag in flags if flag.startswith(MATRIX_FLAG_PREFIXES) or "vnni" in flag)
+    except OSError:
+        pass
+    return []
+
+
+# A CTranslate2 model of one layer each side, d_model 8, built with its spec
+# API in a child process that loads it with CT2_VERBOSE=1: the engine logs
+# its CPU backend when it loads a model.
+_CT2_PROBE = r"""
+import sys, tempfile
+import numpy as np
+import ctranslate2
+from ctranslate2.specs import transformer_spec
+
+d, v, p = 8, 8, 16
+rng = np.random.default_rng(0)
+w = lambda *shape: rng.standard_normal(shape).astype("float32")
+spec = transformer_spec.TransformerSpec.from_config((1, 1), 1, pre_norm=False)
+def linear(s, out, inp):
+    s.weight, s.bias = w(out, inp), w(out)
+def norm(s):
+    s.gamma, s.beta = np.ones(d, "float32"), np.zeros(d, "float32")
+def ffn(s):
+    linear(s.linear_0, d, d); linear(s.linear_1, d, d); norm(s.layer_norm)
+enc, dec = spec.encoder, spec.decoder
+enc.embeddings[0].weight = w(v, d)
+enc.position_encodings.encodings = w(p, d)
+layer = enc.layer[0]
+linear(layer.self_attention.linear[0], 3 * d, d); linear(layer.self_attention.linear[1], d, d)
+norm(layer.self_attention.layer_norm); ffn(layer.ffn)
+dec.embeddings.weight = w(v, d)
+dec.position_encodings.encodings = w(p, d)
+dec.projection.weight = dec.embeddings.weight
+layer = dec.layer[0]
+linear(layer.self_attention.linear[0], 3 * d, d); linear(layer.self_attention.linear[1], d, d)
+norm(layer.self_attention.layer_norm)
+linear(layer.attention.linear[0], d, d); linear(layer.attention.linear[1], 2 * d, d)
+linear(layer.attention.linear[2], d, d); norm(layer.attention.layer_norm); ffn(layer.ffn)
+words = ["<blank>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(v - 4)]
+spec.register_source_vocabulary(words)
+spec.register_target_vocabulary(words)
+spec.validate()
+spec.optimize(quantization=sys.argv[1])
+with tempfile.TemporaryDirectory() as directory:
+    spec.save(directory)
+    ctranslate2.Translator(directory, device="cpu", compute_type=sys.argv[1])
+"""
+
+
+def parse_ctranslate2_log(text):
+    """The `[info]` lines CTranslate2 prints with CT2_VERBOSE=1 as {key: value}
+    ("CPU", "Selected ISA", "Use Intel MKL", "SGEMM backend", "GEMM_S8 backend", ...)."""
+    found = {}
+    for line in text.splitlines():
+        if "[info]" not in line:
+            continue
+        message = line.split("[info]", 1)[1].strip().lstrip("- ").strip()
+        if ":" in message and not message.startswith("Loaded model"):
+            key, value = message.split(":", 1)
+            found.setdefault(key.strip(), value.strip())
+    return found
+
+
+def ctranslate2_backend(python=None, quantization="int8"):
+    """What CTranslate2 runs on this CPU (its CT2_VERBOSE=1 log when loading a
+    model of `quantization` weights), with "version"; None when it is not installed."""
+    try:
+        version = importlib.metadata.version("ctranslate2")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    environment = dict(os.environ, CT2_VERBOSE="1")
+    try:
+        completed = subprocess.run([python or sys.executable, "-c", _CT2_PROBE, quantization], env=environment,
+                                   capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as error:
+        return {"version": version, "error": str(error)}
+    found = parse_ctranslate2_log(completed.stdout + completed.stderr)
+    if completed.returncode != 0 or not found:
+        return {"version": version, "error": (completed.stderr or completed.stdout)[-500:]}
+    return {"version": version, **found}
+
+
+_TF_PROBE = r"""
+from tensorflow.python.util import _pywrap_util_port
+print("is_mkl_enabled", bool(_pywrap_util_port.IsMklEnabled()))
+"""
+
+
+def tensorflow_onednn(python=None):
+    """TensorFlow's oneDNN use: TF_ENABLE_ONEDNN_OPTS as set, and what a child
+    TensorFlow with this environment logs ("oneDNN custom operations are
+    on") and reports (`IsMklEnabled`); None when TensorFlow is not installed."""
+    try:
+        version = importlib.metadata.version("tensorflow")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    info = {"version": version, "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS")}
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
+    try:
+        completed = subprocess.run([python or sys.executable, "-c", _TF_PROBE], env=environment,
+                                   capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as error:
+        return {**info, "error": str(error)}
+    log = completed.stdout + completed.stderr
+    info["onednn_custom_ops_logged_on"] = "oneDNN custom operations are on" in log
+    info["is_mkl_enabled"] = "is_mkl_enabled True" in log
+    return info
+
+
+def matrix_libraries():
+    """The matrix libraries a CPU figure depends on: CPU model and flags,
+    CTranslate2's backend, TensorFlow's oneDNN use."""
+    return {"cpu": cpu_model(), "cpu_flags": cpu_flags(), "ctranslate2": ctranslate2_backend(),
+            "tensorflow_onednn": tensorflow_onednn()}
+
+
 def load_average():
     """The 1, 5 and 15-minute load averages, rounded to hundredths (None where the OS has none)."""
     try:
@@ -130,7 +257,7 @@ def start(benchmark, argv=None, script=None, packages=("tensorflow", "keras", "k
     """A new record with everything but the results; `finish` adds the load after the run."""
     return {"benchmark": benchmark, "time": timestamp(), "commit": commit(),
             "command": command_line(argv, script), "machine": machine(), "versions": versions(*packages),
-            "load_average": {"before": load_average()}}
+            "libraries": matrix_libraries(), "load_average": {"before": load_average()}}
 
 
 def finish(record):

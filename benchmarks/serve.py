@@ -1,8 +1,9 @@
 """Served decoding speed: the exported SavedModel (plain and XLA variants) and
 CTranslate2 against our in-process search, on the same weights, in the same run.
 
-The workload is `benchmarks/decode.py`'s: the "tiny" preset (d_model 256, 3+3
-layers, 4 heads, d_ff 1024) with random weights, a batch of `--batch-size`
+The workload is `benchmarks/decode.py`'s: the `--preset`'s Transformer
+("tiny": d_model 256, 3+3 layers, 4 heads, d_ff 1024, the default; "base" and
+"big": the paper's sizes, Table 3) with random weights, a batch of `--batch-size`
 sources of `--source-tokens` tokens (EOS included), and exactly `--steps`
 generated tokens per sentence. Random weights rarely favour EOS; to make it
 exact, the EOS row of the shared embedding is set to zeros (its logit is 0,
@@ -30,7 +31,13 @@ round. A JSON record (machine, load, commit, command, raw timings) is
 appended to `benchmarks/results/serve.jsonl` (`--record` to change it).
 
 Usage:
-    KERAS_BACKEND=tensorflow python benchmarks/serve.py [--rounds 7] [--searches beam,greedy]
+    KERAS_BACKEND=tensorflow python benchmarks/serve.py [--preset base] [--rounds 7] [--searches beam,greedy]
+
+Each record also names the matrix libraries behind the figures
+(`_records.matrix_libraries`): the CPU model and its AVX/AVX-512/VNNI/AMX
+flags, CTranslate2's CPU backend (Intel MKL only on Intel CPUs, oneDNN
+elsewhere) and TensorFlow's oneDNN use; ratios measured on one CPU say
+nothing about another.
 """
 
 import argparse
@@ -59,6 +66,8 @@ EOS, PAD = 3, 0
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", choices=("tiny", "base", "big"), default="tiny",
+                        help="model size: tiny (default), or the paper's base and big")
     parser.add_argument("--vocabulary-size", type=int, default=8000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--source-tokens", type=int, default=32, help="per source, EOS included")
@@ -68,6 +77,8 @@ def parse_args(argv=None):
     parser.add_argument("--searches", default="beam,greedy")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-ctranslate2", action="store_true")
+    parser.add_argument("--quantize", choices=("int8", "int8_weights"), action="append", default=[],
+                        help="also the SavedModel variants exported with this int8 mode (repeatable)")
     parser.add_argument("--record", default=_records.default_path("serve"),
                         help="JSON-lines file the run's record is appended to (default %(default)s)")
     return parser.parse_args(argv)
@@ -97,9 +108,9 @@ def tokenizer_for(args):
     return tokenizer, origin
 
 
-def make_model(vocabulary_size):
+def make_model(vocabulary_size, preset="tiny"):
     keras.utils.set_random_seed(0)
-    model = kt.Transformer.from_preset("tiny", vocabulary_size=vocabulary_size)
+    model = kt.Transformer.from_preset(preset, vocabulary_size=vocabulary_size)
     embeddings = model.target_embedding.embeddings
     values = keras.ops.convert_to_numpy(embeddings).copy()
     values[EOS] = 0.0  # logit 0: never among the best candidates (see the module docstring)
@@ -139,15 +150,18 @@ def contenders_for(search, model, tokenizer, sources, args, work):
         "ours in process, XLA": ours(True),
         "ours in process, plain graph": ours(False),
     }
-    for variant, jit_compile in (("plain", False), ("XLA", True)):
-        export_dir = export_saved_model(
-            model, tokenizer, os.path.join(work, f"{search}-{variant}"), beam_size=beam, alpha=args.alpha,
-            max_extra_length=max_extra, max_input_length=args.source_tokens, jit_compile=jit_compile,
-        )
-        signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
-        contenders[f"SavedModel {variant} variant (translate_ids)"] = (
-            lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
-        )
+    for quantize in [None, *args.quantize]:
+        for variant, jit_compile in (("plain", False), ("XLA", True)):
+            suffix = f", {quantize}" if quantize else ""
+            export_dir = export_saved_model(
+                model, tokenizer, os.path.join(work, f"{search}-{variant}-{quantize}"), beam_size=beam,
+                alpha=args.alpha, max_extra_length=max_extra, max_input_length=args.source_tokens,
+                jit_compile=jit_compile, quantize=quantize, warmup_rows=8,
+            )
+            signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
+            contenders[f"SavedModel {variant} variant{suffix} (translate_ids)"] = (
+                lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
+            )
     if not args.no_ctranslate2:
         try:
             import ctranslate2
@@ -222,12 +236,12 @@ def main(argv=None):
     import tensorflow as tf
 
     tokenizer, origin = tokenizer_for(args)
-    model = make_model(tokenizer.vocabulary_size)
+    model = make_model(tokenizer.vocabulary_size, args.preset)
     rng = np.random.default_rng(0)
     sources = rng.integers(4, tokenizer.vocabulary_size, size=(args.batch_size, args.source_tokens)).astype("int32")
     sources[:, -1] = EOS
     record = _records.start("serve", argv, packages=("tensorflow", "keras", "ctranslate2"))
-    record["workload"] = {"preset": "tiny", "vocabulary": tokenizer.vocabulary_size, "tokenizer_corpus": origin,
+    record["workload"] = {"preset": args.preset, "vocabulary": tokenizer.vocabulary_size, "tokenizer_corpus": origin,
                           "batch": args.batch_size, "source_tokens": args.source_tokens, "steps": args.steps,
                           "beam_size": args.beam_size, "alpha": args.alpha}
     record["seconds"] = {}
@@ -240,7 +254,13 @@ def main(argv=None):
     print(f"# {record['machine']['cpu']}, {os.cpu_count()} CPUs, load average {load['before'][0]:.1f} before, "
           f"{load['after'][0]:.1f} after; TensorFlow {tf.__version__}, "
           f"CTranslate2 {record['versions'].get('ctranslate2', '-')}; commit {record['commit']}")
-    print(f"# tiny preset, random weights, {tokenizer.vocabulary_size}-piece vocabulary; {args.batch_size} "
+    libraries = record["libraries"]
+    ct2 = libraries.get("ctranslate2") or {}
+    print(f"# CPU flags: {' '.join(libraries['cpu_flags'])}; CTranslate2: SGEMM {ct2.get('SGEMM backend', '-')}, "
+          f"int8 GEMM {ct2.get('GEMM_S8 backend', '-')}, MKL {ct2.get('Use Intel MKL', '-')}, ISA "
+          f"{ct2.get('Selected ISA', '-')}; TensorFlow oneDNN "
+          f"{(libraries.get('tensorflow_onednn') or {}).get('is_mkl_enabled', '-')}")
+    print(f"# {args.preset} preset, random weights, {tokenizer.vocabulary_size}-piece vocabulary; {args.batch_size} "
           f"sources of {args.source_tokens} tokens, exactly {args.steps} generated tokens each; beam "
           f"{args.beam_size} alpha {args.alpha}, greedy")
     for search, seconds in record["seconds"].items():

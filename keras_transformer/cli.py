@@ -257,12 +257,18 @@ def cmd_export(args):
         raise SystemExit("error: --quantization applies to --format ctranslate2 only")
     if args.format == "ctranslate2" and args.xla:
         raise SystemExit("error: --xla applies to --format saved_model only")
+    if args.format == "ctranslate2" and args.warmup_rows is not None:
+        raise SystemExit("error: --warmup-rows applies to --format saved_model only")
+    if args.format == "ctranslate2" and args.quantize and args.quantization not in (None, "int8"):
+        raise SystemExit("error: --quantize gives int8 weights: export them with --quantization int8 (the default then)")
     if args.format == "ctranslate2":
-        path = runs.export_ctranslate2(args.run_dir, args.output, quantization=args.quantization or "float32",
-                                       force=args.force, decoding=_decoding_overrides(args))
+        quantization = args.quantization or ("int8" if args.quantize else "float32")
+        path = runs.export_ctranslate2(args.run_dir, args.output, quantization=quantization,
+                                       force=args.force, decoding=_decoding_overrides(args), quantize=args.quantize)
     else:
         path = runs.export(args.run_dir, args.base_dir, name=args.name, version=args.version,
-                           decoding=_decoding_overrides(args), jit_compile=args.xla)
+                           decoding=_decoding_overrides(args), jit_compile=args.xla,
+                           warmup_rows=args.warmup_rows, quantize=args.quantize)
     print(f"exported: {path}")
     return 0
 
@@ -424,6 +430,13 @@ def build_parser():
     export.add_argument("--xla", action="store_true",
                         help="SavedModel whose search is compiled with XLA (2-3x faster on CPU): for TF "
                              "Serving with --xla_cpu_compilation_enabled, or GPU; stock servers need the default")
+    export.add_argument("--quantize", choices=("int8", "int8_weights"),
+                        help="int8 weights (Keras int8 quantization of the Dense layers): int8 quantizes "
+                             "activations at run time too, int8_weights multiplies in float32; with --format "
+                             "ctranslate2 the engine gets the int8 kernels as they are")
+    export.add_argument("--warmup-rows", type=int,
+                        help="TF Serving warm-up records cover requests of up to this many rows (default 64): "
+                             "with --xla, one per padded (rows, length) shape the server will compile")
     _decoding_arguments(export)
     export.set_defaults(func=cmd_export)
 

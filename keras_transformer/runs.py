@@ -453,12 +453,15 @@ def _with_decoding(output_dir, decoding):
 
 
 def export(output_dir, base_dir=None, *, name="translator", version=None, decoding=None, jit_compile=False,
-           check_ops=True):
+           check_ops=True, warmup_rows=None, quantize=None):
     """Exports the run's model and tokenizer as a SavedModel for TF Serving, with
     its decoding settings (`decoding` overrides some) and, as the input limit,
     the longest source seen in training (`data.max_length`). `base_dir`
-    defaults to RUN/export; returns the version directory."""
+    defaults to RUN/export; `warmup_rows` (default 64) bounds the requests
+    the TF Serving warm-up records cover; `quantize` ("int8", "int8_weights")
+    exports int8 weights; returns the version directory."""
     from keras_transformer.export import export_saved_model
+    from keras_transformer.export.warmup import DEFAULT_WARMUP_ROWS
 
     model, tokenizer, config = _with_decoding(output_dir, decoding)
     settings = config["decoding"]
@@ -466,14 +469,21 @@ def export(output_dir, base_dir=None, *, name="translator", version=None, decodi
         model, tokenizer, str(base_dir or Path(output_dir) / "export"), name=name, version=version,
         beam_size=settings["beam_size"], alpha=settings["alpha"], max_extra_length=settings["max_extra_length"],
         max_input_length=config["data"]["max_length"], jit_compile=jit_compile, check_ops=check_ops,
+        warmup_rows=DEFAULT_WARMUP_ROWS if warmup_rows is None else warmup_rows, quantize=quantize,
     )
 
 
-def export_ctranslate2(output_dir, destination=None, *, quantization="float32", force=False, decoding=None):
-    """Exports the run to CTranslate2 (default RUN/export/ctranslate2-QUANTIZATION); returns the directory."""
+def export_ctranslate2(output_dir, destination=None, *, quantization="float32", force=False, decoding=None,
+                       quantize=None):
+    """Exports the run to CTranslate2 (default RUN/export/ctranslate2-QUANTIZATION); returns the directory.
+    `quantize` ("int8", "int8_weights"): the Keras int8 model's kernels go to the engine as they are."""
     from keras_transformer.export.ctranslate2 import export_ctranslate2 as export_model
 
     model, tokenizer, config = _with_decoding(output_dir, decoding)
+    if quantize is not None:
+        from keras_transformer.export.quantize import quantize_model
+
+        model = quantize_model(model, quantize)
     settings = config["decoding"]
     destination = destination or Path(output_dir) / "export" / f"ctranslate2-{quantization}"
     return export_model(

@@ -80,15 +80,41 @@ def _numpy(variable):
     return np.ascontiguousarray(ops.convert_to_numpy(variable), dtype=np.float32)
 
 
+def _is_int8(dense):
+    return getattr(dense, "quantization_mode", None) == "int8"
+
+
+def _int8_kernel(dense):
+    """An int8 Dense layer's (out, in) int8 kernel and (out,) scales, as Keras holds them
+    (abs-max per output column: float = int8 / scale, CTranslate2's convention)."""
+    from keras import ops
+
+    kernel = np.ascontiguousarray(ops.convert_to_numpy(dense._kernel).T)
+    scale = np.ascontiguousarray(ops.convert_to_numpy(dense.kernel_scale), dtype=np.float32).reshape(-1)
+    if kernel.dtype != np.int8 or scale.shape != (kernel.shape[0],):
+        raise ValueError(f"{dense.name}: unexpected int8 layout {kernel.dtype} {kernel.shape}, scale {scale.shape}")
+    return kernel, scale
+
+
 def _linear(spec, dense):
-    spec.weight = _numpy(dense.kernel).T.copy()
+    if _is_int8(dense):
+        spec.weight, spec.weight_scale = _int8_kernel(dense)
+    else:
+        spec.weight = _numpy(dense.kernel).T.copy()
     if dense.bias is not None:
         spec.bias = _numpy(dense.bias)
 
 
 def _fused_linear(spec, denses):
     """Several Dense layers over the same input as one (their outputs concatenated)."""
-    spec.weight = np.concatenate([_numpy(d.kernel).T for d in denses], axis=0)
+    if any(_is_int8(d) for d in denses):
+        if not all(_is_int8(d) for d in denses):
+            raise ValueError(f"{[d.name for d in denses]}: some are int8, some not: cannot fuse them")
+        kernels, scales = zip(*(_int8_kernel(d) for d in denses))
+        spec.weight = np.concatenate(kernels, axis=0)
+        spec.weight_scale = np.concatenate(scales, axis=0)
+    else:
+        spec.weight = np.concatenate([_numpy(d.kernel).T for d in denses], axis=0)
     if all(d.bias is not None for d in denses):
         spec.bias = np.concatenate([_numpy(d.bias) for d in denses], axis=0)
 
@@ -245,6 +271,27 @@ def ctranslate2_options(beam_size=4, alpha=0.6, max_extra_length=50, source_leng
     return options
 
 
+def is_int8_model(model):
+    return any(getattr(layer, "quantization_mode", None) for layer in model._flatten_layers())
+
+
+def optimized_spec(model, tokenizer, quantization="float32", max_positions=_DEFAULT_POSITIONS):
+    """`model_spec`, validated and optimized for `quantization` as `export_ctranslate2` saves it."""
+    quantized = [layer.name for layer in model._flatten_layers() if getattr(layer, "quantization_mode", None)]
+    if quantized and quantization != "int8":
+        raise ValueError(
+            f"the model holds int8 weights ({len(quantized)} quantized layers): export it with "
+            f"quantization='int8' (its weights as they are), not {quantization!r}."
+        )
+    spec = model_spec(model, tokenizer, max_positions=max_positions)
+    spec.validate()
+    # An int8 model's kernels are int8 already: optimizing with a quantization
+    # would quantize them a second time (int8 values read as floats, their
+    # scales replaced), so only aliasing runs.
+    spec.optimize(quantization=None if quantized else quantization)
+    return spec
+
+
 def export_ctranslate2(
     model,
     tokenizer,
@@ -267,7 +314,12 @@ def export_ctranslate2(
             (written beside it, then renamed).
         quantization: the engine's weight type: "float32" (the same
             arithmetic as our float32 search), "int8", "int8_float32", ...
-            (`QUANTIZATIONS`).
+            (`QUANTIZATIONS`). A model quantized with
+            `keras_transformer.export.quantize.quantize_model` exports
+            with "int8" only: its int8 kernels and scales go to the engine
+            as they are (no second quantization); its float embedding and
+            tied projection are quantized by the engine when it loads the
+            model with an int8 compute type.
         beam_size, alpha, max_extra_length, max_input_length: the run's
             search settings, recorded in `keras_transformer_export.json`
             for clients (the engine takes its options per call).
@@ -288,9 +340,8 @@ def export_ctranslate2(
     learned_positions = model.max_length if model.positional_encoding == "learned" else None
     max_input_length = source_length_limit(model, max_input_length)
     max_positions = max(_DEFAULT_POSITIONS, max_input_length + max_extra_length + 1)
-    spec = model_spec(model, tokenizer, max_positions=max_positions)
-    spec.validate()
-    spec.optimize(quantization=quantization)
+    spec = optimized_spec(model, tokenizer, quantization, max_positions=max_positions)
+    quantized = is_int8_model(model)
 
     parent = os.path.dirname(os.path.abspath(output_dir))
     os.makedirs(parent, exist_ok=True)
@@ -303,6 +354,7 @@ def export_ctranslate2(
             "format": "ctranslate2",
             "ctranslate2_version": ctranslate2.__version__,
             "quantization": quantization,
+            "int8_from_keras": bool(quantized),
             "tokenizer": TOKENIZER_FILE,
             "search": {
                 "beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length,

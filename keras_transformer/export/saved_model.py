@@ -52,6 +52,8 @@ from keras_transformer.decoding.options import check_alpha
 from keras_transformer.decoding.options import check_int as _check_int
 from keras_transformer.decoding.scoring import score_translations
 from keras_transformer.export.opcheck import check_serving_ops
+from keras_transformer.export import quantize as quantize_lib
+from keras_transformer.export import warmup as warmup_lib
 
 __all__ = ["ExportDirectoryError", "export_saved_model", "next_version"]
 
@@ -73,9 +75,10 @@ _TEMP_PREFIX = ".tmp-export-"
 # The data pipeline's default max_length (tokens, EOS included).
 DEFAULT_MAX_INPUT_LENGTH = 256
 
-# The XLA variant pads requests to these multiples (rows, source tokens).
-XLA_BATCH_MULTIPLE = 8
-XLA_WIDTH_MULTIPLE = 16
+# The XLA variant pads requests to a power of two rows (at least 8) and a
+# multiple of 16 source tokens (keras_transformer.export.warmup).
+XLA_MIN_ROWS = warmup_lib.XLA_MIN_ROWS
+XLA_WIDTH_MULTIPLE = warmup_lib.XLA_WIDTH_MULTIPLE
 
 
 class ExportDirectoryError(OSError):
@@ -231,17 +234,12 @@ class _Translator:
     def search(self, source_ids):
         if not self.jit_compile:
             return self._search_ops(source_ids)
-        # Pad the batch and the width to multiples of XLA_BATCH_MULTIPLE and
-        # XLA_WIDTH_MULTIPLE (pad columns are masked; extra rows are EOS-only
-        # sources, dropped after), so a server compiles a handful of shapes.
-        rows, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
-        extra_rows = (-rows) % XLA_BATCH_MULTIPLE
-        extra_columns = (-width) % XLA_WIDTH_MULTIPLE
-        padded = tf.pad(source_ids, [[0, extra_rows], [0, extra_columns]], constant_values=PAD_ID)
-        is_extra_row = tf.range(rows + extra_rows) >= rows
-        first_column = tf.range(width + extra_columns) == 0
-        padded = tf.where(is_extra_row[:, tf.newaxis] & first_column[tf.newaxis, :], EOS_ID, padded)
-        ids, scores = self._xla_search(padded)
+        # Pad the batch to a power of two rows and the width to a multiple
+        # of XLA_WIDTH_MULTIPLE (pad columns are masked; extra rows are
+        # EOS-only sources, dropped after), so a server compiles a handful of
+        # shapes, each warmed up by the export's warm-up records.
+        rows = tf.shape(source_ids)[0]
+        ids, scores = self._xla_search(warmup_lib.pad_for_xla(source_ids))
         return ids[:rows], scores[:rows]
 
     def search_tokens(self, tokens):
@@ -337,6 +335,8 @@ def export_saved_model(
     max_output_length=None,
     jit_compile=False,
     check_ops=True,
+    warmup_rows=warmup_lib.DEFAULT_WARMUP_ROWS,
+    quantize=None,
     verbose=False,
 ):
     """Writes `model` and `tokenizer` as a SavedModel for TensorFlow Serving.
@@ -365,13 +365,26 @@ def export_saved_model(
             (`jit_compile=True`; tokenization stays outside), 2-3x faster
             on CPU, for TF Serving started with
             `--xla_cpu_compilation_enabled` and for GPU serving. Requests
-            are padded to multiples of 8 rows and 16 source tokens, so
-            the server compiles one program per padded shape (the first
-            request of a shape waits for it). False (default): the plain
-            graph that any stock TF Serving runs.
+            are padded to a power of two rows (at least 8) and a multiple
+            of 16 source tokens, so the server compiles one program per
+            padded shape. False (default): the plain graph that any stock
+            TF Serving runs.
         check_ops: run `check_serving_ops` on the export before publishing
             it (a subprocess that imports TensorFlow, a few seconds); the XLA
             variant is checked with `allow_xla=True`.
+        warmup_rows: the export writes TF Serving warm-up records
+            (`assets.extra/tf_serving_warmup_requests`): one request per
+            signature and, for the XLA variant, one per padded (rows,
+            source length) shape of requests of up to `warmup_rows` rows
+            and `max_input_length` tokens, so that the server compiles them
+            before it reports the version available. An int >= 1; the
+            records may not exceed TF Serving's 1,000.
+        quantize: None (float weights as trained), "int8" (the Dense
+            kernels stored as int8, activations quantized per row at run
+            time) or "int8_weights" (int8 kernels, float32 products): see
+            `keras_transformer.export.quantize`. A copy is quantized;
+            `model` is unchanged. A model quantized already with
+            `quantize_model` is exported as it is (leave this None).
         verbose: print the endpoints (Keras' export summary).
 
     Returns:
@@ -402,8 +415,13 @@ def export_saved_model(
     if max_output_length is not None:
         _check_int("max_output_length", max_output_length, 1)
     _check_compatible(model, tokenizer, max_input_length)
+    warmup_lib.check_warmup_rows(warmup_rows, max_input_length, bool(jit_compile))
+    quantize_lib.check_mode(quantize)
     if not model.built:
         model.build()
+    if quantize is not None:
+        model = quantize_lib.quantize_model(model, quantize)
+    quantization = getattr(model, "keras_transformer_quantization", None)
 
     model_dir = os.path.join(os.fspath(base_dir), name)
     _make_model_dir(model_dir)
@@ -452,7 +470,14 @@ def export_saved_model(
         )
         try:
             archive.write_out(temp_dir, verbose=verbose)
-            _write_export_info(temp_dir, model, tokenizer, translator)
+            _write_export_info(temp_dir, model, tokenizer, translator, warmup_rows, quantization)
+            signatures = [SERVING_SIGNATURE, IDS_SIGNATURE, SCORE_SIGNATURE]
+            if beam_size > 1:
+                signatures.append(N_BEST_SIGNATURE)
+            warmup_lib.write_warmup_records(temp_dir, name, warmup_lib.warmup_requests(
+                signatures, jit_compile=bool(jit_compile), warmup_rows=warmup_rows,
+                max_input_length=max_input_length, vocabulary_size=tokenizer.vocabulary_size,
+            ))
         except (OSError, tf.errors.OpError) as error:
             code = _write_errno(error)
             if code is None:
@@ -464,6 +489,8 @@ def export_saved_model(
             ) from error
         if check_ops:
             check_serving_ops(temp_dir, allow_xla=bool(jit_compile))
+            if quantization is not None:
+                quantize_lib.check_int8_export(temp_dir, quantization, len(quantize_lib.int8_dense_layers(model)))
         try:
             # Fails (instead of replacing) if the version appeared meanwhile.
             os.rename(temp_dir, version_dir)
@@ -477,7 +504,7 @@ def export_saved_model(
     return version_dir
 
 
-def _write_export_info(export_dir, model, tokenizer, translator):
+def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, quantization=None):
     import keras_transformer
 
     info = {
@@ -507,6 +534,11 @@ def _write_export_info(export_dir, model, tokenizer, translator):
             "max_output_length": translator.max_output_length,
             "jit_compile": translator.jit_compile,
         },
+        "quantization": quantization,
+        "warmup": {"path": warmup_lib.WARMUP_PATH, "rows": warmup_rows,
+                   "xla_shapes": ([[r, w] for r in warmup_lib.row_buckets(warmup_rows)
+                                   for w in warmup_lib.width_buckets(translator.max_input_length)]
+                                  if translator.jit_compile else [])},
         "tokenizer": {"vocabulary_size": tokenizer.vocabulary_size,
                       "model_type": getattr(tokenizer, "model_type", None)},
         "model": model.get_config(),

@@ -1,0 +1,263 @@
+"""Mixed traffic against an exported SavedModel, with and without TF Serving's warm-up.
+
+No `tensorflow_model_server` binary can be installed here, so a stand-in does
+what the server does with a version directory:
+
+- it loads the SavedModel in a TF1 session (`tf.compat.v1.saved_model.loader.load`,
+  tag `serve`) and runs each request through its SignatureDef's tensor names
+  (`Session.run`, the path of `saved_model_cli run` and of the server);
+- with warm-up, before the first request it replays
+  `assets.extra/tf_serving_warmup_requests` as the server does at load time
+  (each `PredictionLog`'s `PredictRequest` run against its signature; the
+  records are parsed with `tensorflow-serving-api`'s protos).
+
+Then it sends a stream of mixed requests to `serving_default` (1 to 64
+sentences of 3 to 100 words each, drawn with a fixed seed from the synthetic
+English-German generator's sentences) one after the other, and reports per
+variant (plain, XLA) and per start (cold, warm) the p50, p99 and max latency
+and the throughput (sentences/s over the stream). Each (variant, start) runs
+in its own process, so a cold start is cold. A JSON record (machine, its
+matrix libraries, load, commit, command, every latency) is appended to
+`benchmarks/results/serve_mix.jsonl`.
+
+The model is the `--preset`'s Transformer with random weights trained for
+no step, so translations run to the length limit (`--max-extra-length`
+tokens past the source): the worst case for a server's latency.
+
+Usage:
+    python benchmarks/serve_mix.py [--preset tiny] [--requests 40] [--warmup-rows 64]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+
+from benchmarks import _records  # noqa: E402
+
+VARIANTS = ("plain", "xla")
+
+
+class SessionServer:
+    """A SavedModel loaded as TF Serving loads it: a TF1 session, SignatureDefs run by tensor name."""
+
+    def __init__(self, export_dir):
+        import tensorflow as tf
+
+        load_tf_text_ops()
+        self.export_dir = export_dir
+        self.graph = tf.Graph()
+        self.session = tf.compat.v1.Session(graph=self.graph)
+        with self.graph.as_default():
+            meta_graph = tf.compat.v1.saved_model.loader.load(self.session, ["serve"], export_dir)
+        self.signatures = dict(meta_graph.signature_def)
+
+    def predict(self, signature_name, inputs):
+        """{output: ndarray} of `signature_name` on {input: array-like}."""
+        signature = self.signatures[signature_name]
+        missing = set(signature.inputs) - set(inputs)
+        if missing:
+            raise KeyError(f"{signature_name} needs inputs {sorted(missing)}")
+        feeds = {signature.inputs[key].name: value for key, value in inputs.items()}
+        fetches = {key: info.name for key, info in signature.outputs.items()}
+        return self.session.run(fetches, feed_dict=feeds)
+
+    def warm_up(self):
+        """Replays the export's warm-up records; returns [(signature, seconds)]."""
+        timings = []
+        for signature, inputs in read_warmup_records(self.export_dir):
+            start = time.perf_counter()
+            self.predict(signature, inputs)
+            timings.append((signature, time.perf_counter() - start))
+        return timings
+
+    def close(self):
+        self.session.close()
+
+
+def load_tf_text_ops():
+    """Registers TF Text's compiled ops (SentencePiece, ...) as TF Serving links them, without its Python package."""
+    import glob
+    import importlib.util
+
+    import tensorflow as tf
+
+    spec = importlib.util.find_spec("tensorflow_text")
+    if spec is None:
+        raise ImportError("tensorflow-text is needed: the export's tokenizer runs its ops")
+    for library in sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], "python", "ops", "_*.so"))):
+        tf.load_op_library(library)
+
+
+def read_warmup_records(export_dir):
+    """[(signature_name, {input: ndarray})] of `export_dir`'s warm-up file, parsed with TF Serving's protos."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from keras_transformer.export.warmup import WARMUP_PATH
+
+    requests = []
+    for record in tf.compat.v1.io.tf_record_iterator(os.path.join(export_dir, WARMUP_PATH)):
+        log = prediction_log_pb2.PredictionLog.FromString(record)
+        if log.WhichOneof("log_type") != "predict_log":
+            raise ValueError(f"unexpected warm-up record type {log.WhichOneof('log_type')!r}")
+        request = log.predict_log.request
+        inputs = {key: tf.make_ndarray(value) for key, value in request.inputs.items()}
+        requests.append((request.model_spec.signature_name, inputs))
+    return requests
+
+
+def mixed_requests(count, seed, min_rows=1, max_rows=64, min_words=3, max_words=100):
+    """`count` requests of `min_rows`-`max_rows` sentences of `min_words`-`max_words` words (fixed seed)."""
+    import numpy as np
+
+    from keras_transformer.datasets.synthetic_en_de import make_splits
+
+    random = np.random.default_rng(seed)
+    pairs, _ = make_splits(2000, 1, seed=seed)
+    words = " ".join(source for source, _ in pairs).split()
+    requests = []
+    for _ in range(count):
+        rows = int(random.integers(min_rows, max_rows + 1))
+        texts = []
+        for _ in range(rows):
+            length = int(random.integers(min_words, max_words + 1))
+            start = int(random.integers(0, len(words) - length))
+            texts.append(" ".join(words[start:start + length]).encode("utf-8"))
+        requests.append(texts)
+    return requests
+
+
+def percentile(values, q):
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def run_stream(export_dir, warm, count, seed):
+    """One server process's life: load, optionally warm up, then the mixed stream."""
+    start = time.perf_counter()
+    server = SessionServer(export_dir)
+    load_seconds = time.perf_counter() - start
+    warmup = server.warm_up() if warm else []
+    latencies, sentences = [], 0
+    stream_start = time.perf_counter()
+    for texts in mixed_requests(count, seed):
+        start = time.perf_counter()
+        outputs = server.predict("serving_default", {"text": texts})
+        latencies.append(time.perf_counter() - start)
+        assert len(outputs["translations"]) == len(texts)
+        sentences += len(texts)
+    elapsed = time.perf_counter() - stream_start
+    server.close()
+    return {
+        "load_s": load_seconds,
+        "warmup_s": sum(seconds for _, seconds in warmup),
+        "warmup_records": len(warmup),
+        "latencies_s": latencies,
+        "rows": [len(texts) for texts in mixed_requests(count, seed)],
+        "sentences": sentences,
+        "stream_s": elapsed,
+        "p50_s": percentile(latencies, 50),
+        "p99_s": percentile(latencies, 99),
+        "max_s": max(latencies),
+        "sentences_per_s": sentences / elapsed,
+    }
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", choices=("tiny", "base", "big"), default="tiny")
+    parser.add_argument("--requests", type=int, default=40, help="requests in the mixed stream")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warmup-rows", type=int, default=64, help="rows of the largest warmed-up request")
+    parser.add_argument("--max-input-length", type=int, default=128, help="export's input limit (tokens)")
+    parser.add_argument("--max-extra-length", type=int, default=10,
+                        help="tokens a translation may add to its source's length")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--vocabulary-size", type=int, default=8000)
+    parser.add_argument("--variants", default="plain,xla")
+    parser.add_argument("--starts", default="cold,warm", help="cold (no warm-up), warm (records replayed first)")
+    parser.add_argument("--export-base", help="where to export (default: a temporary directory)")
+    parser.add_argument("--record", default=_records.default_path("serve_mix"),
+                        help="JSON-lines file the run's record is appended to (default %(default)s)")
+    # Internal: one (variant, start) in a child process.
+    parser.add_argument("--child", nargs=3, metavar=("EXPORT_DIR", "WARM", "RESULT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.requests < 1:
+        parser.error("--requests must be >= 1")
+    variants = args.variants.split(",")
+    if not variants or set(variants) - set(VARIANTS):
+        parser.error(f"--variants must be a comma-separated subset of {','.join(VARIANTS)}")
+    args.variants = variants
+    starts = args.starts.split(",")
+    if not starts or set(starts) - {"cold", "warm"}:
+        parser.error("--starts must be a comma-separated subset of cold,warm")
+    args.starts = starts
+    return args
+
+
+def export_variants(args, base):
+    """The preset's model (random weights) and a tokenizer, exported as each variant."""
+    from benchmarks import serve
+    from keras_transformer.export import export_saved_model
+
+    serve_args = serve.parse_args(["--preset", args.preset, "--vocabulary-size", str(args.vocabulary_size)])
+    tokenizer, _ = serve.tokenizer_for(serve_args)
+    # Random weights with EOS never chosen: every translation runs to its limit.
+    model = serve.make_model(tokenizer.vocabulary_size, args.preset)
+    directories = {}
+    for variant in args.variants:
+        directories[variant] = export_saved_model(
+            model, tokenizer, os.path.join(base, variant), beam_size=args.beam_size,
+            max_extra_length=args.max_extra_length, max_input_length=args.max_input_length,
+            jit_compile=variant == "xla", warmup_rows=args.warmup_rows, check_ops=False,
+        )
+    return directories, {"preset": args.preset, "vocabulary": tokenizer.vocabulary_size}
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.child:
+        export_dir, warm, result_path = args.child
+        result = run_stream(export_dir, warm == "warm", args.requests, args.seed)
+        with open(result_path, "w") as stream:
+            json.dump(result, stream)
+        return 0
+
+    record = _records.start("serve_mix", argv, packages=("tensorflow", "keras", "tensorflow-serving-api"))
+    base = args.export_base or tempfile.mkdtemp(prefix="serve-mix-")
+    directories, model_config = export_variants(args, base)
+    runs = {}
+    for variant, export_dir in directories.items():
+        for start in args.starts:
+            result_path = os.path.join(base, f"{variant}-{start}.json")
+            command = [sys.executable, os.path.abspath(__file__), "--requests", str(args.requests),
+                       "--seed", str(args.seed), "--child", export_dir, start, result_path]
+            subprocess.run(command, check=True)
+            with open(result_path) as stream:
+                runs[f"{variant}/{start}"] = json.load(stream)
+            result = runs[f"{variant}/{start}"]
+            print(f"{variant:5s} {start:4s}: warm-up {result['warmup_s']:7.1f} s ({result['warmup_records']} "
+                  f"records), p50 {result['p50_s']:6.2f} s, p99 {result['p99_s']:6.2f} s, "
+                  f"max {result['max_s']:6.2f} s, {result['sentences_per_s']:6.1f} sent/s", flush=True)
+    record["workload"] = {**model_config, **{key: value for key, value in vars(args).items()
+                                             if key not in ("child", "record", "export_base")}}
+    record["runs"] = runs
+    _records.finish(record)
+    _records.append(args.record, record)
+    print(f"record appended to {args.record}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""TF Serving warm-up records and the XLA variant's padded request shapes.
+
+TF Serving replays `assets.extra/tf_serving_warmup_requests` (a TFRecord file
+of `tensorflow.serving.PredictionLog` messages, at most 1,000) before it
+marks a version available, so lazy initialisation and compiles happen before
+traffic. The XLA variant compiles one program per padded (rows, source
+length) shape; the records here send one request per padded shape up to a
+configurable number of rows, plus one request per signature.
+
+The padding rule lives here too, so that the warm-up and the signatures
+cannot disagree: rows are padded to a power of two (at least
+`XLA_MIN_ROWS`), source lengths to a multiple of `XLA_WIDTH_MULTIPLE`.
+
+The records are encoded here from the proto definitions
+(`tensorflow_serving/apis/{prediction_log,predict,model}.proto`): writing
+them needs TensorFlow's `TensorProto` only, not the `tensorflow-serving-api`
+package (the tests parse them with that package's classes).
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.special_tokens import EOS_ID
+
+__all__ = [
+    "DEFAULT_WARMUP_ROWS",
+    "MAX_WARMUP_RECORDS",
+    "WARMUP_PATH",
+    "XLA_MIN_ROWS",
+    "XLA_WIDTH_MULTIPLE",
+    "padded_rows",
+    "padded_shape",
+    "padded_width",
+    "pad_for_xla",
+    "row_buckets",
+    "warmup_requests",
+    "width_buckets",
+    "write_warmup_records",
+]
+
+WARMUP_PATH = os.path.join("assets.extra", "tf_serving_warmup_requests")
+# TF Serving reads at most this many records (saved_model_warmup_util.cc).
+MAX_WARMUP_RECORDS = 1000
+# A request of 1 to 64 sentences: 4 row buckets (8, 16, 32, 64).
+DEFAULT_WARMUP_ROWS = 64
+
+XLA_MIN_ROWS = 8
+XLA_WIDTH_MULTIPLE = 16
+# Powers of two from XLA_MIN_ROWS to 2**30 (int32 batch sizes).
+_ROW_BUCKETS = tuple(2**k for k in range(XLA_MIN_ROWS.bit_length() - 1, 31))
+
+# A first token id that is not special (pad 0, unk 1, bos 2, eos 3).
+_FIRST_TOKEN = EOS_ID + 1
+
+
+def padded_rows(rows):
+    """The XLA variant's row count for a request of `rows` rows (next power of two, at least 8)."""
+    if rows <= XLA_MIN_ROWS:
+        return XLA_MIN_ROWS
+    return 1 << (int(rows) - 1).bit_length()
+
+
+def padded_width(width):
+    """The XLA variant's source length for sources of `width` tokens (EOS included)."""
+    return -(-int(width) // XLA_WIDTH_MULTIPLE) * XLA_WIDTH_MULTIPLE
+
+
+def padded_shape(rows, width):
+    return padded_rows(rows), padded_width(width)
+
+
+def pad_for_xla(source_ids):
+    """Graph ops: (rows, width) source ids padded to the XLA variant's shape.
+
+    Extra rows are EOS-only sources (the caller drops their results); extra
+    columns are pad (masked). Returns the padded ids.
+    """
+    rows, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+    buckets = tf.constant(_ROW_BUCKETS, tf.int32)
+    target_rows = tf.reduce_min(tf.where(buckets >= rows, buckets, _ROW_BUCKETS[-1]))
+    extra_rows = target_rows - rows
+    extra_columns = (-width) % XLA_WIDTH_MULTIPLE
+    padded = tf.pad(source_ids, [[0, extra_rows], [0, extra_columns]], constant_values=0)
+    is_extra_row = tf.range(rows + extra_rows) >= rows
+    first_column = tf.range(width + extra_columns) == 0
+    return tf.where(is_extra_row[:, tf.newaxis] & first_column[tf.newaxis, :], EOS_ID, padded)
+
+
+def row_buckets(max_rows):
+    """Padded row counts of requests of 1 to `max_rows` rows."""
+    last = padded_rows(max_rows)
+    return [bucket for bucket in _ROW_BUCKETS if bucket <= last]
+
+
+def width_buckets(max_input_length):
+    """Padded source lengths of sources of 1 to `max_input_length` tokens (EOS included)."""
+    return list(range(XLA_WIDTH_MULTIPLE, padded_width(max_input_length) + 1, XLA_WIDTH_MULTIPLE))
+
+
+def check_warmup_rows(warmup_rows, max_input_length, jit_compile):
+    """Validates `warmup_rows` (an int >= 1) and the record count it makes."""
+    if isinstance(warmup_rows, bool) or not isinstance(warmup_rows, int) or warmup_rows < 1:
+        raise ValueError(f"`warmup_rows` must be an int >= 1, got {warmup_rows!r}.")
+    if jit_compile:
+        count = len(row_buckets(warmup_rows)) * len(width_buckets(max_input_length))
+        if count + len(_SIGNATURE_REQUESTS) > MAX_WARMUP_RECORDS:
+            raise ValueError(
+                f"`warmup_rows`={warmup_rows} with `max_input_length`={max_input_length} needs "
+                f"{count} XLA warm-up records; TF Serving reads at most {MAX_WARMUP_RECORDS}: "
+                "lower warmup_rows."
+            )
+    return warmup_rows
+
+
+# One request per signature: (signature, {input: value}).
+_SIGNATURE_REQUESTS = (
+    ("serving_default", {"text": [b"Warm-up request.", b"A second, longer warm-up request."]}),
+    ("translate_ids", {"source_ids": [[_FIRST_TOKEN, _FIRST_TOKEN + 1, 0], [_FIRST_TOKEN + 2, 0, 0]]}),
+    ("translate_n_best", {"text": [b"Warm-up request."]}),
+    ("score", {"source": [b"Warm-up request."], "target": [b"Warm-up request."]}),
+)
+
+
+def xla_bucket_request(rows, width, max_input_length, vocabulary_size):
+    """`translate_ids` source ids whose padded shape is (padded_rows(rows), width bucket `width`)."""
+    tokens = min(width, max_input_length) - 1  # EOS makes the source `tokens + 1` long
+    span = max(vocabulary_size - _FIRST_TOKEN, 1)
+    ids = _FIRST_TOKEN + (np.arange(rows * tokens).reshape(rows, tokens) % span)
+    return ids.astype(np.int32)
+
+
+def warmup_requests(signatures, *, jit_compile, warmup_rows, max_input_length, vocabulary_size):
+    """[(signature, {input: value})]: each of `signatures` once, and with
+    `jit_compile` one `translate_ids` request per padded (rows, width)
+    bucket of up to `warmup_rows` rows."""
+    requests = [(name, inputs) for name, inputs in _SIGNATURE_REQUESTS if name in signatures]
+    if jit_compile:
+        for bucket_rows in row_buckets(warmup_rows):
+            rows = min(bucket_rows, warmup_rows)
+            for width in width_buckets(max_input_length):
+                ids = xla_bucket_request(rows, width, max_input_length, vocabulary_size)
+                requests.append(("translate_ids", {"source_ids": ids}))
+    return requests
+
+
+# Protocol buffer wire format (https://protobuf.dev/programming-guides/encoding/).
+def _varint(value):
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(number, payload):
+    """A length-delimited field (wire type 2: strings, bytes, messages, map entries)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def encode_prediction_log(model_name, signature_name, inputs):
+    """A serialized PredictionLog{predict_log: PredictLog{request: PredictRequest}}."""
+    # ModelSpec: name = 1, signature_name = 3.
+    model_spec = _field(1, model_name.encode("utf-8")) + _field(3, signature_name.encode("utf-8"))
+    # PredictRequest: model_spec = 1, map<string, TensorProto> inputs = 2 (entry: key = 1, value = 2).
+    request = _field(1, model_spec)
+    for key in sorted(inputs):
+        value = inputs[key]
+        dtype = tf.string if isinstance(value, list) and value and isinstance(value[0], bytes) else None
+        tensor = tf.make_tensor_proto(value, dtype=dtype).SerializeToString()
+        request += _field(2, _field(1, key.encode("utf-8")) + _field(2, tensor))
+    # PredictLog: request = 1; PredictionLog: predict_log = 6.
+    return _field(6, _field(1, request))
+
+
+def write_warmup_records(export_dir, model_name, requests):
+    """Writes `requests` as `export_dir/assets.extra/tf_serving_warmup_requests`; returns the path."""
+    if len(requests) > MAX_WARMUP_RECORDS:
+        raise ValueError(f"{len(requests)} warm-up records; TF Serving reads at most {MAX_WARMUP_RECORDS}.")
+    path = os.path.join(export_dir, WARMUP_PATH)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for signature, inputs in requests:
+            writer.write(encode_prediction_log(model_name, signature, inputs))
+    return path

@@ -1,0 +1,237 @@
+"""TF Serving warm-up records of the SavedModel export.
+
+The records are parsed with `tensorflow-serving-api`'s own protos, replayed
+against the SignatureDefs in a TF1 session (what the server does at load
+time), and checked to cover every padded (rows, source length) shape the XLA
+variant compiles for requests of up to `warmup_rows` rows. A child process
+with XLA's module dump on shows that after the replay no request of the
+covered sizes compiles anything, and that one past them does.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.data import SubwordTokenizer
+from keras_transformer.export import export_saved_model
+from keras_transformer.export import warmup as warmup_lib
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.serve_mix import SessionServer, read_warmup_records  # noqa: E402
+
+prediction_log_pb2 = pytest.importorskip("tensorflow_serving.apis.prediction_log_pb2")
+
+SENTENCES = [
+    ("The small cat sees a dog.", "Die kleine Katze sieht einen Hund."),
+    ("The big dog runs quickly.", "Der große Hund läuft schnell."),
+    ("A red house is old.", "Ein rotes Haus ist alt."),
+    ("The woman reads a book.", "Die Frau liest ein Buch."),
+    ("The children play in the garden.", "Die Kinder spielen im Garten."),
+]
+MAX_INPUT_LENGTH = 20  # width buckets 16 and 32
+WARMUP_ROWS = 12  # row buckets 8 and 16
+EXTRA = 4
+SPECIALS = (0, 1, 2, 3)  # pad, unk, bos, eos
+ALL_SIGNATURES = {"serving_default", "translate_ids", "translate_n_best", "score"}
+
+
+@pytest.fixture(autouse=True)
+def _no_reseed():
+    """The suite reseeds per test (resetting TF's caches); the fixtures seed once."""
+    yield
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    tokenizer = SubwordTokenizer.train(SENTENCES * 4, 400, byte_fallback=True, hard_vocab_limit=False, seed=1)
+    return SubwordTokenizer.load(tokenizer.save(tmp_path_factory.mktemp("tokenizer") / "spm.model"))
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    keras.utils.set_random_seed(3)
+    model = kt.Transformer(vocabulary_size=tokenizer.vocabulary_size, d_model=16, num_heads=2, d_ff=32,
+                           num_encoder_layers=1, num_decoder_layers=1, dropout=0.0)
+    model.build()
+    return model
+
+
+def export(model, tokenizer, base, jit_compile):
+    return export_saved_model(model, tokenizer, base, beam_size=2, max_extra_length=EXTRA,
+                              max_input_length=MAX_INPUT_LENGTH, jit_compile=jit_compile,
+                              warmup_rows=WARMUP_ROWS, check_ops=False)
+
+
+@pytest.fixture(scope="module")
+def plain_dir(model, tokenizer, tmp_path_factory):
+    return export(model, tokenizer, tmp_path_factory.mktemp("plain"), False)
+
+
+@pytest.fixture(scope="module")
+def xla_dir(model, tokenizer, tmp_path_factory):
+    return export(model, tokenizer, tmp_path_factory.mktemp("xla"), True)
+
+
+def raw_records(export_dir):
+    path = os.path.join(export_dir, "assets.extra", "tf_serving_warmup_requests")
+    return [prediction_log_pb2.PredictionLog.FromString(r) for r in tf.compat.v1.io.tf_record_iterator(path)]
+
+
+def served_shape(source_ids):
+    """The padded shape `translate_ids` gives XLA for these ids (specials dropped, cut, EOS appended)."""
+    ids = np.asarray(source_ids)
+    tokens = [sum(1 for t in row if t not in SPECIALS) for row in ids]
+    width = min(max(tokens), MAX_INPUT_LENGTH - 1) + 1
+    return warmup_lib.padded_shape(len(ids), width)
+
+
+def test_records_parse_as_prediction_logs(plain_dir, xla_dir):
+    for export_dir in (plain_dir, xla_dir):
+        logs = raw_records(export_dir)
+        assert 0 < len(logs) <= 1000
+        signatures = set()
+        for log in logs:
+            assert log.WhichOneof("log_type") == "predict_log"
+            spec = log.predict_log.request.model_spec
+            assert spec.name == "translator"
+            signatures.add(spec.signature_name)
+        assert signatures == ALL_SIGNATURES
+    # The plain variant: each signature once.
+    plain = [log.predict_log.request.model_spec.signature_name for log in raw_records(plain_dir)]
+    assert sorted(plain) == sorted(ALL_SIGNATURES)
+
+
+def test_records_name_the_signatures_inputs(xla_dir):
+    loaded = tf.saved_model.load(xla_dir)
+    for signature, inputs in read_warmup_records(xla_dir):
+        expected = loaded.signatures[signature].structured_input_signature[1]
+        assert set(inputs) == set(expected), signature
+        for key, value in inputs.items():
+            assert tf.as_dtype(value.dtype) == expected[key].dtype, (signature, key)
+
+
+@pytest.mark.parametrize("variant", ["plain", "xla"])
+def test_records_run_against_the_signature_defs(variant, plain_dir, xla_dir):
+    """Replayed as TF Serving does: the SignatureDefs in a TF1 session, each request's outputs one row per input row."""
+    export_dir = plain_dir if variant == "plain" else xla_dir
+    server = SessionServer(export_dir)
+    try:
+        requests = read_warmup_records(export_dir)
+        for signature, inputs in requests:
+            outputs = server.predict(signature, inputs)
+            rows = len(next(iter(inputs.values())))
+            for key, value in outputs.items():
+                assert len(value) == rows, (signature, key)
+        assert len(server.warm_up()) == len(requests)
+    finally:
+        server.close()
+
+
+def test_xla_records_cover_every_padded_shape(xla_dir):
+    needed = {warmup_lib.padded_shape(rows, width)
+              for rows in range(1, WARMUP_ROWS + 1) for width in range(1, MAX_INPUT_LENGTH + 1)}
+    assert needed == {(8, 16), (8, 32), (16, 16), (16, 32)}
+    warmed = [served_shape(inputs["source_ids"]) for signature, inputs in read_warmup_records(xla_dir)
+              if signature == "translate_ids"]
+    assert needed <= set(warmed)
+    # One record per shape (beyond the one-per-signature request).
+    assert len(warmed) == len(needed) + 1
+    info = json.loads(Path(xla_dir, "assets.extra", "keras_transformer_export.json").read_text())
+    assert {tuple(shape) for shape in info["warmup"]["xla_shapes"]} == needed
+    assert info["warmup"]["rows"] == WARMUP_ROWS
+
+
+def test_plain_variant_has_no_shape_records(plain_dir):
+    info = json.loads(Path(plain_dir, "assets.extra", "keras_transformer_export.json").read_text())
+    assert info["warmup"]["xla_shapes"] == []
+
+
+def test_padding_rule():
+    assert [warmup_lib.padded_rows(r) for r in (1, 7, 8, 9, 16, 17, 33, 64, 65)] == [8, 8, 8, 16, 16, 32, 64, 64, 128]
+    assert [warmup_lib.padded_width(w) for w in (1, 16, 17, 32, 33)] == [16, 16, 32, 32, 48]
+    assert warmup_lib.row_buckets(64) == [8, 16, 32, 64]
+    assert warmup_lib.row_buckets(65) == [8, 16, 32, 64, 128]
+    assert warmup_lib.row_buckets(3) == [8]
+    assert warmup_lib.width_buckets(256) == list(range(16, 257, 16))
+    # The graph op the XLA variant runs pads as the Python rule says.
+    for rows, width in ((1, 1), (8, 16), (9, 17), (33, 5), (64, 40)):
+        ids = np.full((rows, width), 5, np.int32)
+        padded = warmup_lib.pad_for_xla(tf.constant(ids)).numpy()
+        assert padded.shape == warmup_lib.padded_shape(rows, width)
+        np.testing.assert_array_equal(padded[:rows, :width], ids)
+        assert (padded[rows:, 0] == 3).all() and (padded[rows:, 1:] == 0).all() and (padded[:, width:] == 0).all()
+
+
+@pytest.mark.parametrize("rows, message", [
+    (0, "`warmup_rows` must be an int >= 1"),
+    (-4, "`warmup_rows` must be an int >= 1"),
+    (True, "`warmup_rows` must be an int >= 1"),
+    ("64", "`warmup_rows` must be an int >= 1"),
+    (2**20, "`warmup_rows`=1048576 .* TF Serving reads at most 1000"),
+])
+def test_bad_warmup_rows(rows, message, model, tokenizer, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        export_saved_model(model, tokenizer, tmp_path, max_input_length=1024, jit_compile=True, warmup_rows=rows)
+    assert not os.listdir(tmp_path) or os.listdir(tmp_path / "translator") == []
+
+
+def test_too_many_records_is_refused_only_for_the_xla_variant(model, tokenizer, tmp_path):
+    version_dir = export_saved_model(model, tokenizer, tmp_path, beam_size=1, max_extra_length=EXTRA,
+                                     max_input_length=MAX_INPUT_LENGTH, warmup_rows=2**20, check_ops=False)
+    assert len(raw_records(version_dir)) == 3  # greedy: no n-best signature
+
+
+# A server process with XLA's dump on: how many programs were compiled after
+# the warm-up replay, after requests of every covered size, and after one request past them.
+COMPILES_SCRIPT = r'''
+import json, os, sys
+sys.path.insert(0, sys.argv[3])
+from benchmarks.serve_mix import SessionServer
+import numpy as np
+
+export_dir, dump_dir = sys.argv[1:3]
+def programs():
+    return len({name.split(".")[0] for name in os.listdir(dump_dir) if name.startswith("module_")}) if os.path.isdir(dump_dir) else 0
+
+server = SessionServer(export_dir)
+counts = {"start": programs()}
+server.warm_up()
+counts["warm"] = programs()
+rng = np.random.default_rng(0)
+words = "the small cat sees a big dog and the woman reads a book in the garden".split()
+for rows in range(1, int(sys.argv[4]) + 1):
+    length = int(rng.integers(1, 40))
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(1, length + 1)))).encode() for _ in range(rows)]
+    server.predict("serving_default", {"text": texts})
+    ids = rng.integers(4, 50, size=(rows, int(rng.integers(1, 40)))).astype("int32")
+    server.predict("translate_ids", {"source_ids": ids})
+counts["covered"] = programs()
+server.predict("translate_ids", {"source_ids": np.full((int(sys.argv[4]) + 5, 3), 7, "int32")})
+counts["past"] = programs()
+print(json.dumps(counts))
+'''
+
+
+def test_no_compile_after_warmup(xla_dir, tmp_path):
+    script = tmp_path / "compiles.py"
+    script.write_text(COMPILES_SCRIPT)
+    dump = tmp_path / "dump"
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", XLA_FLAGS=f"--xla_dump_to={dump}")
+    completed = subprocess.run([sys.executable, str(script), xla_dir, str(dump), str(ROOT), str(WARMUP_ROWS)],
+                               env=environment, capture_output=True, text=True, timeout=400)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    counts = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert counts["start"] == 0
+    assert counts["warm"] >= 4  # one program per padded shape (at least)
+    assert counts["covered"] == counts["warm"], counts  # no request waited on a compile
+    assert counts["past"] > counts["covered"], counts  # the count does see a new shape's compile
