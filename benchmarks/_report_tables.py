@@ -432,9 +432,10 @@ def complexity_table(records, options):
 
 
 def data_scale_table(records, options):
-    """data_scale.py: per corpus size, preparation, the first step, a resume and the input rate."""
-    record = select(records, options, "table:data-scale")[-1]
-    results = record["results"]
+    """data_scale.py: per corpus size, preparation, the first step, a resume and the input rate; the
+    sizes of several invocations (`time="A|B"`) in one table."""
+    chosen = select(records, options, "table:data-scale")
+    results = sorted((result for record in chosen for result in record["results"]), key=lambda r: r["pairs"])
     smallest_rss = results[0]["train"]["peak_rss_mb"]
     rows = []
     for result in results:
@@ -455,10 +456,13 @@ def data_scale_table(records, options):
               "stream batches/s", "in-memory batches/s", "stream vs in-memory"]
     what = (f"each command in its own process; train peak RSS over {results[0]['train']['steps']} steps; input "
             "rates are medians of rounds taking turns, same-round ratio")
-    text = caption(record, what) + "\n\n" + markdown_table(header, rows)
-    if "extrapolated_36m_prepare_seconds" in record:
-        text += (f"\n\nPreparation time extrapolated linearly from the two largest sizes to 36 million pairs "
-                 f"(WMT14 English-French): {record['extrapolated_36m_prepare_seconds'] / 3600:.1f} hours.")
+    text = "\n".join(caption(record, what) for record in chosen) + "\n\n" + markdown_table(header, rows)
+    if len(results) > 1:
+        # Linear through the two largest sizes: the time that grows with the corpus (reading, tokenizing).
+        (a, seconds_a), (b, seconds_b) = [(r["pairs"], r["prepare"]["seconds"]) for r in results[-2:]]
+        hours = (seconds_b + (36_000_000 - b) * (seconds_b - seconds_a) / (b - a)) / 3600
+        text += (f"\n\nPreparation time extrapolated linearly from the two largest sizes ({a:,} and {b:,} pairs) "
+                 f"to 36 million pairs (WMT14 English-French): {hours:.1f} hours.")
     return text
 
 

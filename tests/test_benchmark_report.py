@@ -309,7 +309,7 @@ def test_gpu_table_from_fixtures_matches_hand_computed_figures():
     ours = rows[("base", "10 x 10", "ours", "float32")]
     # Median step over runs: (0.1 + 0.125) / 2 = 112.5 ms; rates 1,000 and 800 -> median 900;
     # the paper's base rate is 25,000 / 0.4 = 62,500 tokens/s -> 0.01x.
-    assert "| 112.5 | 900 (800-1,000) | 0.01x | 1.80x |" in ours
+    assert "| 112.5 | 900 (800-1,000) | 0.01x | - | 1.80x |" in ours  # no torch.compile run here: "-"
     # torch: 0.2 s in both runs -> 500 tokens/s, no range; 500 / 62,500 = 0.008 -> 0.01x.
     assert "| 200.0 | 500 | 0.01x | - |" in rows[("base", "10 x 10", "torch", "float32")]
     # Decoding: each run's median over its rounds, not its best (0.375 s of 0.5 and 0.25; 1.0 s),
@@ -336,7 +336,7 @@ def test_gpu_table_keeps_gpus_and_batch_shapes_apart():
     assert set(rows) == {("base", "10 x 10", "ours", "float32"), ("base", "10 x 10", "torch", "float32"),
                          ("base", "40 x 10", "ours", "float32"), ("base", "40 x 10", "torch", "float32")}
     # Each batch shape is its own row, its ratio to torch taken against torch at the same shape.
-    assert "| 400.0 | 250 | 0.00x | 1.00x | " in rows[("base", "10 x 10", "ours", "float32")]
+    assert "| 400.0 | 250 | 0.00x | - | 1.00x | " in rows[("base", "10 x 10", "ours", "float32")]
     assert "| 200.0 | 2,000 | 0.03x | 2.50x | " in rows[("base", "40 x 10", "ours", "float32")]
     assert "| 1 |" in rows[("base", "40 x 10", "ours", "float32")]  # one run, not pooled with t2's
     h100 = report.gpu_table(records, {"gpu": "H100"})
@@ -482,12 +482,15 @@ def test_data_scale_table_from_a_fixture():
                 "resume": {"killed_after_step": 7, "first_step_after_resume": 6, "seconds_to_first_step": 20.6},
                 "input_batches_per_second": rates}
 
-    record = {"command": "python benchmarks/data_scale.py", "commit": "abc", "time": "t", "machine": {"cpus": 2},
-              "results": [size(100_000, 2000.0, [300, 500, 400], [100, 100, 200]), size(4_500_000, 2100.0, [350])],
-              "extrapolated_36m_prepare_seconds": 7200.0}
-    text = data_scale_table([record], {"commit": "abc"})
+    small = {"command": "python benchmarks/data_scale.py", "commit": "abc", "time": "t1", "machine": {"cpus": 2},
+             "results": [size(100_000, 2000.0, [300, 500, 400], [100, 100, 200])]}
+    large = dict(small, time="t2", results=[size(4_500_000, 2100.0, [350])])
+    large["results"][0]["prepare"]["seconds"] = 1480.0
+    text = data_scale_table([small, large, dict(small, time="t3")], {"time": "t1|t2"})
     rows = [line for line in text.splitlines() if line.startswith("| 100,000") or line.startswith("| 4,500,000")]
     # Same-round ratios 3.0, 5.0 and 2.0: their median is 3.0 (the ratio of the medians would be 4.0).
     assert rows[0].split(" | ")[-1] == "3.0x |" and "| 400 | 100 |" in rows[0]
     assert "| 2,100 MB | 1.05x |" in rows[1] and "| 21 s (step 6) |" in rows[1] and rows[1].endswith("| - | - |")
-    assert "36 million pairs (WMT14 English-French): 2.0 hours" in text
+    # 600 s at 100,000 pairs, 1,480 s at 4,500,000: 0.2 ms a pair, 1,480 + 31.5M x 0.2 ms = 7,780 s at 36M.
+    assert "36 million pairs (WMT14 English-French): 2.2 hours" in text
+    assert text.count("`python benchmarks/data_scale.py`") == 2  # the two invocations, not the third
