@@ -5,9 +5,8 @@ batches of steps `start_step, start_step + 1, ...` forever (one epoch after
 another), in the training convention of `pipeline.make_dataset`:
 `({"source": int32 (B, W), "target": int32 (B, W)}, int32 (B, W))`, each
 batch padded to its bucket's length. `model.fit` takes it on every Keras
-backend. Memory does not grow with the corpus: a batch is gathered from
-the shards' memory maps when it is due, and the mapped pages are dropped
-from the process every `release_every` batches.
+backend. Memory does not grow with the corpus: a batch is read from the
+shards when it is due (see `shards`).
 """
 
 import tensorflow as tf
@@ -18,7 +17,7 @@ _SPEC = (
 )
 
 
-def stream_batches(shards, plan, start_step=0, release_every=64):
+def stream_batches(shards, plan, start_step=0):
     """The batches of `plan` (a `BatchPlan`) from step `start_step` on, read from `shards` (a `ShardSet`).
 
     `plan` may be a list of plans (the shares of a worker's local replicas):
@@ -36,8 +35,6 @@ def stream_batches(shards, plan, start_step=0, release_every=64):
                 source, decoder_input, labels = shards.batch(pair_ids, width)
                 yield {"source": source, "target": decoder_input}, labels
             step += 1
-            if step % release_every == 0:
-                shards.release()
 
     dataset = tf.data.Dataset.from_generator(generate, output_signature=_SPEC)
     options = tf.data.Options()
