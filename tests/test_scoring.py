@@ -43,9 +43,11 @@ def test_search_outputs_score_back_to_their_search_scores(search, model):
     if search == "greedy":
         result = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
     else:
-        # min_length 6 leaves the shortest sentence (limit 5) no EOS.
+        # min_length 6 leaves the shortest sentence (limit 5) no EOS. CTranslate2's limit rule ("finish"):
+        # hypotheses cut at the limit are returned with their scores beside finished ones (under the
+        # default rule they are returned only when none finished, and their beams are -inf otherwise).
         result = as_numpy(beam_search(model, source, beam_size=3, alpha=0.6, max_extra_length=EXTRA,
-                                      min_length=6, return_all_beams=True))
+                                      min_length=6, return_all_beams=True, limit_rule="finish"))
         result = {key: value.reshape((-1,) + value.shape[2:]) for key, value in result.items()}
         source = np.repeat(source, 3, axis=0)
     ended = np.array([EOS in ids[:length] for ids, length in zip(result["ids"], result["lengths"])])
