@@ -167,7 +167,8 @@ def _beam(
         live_lengths = ops.broadcast_to(limits, (batch, beam_size))
         live_scores = beam.live_log_probs / length_penalty(live_lengths, alpha)
         tokens = ops.where(ops.expand_dims(none_finished, -1),
-                           ops.reshape(beam.live_tokens, (batch, beam_size, -1)), tokens)
+                           # The width named, not -1: an empty batch has nothing to infer it from.
+                           ops.reshape(beam.live_tokens, (batch, beam_size, ops.shape(tokens)[-1])), tokens)
         scores = ops.where(none_finished, live_scores, scores)
         log_probs = ops.where(none_finished, beam.live_log_probs, log_probs)
         lengths = ops.where(none_finished, live_lengths, lengths)

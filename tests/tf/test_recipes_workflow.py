@@ -33,14 +33,15 @@ def load_recipe(name):
 
 
 def readme_command(script):
-    """The README's ```bash command that runs `script`, as words after `python SCRIPT`."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The documented ```bash command that runs `script` (README.md or docs/recipes.md), as words after
+    `python SCRIPT`."""
+    text = "".join((ROOT / name).read_text(encoding="utf-8") for name in ("README.md", "docs/recipes.md"))
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
             if words[:2] == ["python", script]:
                 return words[2:]
-    raise AssertionError(f"README.md has no command `python {script}`")
+    raise AssertionError(f"README.md and docs/recipes.md have no command `python {script}`")
 
 
 def shrunk(words, replacements):
