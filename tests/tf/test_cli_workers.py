@@ -15,32 +15,21 @@ import json
 import os
 import sys
 
-import numpy as np
-
 from test_multi_worker import launch_workers
 
 
 def worker(record, *argv):
-    import tensorflow as tf
+    from trained_batches import record_trained_batches
 
     from keras_transformer import cli
-    from keras_transformer.models.transformer import Transformer
     from keras_transformer.special_tokens import PAD_ID
 
     def write_rows(source, labels):
         with open(record, "a") as handle:
-            for s, y in zip(source.numpy().tolist(), labels.numpy().tolist()):
+            for s, y in zip(source.tolist(), labels.tolist()):
                 handle.write(json.dumps([[t for t in s if t != PAD_ID], [t for t in y if t != PAD_ID]]) + "\n")
-        return np.int32(0)
 
-    base_step = Transformer.train_step
-
-    def recording_step(self, data):
-        inputs, labels = data
-        tf.py_function(write_rows, [inputs["source"], labels], Tout=tf.int32)
-        return base_step(self, data)
-
-    Transformer.train_step = recording_step
+    record_trained_batches(write_rows)
     sys.exit(cli.main(list(argv)))
 
 
@@ -64,7 +53,7 @@ training: {{tokens_per_batch: 200, epochs: 1, save_every_steps: 4, average_last:
     private_tmp.mkdir()
     os.environ["TMPDIR"] = str(private_tmp)  # the workers' private directories go here
     try:
-        outputs = launch_workers(tmp_path, [os.path.abspath(__file__), str(tmp_path / f"rows{{}}.jsonl"), "train",
+        outputs = launch_workers(tmp_path, [os.path.abspath(__file__), str(tmp_path / "rows{}.jsonl"), "train",
                                             "--config", str(config)], timeout_s=400)
     finally:
         del os.environ["TMPDIR"]
