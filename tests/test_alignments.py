@@ -42,3 +42,38 @@ def test_bad_layer_is_named(trained):
     _, model, _ = trained
     with pytest.raises(ValueError, match="layer"):
         attention_alignments(model, np.ones((1, 3), "int32"), np.ones((1, 3), "int32"), layer=2)
+
+
+class _LetterTokenizer:
+    """One id per letter a..h (ids 4..11), each letter a word of its own."""
+
+    def tokenize(self, texts):
+        return [[4 + "abcdefgh".index(c) for c in text if c in "abcdefgh"] for text in texts]
+
+    def detokenize(self, id_lists):
+        return [" ".join("abcdefgh"[int(t) - 4] if 4 <= int(t) < 12 else "?" for t in ids) for ids in id_lists]
+
+    def id_to_piece(self, token):
+        return "▁" + ("abcdefgh"[token - 4] if 4 <= token < 12 else "?")
+
+
+def test_alignments_of_a_hypothesis_at_the_learned_position_cap():
+    # A model with 8 learned positions, whose EOS is never likely (scale 0):
+    # its hypotheses run to the cap of 8 tokens without EOS. Their alignment
+    # reads BOS + 8 tokens, no position beyond the table (TensorFlow raised
+    # on the EOS appended past it).
+    from test_search import make_model
+
+    from keras_transformer.decoding import Translator
+
+    model = make_model(vocabulary_size=12, eos_scale=-3.0, num_encoder_layers=1, num_decoder_layers=1,
+                       positional_encoding="learned", max_length=8)
+    translator = Translator(model, _LetterTokenizer(), beam_size=1, max_extra_length=20)
+    texts = ["abcdefg", "hg"]
+    results = translator.translate(texts, return_alignments=True)
+    lengths = [len(result.translation.split()) for result in results]
+    assert 8 in lengths  # the fixture reaches the cap
+    for text, result in zip(texts, results):
+        links = [tuple(map(int, link.split("-"))) for link in result.alignment.split()]
+        assert bool(links) == bool(result.translation), result  # a translation's words are linked
+        assert all(0 <= i < len(text) and 0 <= j < len(result.translation.split()) for i, j in links)

@@ -409,10 +409,14 @@ class Translator:
         """Pharaoh word links for every hypothesis of `decode_ids`."""
         pairs = [(row, k) for row, hypotheses in enumerate(decoded) for k in range(len(hypotheses))]
         results = [[None] * len(hypotheses) for hypotheses in decoded]
+        positions = self.model.max_length if getattr(self.model, "positional_encoding", None) == "learned" else None
         for start in range(0, len(pairs), self.batch_size):
             chunk = pairs[start : start + self.batch_size]
             source_batch = self._padded(range(len(chunk)), [sources[row] for row, _ in chunk], 1)
-            target_lists = [decoded[row][k][0] + [self.eos_id] for row, k in chunk]
+            # The EOS after each translation, except where a learned position
+            # table ends first: a hypothesis cut at that cap has no EOS, and
+            # its alignment reads BOS + its tokens, no position beyond.
+            target_lists = [(decoded[row][k][0] + [self.eos_id])[:positions] for row, k in chunk]
             target_batch = self._padded(range(len(chunk)), target_lists, 1)
             positions = ops.convert_to_numpy(attention_alignments(
                 self.model, source_batch, target_batch, bos_id=self.bos_id, eos_id=self.eos_id,
