@@ -151,7 +151,8 @@ def _translation_records(args, translator, texts, prefixes):
         rows = []
         for rank, hypothesis in enumerate(hypotheses):
             row = {"index": index, "rank": rank, "translation": hypothesis.translation,
-                   "score": round(float(hypothesis.score), 6), "log_prob": round(float(hypothesis.log_prob), 6)}
+                   "score": round(float(hypothesis.score), 6), "log_prob": round(float(hypothesis.log_prob), 6),
+                   "truncated": bool(hypothesis.truncated)}
             if args.alignments:
                 row["alignment"] = hypothesis.alignment
             rows.append(row)
@@ -390,7 +391,8 @@ def build_parser():
     translate.add_argument("--alignments", action="store_true",
                            help="append ' ||| alignment': Pharaoh word links 'source-target' from cross-attention")
     translate.add_argument("--format", choices=("text", "jsonl"), default="text",
-                           help="text (default) or one JSON object per translation")
+                           help="text (default) or one JSON object per translation (index, rank, translation, "
+                                "score, log_prob, truncated: the source was cut to data.max_length, source)")
     translate.add_argument("--prefix", metavar="FILE",
                            help="a target prefix per source line (empty line: none), forced at the start")
     translate.add_argument("--search", choices=("beam", "greedy", "sampling"),

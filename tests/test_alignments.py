@@ -68,7 +68,7 @@ def test_alignments_of_a_hypothesis_at_the_learned_position_cap():
 
     model = make_model(vocabulary_size=12, eos_scale=-3.0, num_encoder_layers=1, num_decoder_layers=1,
                        positional_encoding="learned", max_length=8)
-    translator = Translator(model, _LetterTokenizer(), beam_size=1, max_extra_length=20)
+    translator = Translator(model, _LetterTokenizer(), beam_size=1, max_extra_length=20, batch_size=1)
     texts = ["abcdefg", "hg"]
     results = translator.translate(texts, return_alignments=True)
     lengths = [len(result.translation.split()) for result in results]

@@ -88,3 +88,45 @@ def words_alignment(source_positions, source_word_of, target_word_of):
         source_word = min(word for word, count in counts.items() if count == best)
         links.append((source_word, target_word))
     return " ".join(f"{i}-{j}" for i, j in sorted(links))
+
+
+def _words_of(tokenizer, ids, eos_id):
+    """Word index of each token (a piece starting with "▁" starts a word); None for EOS."""
+    words, word = [], -1
+    for token in ids:
+        if token == eos_id:
+            words.append(None)
+            continue
+        piece = tokenizer.id_to_piece(int(token))
+        if piece.startswith("▁") or word < 0:
+            word += 1
+        words.append(word)
+    return words
+
+
+def translation_alignments(translator, sources, decoded):
+    """Pharaoh word links for every hypothesis of `Translator.decode_ids`
+    (`sources`: its source id lists, `decoded`: its hypotheses), batched
+    by the translator's batch size."""
+    model = translator.model
+    pairs = [(row, k) for row, hypotheses in enumerate(decoded) for k in range(len(hypotheses))]
+    results = [[None] * len(hypotheses) for hypotheses in decoded]
+    table = model.max_length if getattr(model, "positional_encoding", None) == "learned" else None
+    for start in range(0, len(pairs), translator.batch_size):
+        chunk = pairs[start : start + translator.batch_size]
+        source_batch = translator._padded(range(len(chunk)), [sources[row] for row, _ in chunk], 1)
+        # The EOS after each translation, except where a learned position
+        # table ends first: a hypothesis cut at that cap has no EOS, and its
+        # alignment pass reads BOS + its tokens, no position beyond.
+        target_lists = [(decoded[row][k][0] + [translator.eos_id])[:table] for row, k in chunk]
+        target_batch = translator._padded(range(len(chunk)), target_lists, 1)
+        positions = ops.convert_to_numpy(attention_alignments(
+            model, source_batch, target_batch, bos_id=translator.bos_id, eos_id=translator.eos_id,
+            pad_id=translator.pad_id,
+        )["source_positions"])
+        for position, (row, k) in enumerate(chunk):
+            results[row][k] = words_alignment(
+                positions[position], _words_of(translator.tokenizer, sources[row], translator.eos_id),
+                _words_of(translator.tokenizer, target_lists[position], translator.eos_id),
+            )
+    return results

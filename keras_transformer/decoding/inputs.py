@@ -5,6 +5,9 @@
   first `max_source_length - 1` tokens. `Translator`, the CLI (through
   `Translator`), the SavedModel's signatures and the CTranslate2 wrapper
   apply it; `source_length_limit` gives the limit a model allows.
+- `target_length_limit` is the longest target `score` takes, on every
+  path; a longer one is refused (never cut: a cut target is another
+  sentence).
 - `check_inputs` checks concrete id arrays against the model once, before
   any backend op runs, so that every backend raises the same `ValueError`
   naming the limit: TensorFlow would raise deep inside a gather, JAX's
@@ -44,6 +47,46 @@ def truncate_source(tokens, max_source_length, eos_id=EOS_ID):
     if cut:
         tokens = tokens[: source_tokens_kept(max_source_length)]
     return tokens + [eos_id], cut
+
+
+def target_length_limit(model, max_source_length=None, max_extra_length=None):
+    """The most tokens (EOS not counted) a target to score may hold, None
+    for no limit: the longest translation the same settings make
+    (`max_source_length + max_extra_length`, where a source limit is set:
+    the SavedModel's bound on a request's work), and for a model with
+    learned positions one less than its table (BOS takes a position).
+    `Translator.score` and the SavedModel's `score` signature refuse a
+    longer target rather than score a cut one."""
+    limits = []
+    if max_source_length is not None and max_extra_length is not None:
+        limits.append(max_source_length + max_extra_length)
+    if getattr(model, "positional_encoding", None) == "learned":
+        limits.append(model.max_length - 1)
+    return min(limits) if limits else None
+
+
+def describe_target_limit(model, max_source_length=None, max_extra_length=None):
+    """Where `target_length_limit` comes from, for error messages."""
+    limit = target_length_limit(model, max_source_length, max_extra_length)
+    if getattr(model, "positional_encoding", None) == "learned" and limit == model.max_length - 1:
+        return f"{limit} tokens (the model's learned position table of max_length={model.max_length}, less BOS)"
+    return (f"{limit} tokens (the longest translation these settings make: max_source_length "
+            f"{max_source_length} + max_extra_length {max_extra_length})")
+
+
+def check_target_lengths(token_lists, model, max_source_length=None, max_extra_length=None, name="targets"):
+    """Raises a ValueError naming the first of `token_lists` (targets
+    without BOS/EOS) longer than `target_length_limit`, and the limit."""
+    limit = target_length_limit(model, max_source_length, max_extra_length)
+    if limit is None:
+        return
+    for index, tokens in enumerate(token_lists):
+        if len(tokens) > limit:
+            raise ValueError(
+                f"score: {name}[{index}] has {len(tokens)} tokens, more than the limit of "
+                f"{describe_target_limit(model, max_source_length, max_extra_length)}; a cut target "
+                "would be a different sentence, so it is refused rather than scored."
+            )
 
 
 def _concrete(ids):

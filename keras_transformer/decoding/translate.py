@@ -13,8 +13,8 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.data.corpus import unpaired_surrogate
-from keras_transformer.decoding.alignment import attention_alignments, words_alignment
-from keras_transformer.decoding.inputs import source_length_limit, truncate_source
+from keras_transformer.decoding.alignment import translation_alignments
+from keras_transformer.decoding.inputs import check_target_lengths, source_length_limit, truncate_source
 from keras_transformer.decoding.options import check_int
 from keras_transformer.decoding.scoring import score_translations
 from keras_transformer.decoding.search import (
@@ -45,14 +45,16 @@ def _to_strings(texts):
 
 class Hypothesis(NamedTuple):
     """One translation of one text: its string, length-penalised score (beam;
-    greedy and sampling: the log-probability), log-probability, and word
+    greedy and sampling: the log-probability), log-probability, word
     alignment in Pharaoh format ("0-0 1-2 ...", source-target word indices)
-    when asked for."""
+    when asked for, and whether the text was cut to `max_source_length`
+    ids before it was translated."""
 
     translation: str
     score: float
     log_prob: float
     alignment: Optional[str] = None
+    truncated: bool = False
 
 
 class Translator:
@@ -373,12 +375,13 @@ class Translator:
             else:
                 decoded = self.decode_ids(sources, prefix_ids, n_best=count)
                 strings = self._texts_of(decoded)
-            alignments = self._alignments(sources, decoded) if return_alignments else None
+            alignments = translation_alignments(self, sources, decoded) if return_alignments else None
+            cut = set(self.last_truncated)
             for row, index in enumerate(to_decode):
                 hypotheses[index] = []
                 for k, (_, score, log_prob) in enumerate(decoded[row]):
                     alignment = alignments[row][k] if alignments else None
-                    hypotheses[index].append(Hypothesis(strings[row][k], score, log_prob, alignment))
+                    hypotheses[index].append(Hypothesis(strings[row][k], score, log_prob, alignment, index in cut))
         else:
             self.last_truncated = []
         if n_best is not None or return_alignments:
@@ -392,42 +395,6 @@ class Translator:
 
     __call__ = translate
 
-    def _words_of(self, ids):
-        """Word index of each token (a piece starting with "▁" starts a word); None for EOS."""
-        words, word = [], -1
-        for token in ids:
-            if token == self.eos_id:
-                words.append(None)
-                continue
-            piece = self.tokenizer.id_to_piece(int(token))
-            if piece.startswith("▁") or word < 0:
-                word += 1
-            words.append(word)
-        return words
-
-    def _alignments(self, sources, decoded):
-        """Pharaoh word links for every hypothesis of `decode_ids`."""
-        pairs = [(row, k) for row, hypotheses in enumerate(decoded) for k in range(len(hypotheses))]
-        results = [[None] * len(hypotheses) for hypotheses in decoded]
-        positions = self.model.max_length if getattr(self.model, "positional_encoding", None) == "learned" else None
-        for start in range(0, len(pairs), self.batch_size):
-            chunk = pairs[start : start + self.batch_size]
-            source_batch = self._padded(range(len(chunk)), [sources[row] for row, _ in chunk], 1)
-            # The EOS after each translation, except where a learned position
-            # table ends first: a hypothesis cut at that cap has no EOS, and
-            # its alignment reads BOS + its tokens, no position beyond.
-            target_lists = [(decoded[row][k][0] + [self.eos_id])[:positions] for row, k in chunk]
-            target_batch = self._padded(range(len(chunk)), target_lists, 1)
-            positions = ops.convert_to_numpy(attention_alignments(
-                self.model, source_batch, target_batch, bos_id=self.bos_id, eos_id=self.eos_id,
-                pad_id=self.pad_id,
-            )["source_positions"])
-            for position, (row, k) in enumerate(chunk):
-                results[row][k] = words_alignment(
-                    positions[position], self._words_of(sources[row]), self._words_of(target_lists[position])
-                )
-        return results
-
     def score(self, sources, targets, per_token=False):
         """Log-probabilities of given translations (forced decoding).
 
@@ -435,14 +402,20 @@ class Translator:
         "tokens" (their count, EOS included), "score" (log_prob over the GNMT
         length penalty with this translator's alpha), and with `per_token`,
         "token_log_probs". Batched and length-sorted like `translate`. An
-        empty source or target is scored as it is (EOS alone).
+        empty source or target is scored as it is (EOS alone). Sources are
+        cut as `translate` cuts them (`last_truncated`); a target longer
+        than `inputs.target_length_limit` (max_source_length +
+        max_extra_length tokens, less for learned positions) raises a
+        ValueError naming it and the limit: a cut target would be another
+        sentence.
         """
         sources, _ = self._check_texts(sources, "sources")
         targets, _ = self._check_texts(targets, "targets")
         if len(sources) != len(targets):
             raise ValueError(f"score: {len(sources)} sources but {len(targets)} targets.")
-        source_ids = self.source_ids(sources)
         target_ids = self.token_ids(targets)
+        check_target_lengths(target_ids, self.model, self.max_source_length, self.max_extra_length)
+        source_ids = self.source_ids(sources)
         results = [None] * len(sources)
         order = sorted(range(len(sources)), key=lambda i: (len(source_ids[i]), len(target_ids[i])))
         for start in range(0, len(order), self.batch_size):

@@ -4,21 +4,26 @@ The export is a SavedModel built with Keras 3's `keras.export.ExportArchive`
 on the TensorFlow backend, written to `BASE/NAME/VERSION/` (the layout TF
 Serving watches). Signatures:
 
-- `serving_default`: `text` (a batch of strings) -> `translations` (strings)
-  and `scores` (float32, the search's length-penalised log-probability).
+- `serving_default`: `text` (a batch of strings) -> `translations` (strings),
+  `scores` (float32, the search's length-penalised log-probability) and
+  `truncated` (bool: the input was cut to `max_input_length` ids, below).
   Tokenization (TF Text SentencePiece ops), beam search (`keras.ops` while
   loop, no XLA) and detokenization all run in the graph.
 - `translate_ids`: `source_ids` (int32 (batch, length), pad 0) -> `ids`
-  (int32 (batch, length), pad 0) and `scores`, for clients that tokenize
-  themselves.
+  (int32 (batch, length), pad 0), `scores` and `truncated`, for clients
+  that tokenize themselves.
 - `translate_n_best` (beam search only): `text` -> `translations` and
   `scores`, `log_probs` (batch, beam_size), best first, and `counts` (how
-  many slots hold a hypothesis; empty slots are "" with score 0).
+  many slots hold a hypothesis; empty slots are "" with score 0) and
+  `truncated`.
 - `score`: `source` and `target` strings -> `log_probs`, length-penalised
   `scores` and `tokens` (EOS included) of each given translation (forced
-  decoding); targets are cut at `max_input_length + max_extra_length`
-  tokens, the longest translation the export makes (a documented cut: in
-  process, `Translator.score` refuses a target the model cannot read).
+  decoding), and `truncated` (the source was cut). A target longer than
+  `max_input_length + max_extra_length` tokens (the longest translation the
+  export makes; less for learned positions:
+  `keras_transformer.decoding.inputs.target_length_limit`) fails the
+  request with InvalidArgument naming the limit, as `Translator.score`
+  refuses it: a cut target would be another sentence.
 
 Beam size, length penalty and the length limits are fixed at export time.
 Inputs longer than `max_input_length` tokens (EOS included) are truncated to
@@ -47,7 +52,7 @@ import tensorflow as tf
 
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding import beam_search, greedy_search
-from keras_transformer.decoding.inputs import source_tokens_kept
+from keras_transformer.decoding.inputs import describe_target_limit, source_tokens_kept, target_length_limit
 from keras_transformer.decoding.options import check_alpha
 from keras_transformer.decoding.options import check_int as _check_int
 from keras_transformer.decoding.scoring import score_translations
@@ -220,6 +225,10 @@ class _Translator:
         columns = tf.range(tf.shape(dense)[1], dtype=tf.int32)
         return tf.where(columns[tf.newaxis, :] == lengths[:, tf.newaxis], EOS_ID, dense)
 
+    def truncated(self, tokens):
+        """Per row of ragged token ids, whether `source_ids` cuts it (the one rule's test)."""
+        return tokens.row_lengths() > source_tokens_kept(self.max_input_length)
+
     def _search_ops(self, source_ids):
         """The search's ops, for the caller's graph (XLA layout when compiled with XLA)."""
         options = dict(max_extra_length=self.max_extra_length, max_length=self.max_output_length,
@@ -256,14 +265,15 @@ class _Translator:
         return ids, scores
 
     def translate_text(self, text):
-        ids, scores = self.search_tokens(self.tokenizer.tokenize(text))
+        tokens = self.tokenizer.tokenize(text)
+        ids, scores = self.search_tokens(tokens)
         translations = self.tokenizer.detokenize(ids)
         # SentencePiece already replaces invalid byte sequences (byte-fallback
         # pieces in a bad order) with U+FFFD; this keeps the guarantee explicit.
         translations = tf.strings.unicode_transcode(
             translations, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
         )
-        return {"translations": translations, "scores": scores}
+        return {"translations": translations, "scores": scores, "truncated": self.truncated(tokens)}
 
     def translate_n_best(self, text):
         """The kept finished hypotheses of the beam search, best first: (batch, beam_size)."""
@@ -287,20 +297,31 @@ class _Translator:
             "scores": tf.where(filled, tf.convert_to_tensor(result["scores"]), 0.0),
             "log_probs": tf.where(filled, tf.convert_to_tensor(result["log_probs"]), 0.0),
             "counts": tf.reduce_sum(tf.cast(filled, tf.int32), axis=1),
+            "truncated": self.truncated(tokens),
         }
 
     def score(self, source, target):
         """Forced decoding: log P(target | source), as `Translator.score`."""
-        source_ids = self.source_ids(self.tokenizer.tokenize(source))
-        # A target can be no longer than the longest translation the export makes.
-        target_tokens = self.tokenizer.tokenize(target)[:, : self.max_input_length + self.max_extra_length]
-        target_ids = target_tokens.to_tensor(default_value=PAD_ID)
+        source_tokens = self.tokenizer.tokenize(source)
+        source_ids = self.source_ids(source_tokens)
+        target_tokens = self.tokenizer.tokenize(target)
+        # A longer target is refused, never cut (a cut one is another sentence).
+        limits = (self.model, self.max_input_length, self.max_extra_length)
+        refuse = tf.debugging.assert_less_equal(
+            target_tokens.row_lengths(), tf.constant(target_length_limit(*limits), tf.int64),
+            message=f"score: a target holds more than {describe_target_limit(*limits)}; it is refused "
+                    "rather than scored cut. Target lengths in tokens, per row:",
+            summarize=16,
+        )
+        with tf.control_dependencies([refuse]):
+            target_ids = tf.identity(target_tokens.to_tensor(default_value=PAD_ID))
         target_ids = tf.pad(target_ids, [[0, 0], [0, 1]], constant_values=PAD_ID)  # at least one column
         scored = score_translations(self.model, source_ids, target_ids, alpha=self.alpha)
         return {
             "log_probs": tf.convert_to_tensor(scored["log_probs"]),
             "scores": tf.convert_to_tensor(scored["scores"]),
             "tokens": tf.cast(scored["lengths"], tf.int32),
+            "truncated": self.truncated(source_tokens),
         }
 
     def translate_ids(self, source_ids):
@@ -318,7 +339,7 @@ class _Translator:
         # The translation's tokens only: EOS and what follows become pad.
         before_eos = tf.math.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1) == 0
         ids = tf.where(before_eos, ids, PAD_ID)
-        return {"ids": ids, "scores": scores}
+        return {"ids": ids, "scores": scores, "truncated": self.truncated(tokens)}
 
 
 def export_saved_model(
@@ -513,18 +534,20 @@ def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, qu
         "keras_version": keras.__version__,
         "signatures": {
             SERVING_SIGNATURE: {"inputs": {TEXT_INPUT: "string [batch]"},
-                                "outputs": {"translations": "string [batch]", "scores": "float32 [batch]"}},
+                                "outputs": {"translations": "string [batch]", "scores": "float32 [batch]",
+                                            "truncated": "bool [batch]"}},
             IDS_SIGNATURE: {"inputs": {IDS_INPUT: "int32 [batch, length], pad 0"},
-                            "outputs": {"ids": "int32 [batch, length], pad 0", "scores": "float32 [batch]"}},
+                            "outputs": {"ids": "int32 [batch, length], pad 0", "scores": "float32 [batch]",
+                                        "truncated": "bool [batch]"}},
             **({N_BEST_SIGNATURE: {"inputs": {TEXT_INPUT: "string [batch]"},
                                    "outputs": {"translations": "string [batch, beam_size]",
                                                "scores": "float32 [batch, beam_size]",
                                                "log_probs": "float32 [batch, beam_size]",
-                                               "counts": "int32 [batch]"}}}
+                                               "counts": "int32 [batch]", "truncated": "bool [batch]"}}}
                if translator.beam_size > 1 else {}),
             SCORE_SIGNATURE: {"inputs": {"source": "string [batch]", "target": "string [batch]"},
                               "outputs": {"log_probs": "float32 [batch]", "scores": "float32 [batch]",
-                                          "tokens": "int32 [batch]"}},
+                                          "tokens": "int32 [batch]", "truncated": "bool [batch]"}},
         },
         "search": {
             "beam_size": translator.beam_size,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from keras_transformer import cli
+from required_imports import required
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -299,8 +300,13 @@ def test_same_text_same_output_on_every_path(trained_run, tmp_path, capsys):
     """The CLI, the exported SavedModel (plain and XLA variants) and the
     CTranslate2 export translate the same texts alike: texts without tokens
     give "" everywhere, and a source over data.max_length (16 tokens here) is
-    truncated everywhere, which the CLI reports on stderr."""
+    truncated everywhere, and every path says which: the CLI's count on
+    stderr and `truncated` in --format jsonl, `Hypothesis.truncated` and
+    `last_truncated` in process, the signatures' `truncated` output, the
+    CTranslate2 wrapper's `last_truncated`."""
     import tensorflow as tf
+
+    from keras_transformer import runs
 
     work, _ = trained_run
     run = str(work / "run")
@@ -313,15 +319,37 @@ def test_same_text_same_output_on_every_path(trained_run, tmp_path, capsys):
     cli_lines = output.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(cli_lines) == len(texts) and cli_lines[1:5] == ["", "", "", ""]
     assert "1 of 7 sources were longer than the run's data.max_length" in capsys.readouterr().err
+    cut = [False] * 5 + [True, False]
+    assert cli.main(["translate", run, "--input", str(source), "--beam-size", "1", "--format", "jsonl"]) == 0
+    out, err = capsys.readouterr()
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["translation"] for r in records] == cli_lines and [r["truncated"] for r in records] == cut
+    assert "1 of 7 sources were longer than the run's data.max_length" in err
+
+    model, tokenizer, config = runs.load_run(run)
+    translator = runs.make_translator(model, tokenizer, dict(config["decoding"], beam_size=1),
+                                      config["data"]["max_length"])
+    with pytest.warns(UserWarning, match="1 of 7 sources"):
+        hypotheses = [h[0] for h in translator.translate(texts, n_best=1)]
+    assert [h.translation for h in hypotheses] == cli_lines and [h.truncated for h in hypotheses] == cut
+    assert translator.last_truncated == [5]
 
     for flags in ([], ["--xla"]):
         base = tmp_path / f"saved{len(flags)}"
         assert cli.main(["export", run, "--base-dir", str(base), "--beam-size", "1", *flags]) == 0
-        signature = tf.saved_model.load(str(base / "translator" / "1")).signatures["serving_default"]
-        served = [t.decode("utf-8") for t in signature(text=tf.constant(texts))["translations"].numpy()]
+        signatures = tf.saved_model.load(str(base / "translator" / "1")).signatures
+        result = signatures["serving_default"](text=tf.constant(texts))
+        served = [t.decode("utf-8") for t in result["translations"].numpy()]
         assert served == cli_lines, flags
+        assert result["truncated"].numpy().tolist() == cut, flags
+        ids = [tokenizer.tokenize([text]).to_list()[0] for text in texts]
+        width = max(len(row) for row in ids)
+        by_ids = signatures["translate_ids"](source_ids=tf.constant([row + [0] * (width - len(row)) for row in ids]))
+        assert by_ids["truncated"].numpy().tolist() == cut, flags
+        scored = signatures["score"](source=tf.constant(texts), target=tf.constant(["ein Apfel"] * len(texts)))
+        assert scored["truncated"].numpy().tolist() == cut, flags
 
-    pytest.importorskip("ctranslate2")
+    required("ctranslate2")  # under CI=true a missing package fails the test instead of skipping it
     from keras_transformer.export.ctranslate2 import CTranslate2Translator
 
     assert cli.main(["export", run, "--format", "ctranslate2", "--output", str(tmp_path / "ct2")]) == 0

@@ -328,13 +328,13 @@ def test_signatures(loaded):
     _, inputs = text.structured_input_signature
     assert inputs == {"text": tf.TensorSpec([None], tf.string, name="text")}
     assert {k: (v.dtype, v.shape.as_list()) for k, v in text.structured_outputs.items()} == {
-        "translations": (tf.string, [None]), "scores": (tf.float32, [None]),
+        "translations": (tf.string, [None]), "scores": (tf.float32, [None]), "truncated": (tf.bool, [None]),
     }
     ids = loaded.signatures["translate_ids"]
     _, inputs = ids.structured_input_signature
     assert inputs == {"source_ids": tf.TensorSpec([None, None], tf.int32, name="source_ids")}
     assert {k: (v.dtype, v.shape.as_list()) for k, v in ids.structured_outputs.items()} == {
-        "ids": (tf.int32, [None, None]), "scores": (tf.float32, [None]),
+        "ids": (tf.int32, [None, None]), "scores": (tf.float32, [None]), "truncated": (tf.bool, [None]),
     }
 
 
@@ -442,9 +442,10 @@ def test_score_signature_matches_in_process_scores(loaded, model, tokenizer):
     np.testing.assert_allclose(exported["log_probs"].numpy(), [e["log_prob"] for e in expected], atol=1e-4)
     np.testing.assert_allclose(exported["scores"].numpy(), [e["score"] for e in expected], atol=1e-4)
     assert exported["tokens"].numpy().tolist() == [e["tokens"] for e in expected]
-    # Bad input never fails a request.
+    assert exported["truncated"].numpy().tolist() == [False, False, False, True]
+    # Bad input never fails a request (a target over the limit does, below).
     bad = [b"\xff\xfe", b"", "日本語".encode(), b"x" * 5000]
-    result = loaded.signatures["score"](source=tf.constant(bad), target=tf.constant(bad[::-1]))
+    result = loaded.signatures["score"](source=tf.constant(bad), target=tf.constant(bad[:3][::-1] + [b"x"]))
     assert np.all(np.isfinite(result["log_probs"].numpy()))
     n_best = loaded.signatures["translate_n_best"](text=tf.constant(bad))
     for row in n_best["translations"].numpy():
@@ -580,6 +581,31 @@ def test_bad_input(case, loaded, tokenizer):
         assert translation == "" and outputs["scores"].numpy()[0] == 0.0
     else:
         assert outputs["scores"].numpy()[0] < 0.0
+
+
+def test_score_refuses_a_target_over_the_limit(loaded, model, tokenizer):
+    """A target longer than max_input_length + max_extra_length tokens (the
+    longest translation the export makes) is refused, never scored cut: an
+    InvalidArgument from the signature, a ValueError in process, both
+    naming the limit. At the limit, both score it alike."""
+    words = "Die kleine Katze sieht einen Hund und das Haus ist alt und neu heute".split() * 3
+    lengths = {n: len(tokenizer.tokenize([" ".join(words[:n])]).to_list()[0]) for n in range(1, len(words) + 1)}
+    limit = MAX_INPUT_LENGTH + MAX_EXTRA_LENGTH
+    fits = " ".join(words[: max(n for n, length in lengths.items() if length <= limit)])
+    over = " ".join(words[: min(n for n, length in lengths.items() if length > limit)])
+    translator = Translator(model, tokenizer, alpha=ALPHA, max_source_length=MAX_INPUT_LENGTH,
+                            max_extra_length=MAX_EXTRA_LENGTH)
+    score = loaded.signatures["score"]
+    exported = score(source=tf.constant(["A cat.", "A dog."]), target=tf.constant([fits, "Ein Hund."]))
+    expected = translator.score(["A cat.", "A dog."], [fits, "Ein Hund."])
+    np.testing.assert_allclose(exported["log_probs"].numpy(), [e["log_prob"] for e in expected], atol=1e-4)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"score: a target holds more than {limit} tokens "
+                       rf"\(the longest translation these settings make: max_source_length {MAX_INPUT_LENGTH} "
+                       rf"\+ max_extra_length {MAX_EXTRA_LENGTH}\)"):
+        score(source=tf.constant(["A cat.", "A dog."]), target=tf.constant(["Ein Hund.", over]))
+    with pytest.raises(ValueError, match=rf"score: targets\[1\] has {limit + 1}.* tokens, more than the limit of "
+                       rf"{limit} tokens"):
+        translator.score(["A cat.", "A dog."], ["Ein Hund.", over])
 
 
 def test_long_input_is_truncated(loaded, tokenizer):
