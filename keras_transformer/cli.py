@@ -47,6 +47,10 @@ def _decoding_arguments(parser):
     parser.add_argument("--alpha", type=float, help="length penalty exponent (default 0.6)")
     parser.add_argument("--max-extra-length", type=int, help="output length limit = input length + this")
     parser.add_argument("--batch-size", type=int, help="sentences per decoding batch")
+    parser.add_argument("--limit-rule", choices=("fallback", "force_eos", "finish"),
+                        help="a translation reaching its length limit without EOS: fallback (default: kept only "
+                             "when none ended), force_eos (EOS forced at the limit) or finish (competes as it is, "
+                             "CTranslate2's rule); default from the run's decoding.limit_rule")
 
 
 def _apply_decoding(config, args):
@@ -93,7 +97,7 @@ def cmd_prepare(args):
 
 
 def _decoding_overrides(args):
-    keys = ("beam_size", "alpha", "max_extra_length", "batch_size")
+    keys = ("beam_size", "alpha", "max_extra_length", "batch_size", "limit_rule")
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 

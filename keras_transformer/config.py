@@ -90,6 +90,13 @@ SCHEMA = {
         "alpha": (0.6, float, "length penalty exponent (paper: 0.6)"),
         "max_extra_length": (50, int, "output length limit = input length + this (paper: 50)"),
         "batch_size": (64, int, "sentences per decoding batch"),
+        # The choices are keras_transformer.decoding.LIMIT_RULES (tests/tf/test_cli.py checks they agree).
+        "limit_rule": ("fallback", ("fallback", "force_eos", "finish"),
+                       "what becomes of a translation that reaches its length limit without EOS: fallback "
+                       "(returned only when no hypothesis of its sentence ended; tensor2tensor's rule), force_eos "
+                       "(only EOS may come at the last position; fairseq's) or finish (it competes as it is; "
+                       "CTranslate2's rule, which a CTranslate2 export always follows). `translate`, `evaluate` "
+                       "and the SavedModel export use it"),
     },
 }
 

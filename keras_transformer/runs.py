@@ -468,7 +468,8 @@ def export(output_dir, base_dir=None, *, name="translator", version=None, decodi
     return export_saved_model(
         model, tokenizer, str(base_dir or Path(output_dir) / "export"), name=name, version=version,
         beam_size=settings["beam_size"], alpha=settings["alpha"], max_extra_length=settings["max_extra_length"],
-        max_input_length=config["data"]["max_length"], jit_compile=jit_compile, check_ops=check_ops,
+        max_input_length=config["data"]["max_length"], limit_rule=settings["limit_rule"],
+        jit_compile=jit_compile, check_ops=check_ops,
         warmup_rows=DEFAULT_WARMUP_ROWS if warmup_rows is None else warmup_rows, quantize=quantize,
     )
 
@@ -506,6 +507,7 @@ def make_translator(model, tokenizer, decoding, max_source_length=None, **option
         max_extra_length=decoding["max_extra_length"],
         batch_size=decoding["batch_size"],
         max_source_length=max_source_length,
+        limit_rule=decoding["limit_rule"],
         **options,
     )
 

@@ -53,7 +53,7 @@ import tensorflow as tf
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.decoding.inputs import describe_target_limit, source_tokens_kept, target_length_limit
-from keras_transformer.decoding.options import check_alpha
+from keras_transformer.decoding.options import check_alpha, check_limit_rule
 from keras_transformer.decoding.options import check_int as _check_int
 from keras_transformer.decoding.scoring import score_translations
 from keras_transformer.export.opcheck import check_serving_ops
@@ -197,7 +197,8 @@ class _Translator:
     """The graph functions behind the signatures (traced by ExportArchive)."""
 
     def __init__(self, model, tokenizer, beam_size, alpha, max_extra_length, max_input_length,
-                 max_output_length, jit_compile=False):
+                 max_output_length, jit_compile=False, limit_rule="fallback"):
+        self.limit_rule = limit_rule
         self.jit_compile = jit_compile
         # XLA specialises per shape: a few padded shapes, compiled once each.
         self._xla_search = tf.function(self._search_ops, jit_compile=True, autograph=False,
@@ -232,7 +233,7 @@ class _Translator:
     def _search_ops(self, source_ids):
         """The search's ops, for the caller's graph (XLA layout when compiled with XLA)."""
         options = dict(max_extra_length=self.max_extra_length, max_length=self.max_output_length,
-                       jit_compile=self.jit_compile)
+                       jit_compile=self.jit_compile, limit_rule=self.limit_rule)
         if self.beam_size == 1:
             result = greedy_search(self.model, source_ids, **options)
         else:
@@ -281,6 +282,7 @@ class _Translator:
         result = beam_search(
             self.model, self.source_ids(tokens), beam_size=self.beam_size, alpha=self.alpha,
             max_extra_length=self.max_extra_length, max_length=self.max_output_length, return_all_beams=True,
+            limit_rule=self.limit_rule,
         )
         ids = tf.convert_to_tensor(result["ids"])
         batch, width = tf.shape(ids)[0], tf.shape(ids)[2]
@@ -354,6 +356,7 @@ def export_saved_model(
     max_extra_length=50,
     max_input_length=None,
     max_output_length=None,
+    limit_rule="fallback",
     jit_compile=False,
     check_ops=True,
     warmup_rows=warmup_lib.DEFAULT_WARMUP_ROWS,
@@ -382,6 +385,9 @@ def export_saved_model(
             pipeline's default), or the model's `max_length` if smaller and
             its positions are learned.
         max_output_length: optional hard cap on every translation's length.
+        limit_rule: what becomes of a translation reaching its length limit
+            without EOS (`keras_transformer.decoding.LIMIT_RULES`, as for
+            `Translator`): baked into the signatures.
         jit_compile: the XLA variant: the search is compiled with XLA
             (`jit_compile=True`; tokenization stays outside), 2-3x faster
             on CPU, for TF Serving started with
@@ -428,6 +434,7 @@ def export_saved_model(
     _check_int("beam_size", beam_size, 1)
     alpha = check_alpha(alpha)
     _check_int("max_extra_length", max_extra_length, 0)
+    check_limit_rule(limit_rule)
     if max_input_length is None:
         max_input_length = DEFAULT_MAX_INPUT_LENGTH
         if getattr(model, "positional_encoding", None) == "learned":
@@ -456,7 +463,7 @@ def export_saved_model(
 
     translator = _Translator(
         model, tokenizer, beam_size, float(alpha), max_extra_length, max_input_length,
-        max_output_length, jit_compile=bool(jit_compile),
+        max_output_length, jit_compile=bool(jit_compile), limit_rule=limit_rule,
     )
     temp_dir = _make_temp_dir(model_dir)
     try:
@@ -555,6 +562,7 @@ def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, qu
             "max_extra_length": translator.max_extra_length,
             "max_input_length": translator.max_input_length,
             "max_output_length": translator.max_output_length,
+            "limit_rule": translator.limit_rule,
             "jit_compile": translator.jit_compile,
         },
         "quantization": quantization,

@@ -238,8 +238,11 @@ def test_console_script_runs():
 
 def test_export_command_writes_a_versioned_saved_model(trained_run, tmp_path):
     work, _ = trained_run
-    assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path), "--beam-size", "2"]) == 0
+    assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path), "--beam-size", "2",
+                     "--limit-rule", "force_eos"]) == 0
     assert (tmp_path / "translator" / "1" / "saved_model.pb").is_file()
+    info = json.loads((tmp_path / "translator" / "1" / "assets.extra" / "keras_transformer_export.json").read_text())
+    assert info["search"]["limit_rule"] == "force_eos" and info["search"]["beam_size"] == 2
     assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path)]) == 0
     assert (tmp_path / "translator" / "2" / "saved_model.pb").is_file()  # next version, nothing overwritten
 
@@ -403,6 +406,46 @@ def test_translate_n_best_scores_alignments_jsonl_prefix_sampling(trained_run, t
     prefixes.write_text("ein\n", encoding="utf-8")
     with pytest.raises(SystemExit, match=r"--prefix .*prefixes.txt has 1 lines but .*source.txt has 2"):
         cli.main(["translate", run, "--input", str(source), "--prefix", str(prefixes)])
+
+
+def test_limit_rule_flag_and_config_key(trained_run, tmp_path, capsys, monkeypatch):
+    """`--limit-rule`, else the run's decoding.limit_rule, is the rule the
+    translate command's searches get (what each rule does is
+    tests/test_limit_rule.py's)."""
+    from keras_transformer import config as config_lib
+    import importlib
+
+    from keras_transformer.decoding import LIMIT_RULES
+
+    translate_lib = importlib.import_module("keras_transformer.decoding.translate")
+
+    assert config_lib.SCHEMA["decoding"]["limit_rule"][:2] == ("fallback", LIMIT_RULES)
+    rules = []
+    search = translate_lib.Translator._search
+
+    def recording_search(self, *args, **kwargs):
+        rules.append(self.limit_rule)
+        return search(self, *args, **kwargs)
+
+    monkeypatch.setattr(translate_lib.Translator, "_search", recording_search)
+    work, _ = trained_run
+    run = str(work / "run")
+    # The config key, through a copy of the run whose config.json sets it.
+    (tmp_path / "run").mkdir()
+    for name in os.listdir(run):
+        if name != "config.json":
+            os.symlink(os.path.join(run, name), tmp_path / "run" / name)
+    config = json.loads(Path(run, "config.json").read_text())
+    config["decoding"]["limit_rule"] = "finish"
+    (tmp_path / "run" / "config.json").write_text(json.dumps(config))
+    for target, flags, expected in ((run, [], "fallback"), (run, ["--limit-rule", "force_eos"], "force_eos"),
+                                    (str(tmp_path / "run"), [], "finish")):
+        rules.clear()
+        assert cli.main(["translate", target, "--text", "one apple", "--beam-size", "1", *flags]) == 0
+        assert rules and set(rules) == {expected}, (flags, rules)
+    with pytest.raises(SystemExit):
+        cli.main(["translate", run, "--text", "one apple", "--limit-rule", "eos"])
+    assert "invalid choice: 'eos'" in capsys.readouterr().err
 
 
 def test_score_command_and_its_errors(trained_run, tmp_path, capsys):
