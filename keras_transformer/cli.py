@@ -262,6 +262,9 @@ def cmd_export(args):
         raise SystemExit("error: --quantization applies to --format ctranslate2 only")
     if args.format == "ctranslate2" and args.xla:
         raise SystemExit("error: --xla applies to --format saved_model only")
+    if args.format == "ctranslate2" and args.limit_rule not in (None, "finish"):
+        raise SystemExit("error: a CTranslate2 export follows its engine's limit rule, finish: "
+                         f"--limit-rule {args.limit_rule} applies to --format saved_model only")
     if args.format == "ctranslate2" and args.warmup_rows is not None:
         raise SystemExit("error: --warmup-rows applies to --format saved_model only")
     if args.format == "ctranslate2" and args.quantize and args.quantization not in (None, "int8"):
