@@ -390,13 +390,21 @@ def test_translate_n_best_scores_alignments_jsonl_prefix_sampling(trained_run, t
     plain = lines()
     scored = [line.split(" ||| ") for line in lines("--scores", "--alignments")]
     assert [row[0] for row in scored] == plain
-    assert all(re.fullmatch(r"(\d+-\d+( \d+-\d+)*)?", row[3]) for row in scored)
+    # A non-empty translation has at least one link (an empty alignment is a failure).
+    assert all(re.fullmatch(r"\d+-\d+( \d+-\d+)*", row[3]) for row in scored if row[0]), scored
+    assert any(row[0] for row in scored)
 
+    # Forced: a prefix the unforced translation does not start with, so that
+    # the output can only start with it if the prefix was applied.
+    unforced = [json.loads(line) for line in lines("--format", "jsonl")]
+    forced_word = next(word for word in ("zwei", "drei", "das", "ich") if not unforced[0]["translation"].startswith(word))
     prefixes = tmp_path / "prefixes.txt"
-    prefixes.write_text("ein\n\n", encoding="utf-8")
+    prefixes.write_text(f"{forced_word}\n\n", encoding="utf-8")
     records = [json.loads(line) for line in lines("--prefix", str(prefixes), "--format", "jsonl")]
-    assert records[0]["translation"].startswith("ein") and records[0]["source"] == "one apple"
-    assert set(records[1]) == {"index", "rank", "translation", "score", "log_prob", "source"}
+    assert records[0]["translation"].startswith(forced_word) and records[0]["source"] == "one apple"
+    assert records[0]["translation"] != unforced[0]["translation"]
+    assert records[1] == unforced[1]  # no prefix (an empty line): the unforced output
+    assert set(records[1]) == {"index", "rank", "translation", "score", "log_prob", "truncated", "source"}
 
     first = lines("--search", "sampling", "--seed", "3", "--temperature", "2.0")
     assert lines("--search", "sampling", "--seed", "3", "--temperature", "2.0") == first

@@ -316,8 +316,6 @@ def test_with_length_penalty_ours_scores_at_least_as_well_under_our_rule(trained
         if all_mine[i] != all_theirs[i]:
             reason = explain(mine_scores[i], their_scores[i], engine_mine[i], engine_theirs[i])
             reasons[reason] = reasons.get(reason, 0) + 1
-            if mine_scores[i] > their_scores[i] + TIE:  # the check has power: swapped, it fails
-                assert explain(their_scores[i], mine_scores[i], engine_theirs[i], engine_mine[i]) == "ours lost"
     wins = sum(m > t + TIE for m, t in zip(mine_scores, their_scores))
     losses = sum(m < t - TIE for m, t in zip(mine_scores, their_scores))
     print(f"alpha 0.6: {sum(reasons.values())} of {len(sources)} translations differ {reasons}; under our "

@@ -196,22 +196,51 @@ def test_n_best_lists_are_sorted_and_start_with_the_translation(model, tokenizer
 
 def test_scores_of_own_translations_and_bad_pairs(model, tokenizer):
     translator = Translator(model, tokenizer, beam_size=4, max_extra_length=5)
-    texts = [t for t in TEXTS if t.strip()]
+    texts = [t for t in TEXTS if t.strip()] + [p for p, _ in PAIRS]
     hypotheses = translator.translate(texts, n_best=1)
     scored = translator.score(texts, [h[0].translation for h in hypotheses], per_token=True)
     for hypothesis, result in zip(hypotheses, scored):
-        # Re-tokenizing the detokenized output can differ; where it gives the
-        # same ids, the forced-decoding score equals the search's.
         assert len(result["token_log_probs"]) == result["tokens"]
         np.testing.assert_allclose(sum(result["token_log_probs"]), result["log_prob"], rtol=1e-5, atol=1e-5)
-    ids = translator.decode_ids(translator.source_ids(texts))
-    for text, row in zip(texts, ids):
-        tokens, score, log_prob = row[0]
-        ended_with_eos = len(tokens) < len(translator.source_ids([text])[0]) + 5
-        if ended_with_eos:
-            result = translator.score([text], [tokenizer.detokenize([tokens]).numpy()[0].decode()])[0]
-            if translator.token_ids([tokenizer.detokenize([tokens]).numpy()[0].decode()])[0] == tokens:
-                np.testing.assert_allclose(result["log_prob"], log_prob, rtol=1e-4, atol=1e-4)
+    # Rows known to qualify: the search's own output ended with EOS (a row
+    # cut at its limit has no EOS term to score). This model's EOS is made
+    # likelier (the shared model's outputs all run to the limit), so that
+    # most rows end. There, forced decoding gives the search's log-probability
+    # and length-penalised score: on the ids for every finished row, and
+    # through Translator.score where the text tokenizes back to the same ids.
+    keras.utils.set_random_seed(0)
+    ending = kt.Transformer(vocabulary_size=tokenizer.vocabulary_size, d_model=16, num_heads=2, d_ff=32,
+                            num_encoder_layers=1, num_decoder_layers=2)
+    ending.build()
+    ending.set_weights(model.get_weights())
+    embeddings = keras.ops.convert_to_numpy(ending.target_embedding.embeddings).copy()
+    embeddings[EOS_ID] *= 3.0
+    ending.target_embedding.embeddings.assign(embeddings)
+    translator = Translator(ending, tokenizer, beam_size=4, max_extra_length=5)
+    source = translator._padded(range(len(texts)), translator.source_ids(texts), 1)
+    result = beam_search(ending, source, beam_size=4, alpha=0.6, max_extra_length=5)
+    ids, lengths, scores, log_probs = (keras.ops.convert_to_numpy(result[key])
+                                       for key in ("ids", "lengths", "scores", "log_probs"))
+    finished = [row for row in range(len(texts)) if lengths[row] and ids[row, lengths[row] - 1] == EOS_ID]
+    assert len(finished) >= 5, finished  # enough rows qualify to mean something
+    width = max(int(lengths[row]) - 1 for row in finished) + 1
+    targets = np.full((len(finished), width), PAD_ID, "int32")
+    for position, row in enumerate(finished):
+        targets[position, : lengths[row] - 1] = ids[row, : lengths[row] - 1]
+    forced = kt.decoding.score_translations(ending, source[finished], targets, alpha=0.6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(forced["log_probs"]), log_probs[finished],
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(forced["scores"]), scores[finished], rtol=1e-4, atol=1e-4)
+    translations = [tokenizer.detokenize([targets[i][targets[i] != PAD_ID].tolist()]).numpy()[0].decode()
+                    for i in range(len(finished))]
+    round_trips = [i for i, text in enumerate(translations)
+                   if translator.token_ids([text])[0] == targets[i][targets[i] != PAD_ID].tolist()]
+    assert round_trips  # at least one row reaches Translator.score
+    own = translator.score([texts[finished[i]] for i in round_trips], [translations[i] for i in round_trips])
+    rows = [finished[i] for i in round_trips]
+    np.testing.assert_allclose([r["log_prob"] for r in own], log_probs[rows], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose([r["score"] for r in own], scores[rows], rtol=1e-4, atol=1e-4)
+    assert [r["tokens"] for r in own] == lengths[rows].tolist()
     with pytest.raises(ValueError, match="2 sources but 1 targets"):
         translator.score(["a", "b"], ["x"])
     with pytest.raises(TypeError, match=r"targets\[0\]"):
@@ -233,7 +262,7 @@ def test_prefixes_start_the_translation(model, tokenizer):
 
 def test_texts_without_tokens_translate_to_empty(model, tokenizer):
     texts = ["\ufeff", "\u200b", "\x01", "", "  ", "A dog."]
-    assert [translator_tokens == [] for translator_tokens in Translator(model, tokenizer).token_ids(texts[:5])]
+    assert all(tokens == [] for tokens in Translator(model, tokenizer).token_ids(texts[:5]))
     outputs = Translator(model, tokenizer, beam_size=2, max_extra_length=4).translate(texts)
     assert outputs[:5] == [""] * 5 and outputs[5]
 
