@@ -74,7 +74,7 @@ def keras_hub_contenders(model, source_ids, args):
             # BeamSampler reorders itself; our beam search shares a cache
             # between a sentence's beams instead.
             decoder = model.incremental_decoder(
-                ops.repeat(source_ids, beams, axis=0), max_length=length - 1, xla_layout=True
+                ops.repeat(source_ids, beams, axis=0), buffer_length=length - 1, jit_compile=True
             )
             rows = ops.shape(source_ids)[0]
 

@@ -223,7 +223,7 @@ def bfloat16_copy(model, vocabulary_size):
 
 
 def our_contenders(model, source_ids, args):
-    fixed = dict(max_length=args.steps, min_length=args.steps)
+    fixed = dict(max_output_length=args.steps, min_length=args.steps)
     small = source_ids[: args.uncached_batch_size]
     contenders = [
         ("ours greedy, graph (no XLA)", "greedy", lambda: greedy_search(model, source_ids, **fixed)),

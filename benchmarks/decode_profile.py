@@ -48,7 +48,7 @@ def best_seconds(function, calls=3):
 def steps_only(model, source, beam, cache_positions, steps):
     @tf.function(jit_compile=True, autograph=False)
     def run(source):
-        decoder = model.incremental_decoder(source, beam_size=beam, max_length=cache_positions, xla_layout=True)
+        decoder = model.incremental_decoder(source, beam_size=beam, buffer_length=cache_positions, jit_compile=True)
 
         def body(step, tokens, state):
             logits, state = decoder.step(state, tokens, step)
@@ -90,7 +90,7 @@ def main():
     print(f"# tiny preset, vocabulary {VOCABULARY}, {BATCH} sources x {SOURCE} tokens, {STEPS} steps, XLA")
 
     print("\n1. the search's share (ms per call)")
-    fixed = dict(max_length=STEPS, min_length=STEPS, jit_compile=True)
+    fixed = dict(max_output_length=STEPS, min_length=STEPS, jit_compile=True)
     for label, beam, search in (
         (f"beam {BEAM}", BEAM, lambda: beam_search(model, source, beam_size=BEAM, **fixed)["ids"]),
         ("greedy", 1, lambda: greedy_search(model, source, **fixed)["ids"]),

@@ -215,7 +215,7 @@ def decode_ours(args, precision, kind):
         jax.config.update("jax_default_matmul_precision", "tensorfloat32")
     model = kt.Transformer.from_preset(args.preset, vocabulary_size=VOCABULARY)
     source = np.random.default_rng(0).integers(4, VOCABULARY, (args.decode_batch, 32)).astype("int32")
-    fixed = dict(max_length=args.decode_steps, min_length=args.decode_steps)
+    fixed = dict(max_output_length=args.decode_steps, min_length=args.decode_steps)
 
     def run():
         if kind == "greedy":

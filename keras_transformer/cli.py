@@ -260,8 +260,8 @@ def cmd_export(args):
 
     if args.format == "saved_model" and args.quantization is not None:
         raise SystemExit("error: --quantization applies to --format ctranslate2 only")
-    if args.format == "ctranslate2" and args.xla:
-        raise SystemExit("error: --xla applies to --format saved_model only")
+    if args.format == "ctranslate2" and args.jit_compile:
+        raise SystemExit("error: --jit-compile applies to --format saved_model only")
     if args.format == "ctranslate2" and args.limit_rule not in (None, "finish"):
         raise SystemExit("error: a CTranslate2 export follows its engine's limit rule, finish: "
                          f"--limit-rule {args.limit_rule} applies to --format saved_model only")
@@ -275,7 +275,7 @@ def cmd_export(args):
                                        force=args.force, decoding=_decoding_overrides(args), quantize=args.quantize)
     else:
         path = runs.export(args.run_dir, args.base_dir, name=args.name, version=args.version,
-                           decoding=_decoding_overrides(args), jit_compile=args.xla,
+                           decoding=_decoding_overrides(args), jit_compile=args.jit_compile,
                            warmup_rows=args.warmup_rows, quantize=args.quantize)
     print(f"exported: {path}")
     return 0
@@ -436,16 +436,18 @@ def build_parser():
                         help="CTranslate2 weight type (default float32)")
     export.add_argument("--output", help="CTranslate2 model directory (default RUN_DIR/export/ctranslate2-QUANTIZATION)")
     export.add_argument("--force", action="store_true", help="replace an existing CTranslate2 directory")
-    export.add_argument("--xla", action="store_true",
+    # --xla: the flag's former name, still accepted (the switch is jit_compile everywhere else).
+    export.add_argument("--jit-compile", "--xla", dest="jit_compile", action="store_true",
                         help="SavedModel whose search is compiled with XLA (2-3x faster on CPU): for TF "
-                             "Serving with --xla_cpu_compilation_enabled, or GPU; stock servers need the default")
+                             "Serving with --xla_cpu_compilation_enabled, or GPU; stock servers need the default "
+                             "(--xla is its former name)"),
     export.add_argument("--quantize", choices=("int8", "int8_weights"),
                         help="int8 weights (Keras int8 quantization of the Dense layers): int8 quantizes "
                              "activations at run time too, int8_weights multiplies in float32; with --format "
                              "ctranslate2 the engine gets the int8 kernels as they are")
     export.add_argument("--warmup-rows", type=int,
                         help="TF Serving warm-up records cover requests of up to this many rows (default 64): "
-                             "with --xla, one per padded (rows, length) shape the server will compile")
+                             "with --jit-compile, one per padded (rows, length) shape the server will compile")
     _decoding_arguments(export)
     export.set_defaults(func=cmd_export)
 

@@ -218,7 +218,7 @@ def test_sampling_after_a_prefix_draws_from_the_blocked_distribution():
     draws = 4000
     source = np.repeat(sources_of([2]), draws, axis=0)
     prefixes = np.repeat(np.array([[8, 9, 8]], "int32"), draws, axis=0)
-    result = sampling_search(bigram_model(table), source, seed=5, max_length=4, prefix_ids=prefixes,
+    result = sampling_search(bigram_model(table), source, seed=5, max_output_length=4, prefix_ids=prefixes,
                              no_repeat_ngram_size=2)
     ids = to_numpy(result["ids"])
     assert np.all(ids[:, :3] == [8, 9, 8])

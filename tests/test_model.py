@@ -68,16 +68,16 @@ def test_encode_decode_equal_call(rng):
     np.testing.assert_allclose(to_numpy(logits), to_numpy(model(inputs)), atol=1e-6)
 
 
-@pytest.mark.parametrize("xla_layout", [False, True], ids=["graph-layout", "xla-layout"])
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph-layout", "xla-layout"])
 @pytest.mark.parametrize("norm_first,key_dim", [(False, None), (True, None), (False, 2)],
                          ids=["post_ln", "pre_ln", "key_dim_2"])
-def test_incremental_decoder_equals_full_decoding(norm_first, key_dim, xla_layout, rng):
+def test_incremental_decoder_equals_full_decoding(norm_first, key_dim, jit_compile, rng):
     model = small_model(norm_first=norm_first, key_dim=key_dim)
     inputs = batch(rng)
     inputs["target"][2, 3:] = 7  # decoding never sees padding
     source, target = inputs["source"], inputs["target"]
     full = to_numpy(model.decode(target, model.encode(source), source))
-    decoder = model.incremental_decoder(source, max_length=target.shape[1], xla_layout=xla_layout)
+    decoder = model.incremental_decoder(source, buffer_length=target.shape[1], jit_compile=jit_compile)
     state, steps = decoder.initial_state, []
     for t in range(target.shape[1]):
         logits, state = decoder.step(state, target[:, t], t)
@@ -95,7 +95,7 @@ def test_incremental_decoder_reorders_beams(key_dim, rng):
     target[2, :] = [2, 5, 6]  # no padding inside the prefixes
     other = target.copy()
     other[:, 1] = (target[:, 1] + 1) % 7 + 3  # the second beam's own first token
-    decoder = model.incremental_decoder(source, beam_size=2, max_length=3)
+    decoder = model.incremental_decoder(source, beam_size=2, buffer_length=3)
     rows = np.arange(3)
     state = decoder.initial_state
     _, state = decoder.step(state, np.repeat(target[:, 0], 2), 0)
@@ -109,8 +109,8 @@ def test_incremental_decoder_reorders_beams(key_dim, rng):
     np.testing.assert_allclose(to_numpy(logits)[1::2], full, atol=1e-4)
 
 
-@pytest.mark.parametrize("xla_layout", [False, True], ids=["graph-layout", "xla-layout"])
-def test_grown_decoder_state_keeps_every_entry_in_place(xla_layout, rng):
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph-layout", "xla-layout"])
+def test_grown_decoder_state_keeps_every_entry_in_place(jit_compile, rng):
     """Two beams per sentence decode 7 positions from a state with room for 1,
     grown to 2, 3 and 7 on the way (`grow`, as the searches' phases do), beam
     1 taking over beam 0's hypothesis after steps 1 and 4: at every step,
@@ -122,7 +122,7 @@ def test_grown_decoder_state_keeps_every_entry_in_place(xla_layout, rng):
     source = batch(rng)["source"]
     fed = rng.integers(3, VOCAB, size=(3, 2, length))  # (sentence, beam, position)
     fed[:, :, 0] = 2
-    decoder = model.incremental_decoder(source, beam_size=2, max_length=length, xla_layout=xla_layout)
+    decoder = model.incremental_decoder(source, beam_size=2, buffer_length=length, jit_compile=jit_compile)
     encoded = ops.repeat(model.encode(source), 2, axis=0)
     sources = np.repeat(source, 2, axis=0)
     state = decoder.empty_state(1)

@@ -31,7 +31,7 @@ def first_token_distribution(model, source_row, temperature=1.0):
 
 def first_tokens(model, source_row, seed, **options):
     source = np.repeat(source_row[None], DRAWS, axis=0)
-    result = as_numpy(sampling_search(model, source, max_length=1, seed=seed, **options))
+    result = as_numpy(sampling_search(model, source, max_output_length=1, seed=seed, **options))
     return result["ids"][:, 0]
 
 

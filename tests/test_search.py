@@ -420,11 +420,11 @@ def test_finished_hypothesis_is_not_pushed_out_by_live_ones():
 
     model = Model()
     model.vocabulary_size = vocabulary_size
-    model.incremental_decoder = lambda source_ids, beam_size, max_length, xla_layout, use_cache: Scripted(
+    model.incremental_decoder = lambda source_ids, beam_size, buffer_length, jit_compile, use_cache: Scripted(
         int(source_ids.shape[0]) * beam_size)
     source = np.array([[4, 4, EOS]], "int32")
     result = beam_module._beam(model, ops.convert_to_tensor(source), beam_size=2, alpha=0.0,
-                                 max_extra_length=3, max_length=None, min_length=0, bos_id=BOS,
+                                 max_extra_length=3, max_output_length=None, min_length=0, bos_id=BOS,
                                  eos_id=EOS, pad_id=PAD, use_cache=True, return_all_beams=False)
     result = as_numpy(result)
     # EOS alone: log 0.2 = -1.61; any longer hypothesis pays log 0.35 + log 0.49 + ...
@@ -589,11 +589,11 @@ def test_padding_columns_change_nothing(model, source):
 
 def test_absolute_max_length_caps_outputs(model, source):
     # min_length forbids EOS throughout, so outputs run to their limit.
-    greedy = as_numpy(greedy_search(model, source, max_extra_length=50, max_length=4, min_length=60, compile=False))
+    greedy = as_numpy(greedy_search(model, source, max_extra_length=50, max_output_length=4, min_length=60, compile=False))
     assert greedy["ids"].shape == (4, 4)
     np.testing.assert_array_equal(greedy["lengths"], 4)
     assert not np.isin(greedy["ids"], [PAD, BOS, EOS]).any()
-    beam = as_numpy(beam_search(model, source, max_extra_length=2, max_length=6, min_length=60, compile=False))
+    beam = as_numpy(beam_search(model, source, max_extra_length=2, max_output_length=6, min_length=60, compile=False))
     assert beam["ids"].shape == (4, 6)  # min(6 + 2, 6)
     np.testing.assert_array_equal(beam["lengths"], np.minimum(limits_of(source, 2), 6))
 

@@ -41,13 +41,13 @@ class BeamState(NamedTuple):
 
 
 def _beam(
-    model, source_ids, beam_size, alpha, max_extra_length, max_length, min_length,
-    bos_id, eos_id, pad_id, use_cache, return_all_beams, xla_ops=False, prefix_ids=None,
+    model, source_ids, beam_size, alpha, max_extra_length, max_output_length, min_length,
+    bos_id, eos_id, pad_id, use_cache, return_all_beams, jit_compile=False, prefix_ids=None,
     no_repeat_ngram_size=0, limit_rule="fallback",
 ):
     source_ids = ops.cast(source_ids, "int32")
-    limits, buffer_length = phases._lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length)
-    decoder = phases._decoder(model, source_ids, beam_size, buffer_length, use_cache, xla_ops)
+    limits, buffer_length = phases._lengths_and_buffer(source_ids, pad_id, max_extra_length, max_output_length)
+    decoder = phases._decoder(model, source_ids, beam_size, buffer_length, use_cache, jit_compile)
     constraints = _Constraints(
         prefix_ids, no_repeat_ngram_size, beam_size, model.vocabulary_size, pad_id, eos_id
     )
@@ -194,7 +194,7 @@ def beam_search(
     beam_size=4,
     alpha=0.6,
     max_extra_length=50,
-    max_length=None,
+    max_output_length=None,
     min_length=0,
     return_all_beams=False,
     bos_id=BOS_ID,
@@ -235,7 +235,8 @@ def beam_search(
         "lengths" tokens generated, EOS included. Slots of the finished set
         that no hypothesis filled score -inf, with no tokens and length 0.
     """
-    max_length = check_search_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id,
+    max_output_length = check_search_options(model, max_extra_length, max_output_length, min_length, bos_id,
+                                             eos_id, pad_id,
                                 limit_rule)
     check_int("beam_size", beam_size, 1)
     alpha = check_alpha(alpha)
@@ -246,14 +247,14 @@ def beam_search(
     def search(model, source_ids, prefix_ids=None):
         return _beam(
             model, source_ids, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
-            max_length=max_length, min_length=min_length, return_all_beams=return_all_beams,
+            max_output_length=max_output_length, min_length=min_length, return_all_beams=return_all_beams,
             bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, use_cache=use_cache,
-            xla_ops=bool(jit_compile), prefix_ids=prefix_ids, no_repeat_ngram_size=no_repeat_ngram_size,
+            jit_compile=bool(jit_compile), prefix_ids=prefix_ids, no_repeat_ngram_size=no_repeat_ngram_size,
             limit_rule=limit_rule,
         )
 
     key = (
-        "beam", beam_size, alpha, max_extra_length, max_length, min_length, return_all_beams,
+        "beam", beam_size, alpha, max_extra_length, max_output_length, min_length, return_all_beams,
         bos_id, eos_id, pad_id, use_cache, jit_compile, bool(extra_inputs), no_repeat_ngram_size,
         limit_rule, phases.PHASE_CAPACITIES,
     )

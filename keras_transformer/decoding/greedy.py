@@ -59,14 +59,14 @@ def _sampled_tokens(allowed, uniforms, temperature, top_k, top_p):
 
 
 def _greedy(
-    model, source_ids, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id, use_cache,
-    xla_ops=False, prefix_ids=None, no_repeat_ngram_size=0, uniforms=None, temperature=1.0, top_k=0,
+    model, source_ids, max_extra_length, max_output_length, min_length, bos_id, eos_id, pad_id, use_cache,
+    jit_compile=False, prefix_ids=None, no_repeat_ngram_size=0, uniforms=None, temperature=1.0, top_k=0,
     top_p=1.0, limit_rule="fallback",
 ):
     """Greedy search, or random sampling when `uniforms` (batch, buffer) is given."""
     source_ids = ops.cast(source_ids, "int32")
-    limits, buffer_length = phases._lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length)
-    decoder = phases._decoder(model, source_ids, 1, buffer_length, use_cache, xla_ops)
+    limits, buffer_length = phases._lengths_and_buffer(source_ids, pad_id, max_extra_length, max_output_length)
+    decoder = phases._decoder(model, source_ids, 1, buffer_length, use_cache, jit_compile)
     constraints = _Constraints(prefix_ids, no_repeat_ngram_size, 1, model.vocabulary_size, pad_id, eos_id)
     batch = batch_size_of(source_ids)
     vocabulary = ops.arange(model.vocabulary_size, dtype="int32")
@@ -119,7 +119,7 @@ def greedy_search(
     source_ids,
     *,
     max_extra_length=50,
-    max_length=None,
+    max_output_length=None,
     min_length=0,
     bos_id=BOS_ID,
     eos_id=EOS_ID,
@@ -138,7 +138,7 @@ def greedy_search(
         source_ids: (batch, source_length) int ids padded with `pad_id`.
         max_extra_length: a sentence stops after its non-pad source length
             plus this many tokens.
-        max_length: optional cap on every output length (and on the buffer).
+        max_output_length: optional cap on every output length (and on the buffer).
         min_length: forbid EOS until this many tokens were generated (the
             benchmark uses it to force a fixed number of steps).
         bos_id, eos_id, pad_id: special ids (those of `SubwordTokenizer`).
@@ -169,12 +169,14 @@ def greedy_search(
         of the tokens' log-probabilities; "lengths" (batch,) tokens generated,
         EOS included.
     """
-    max_length = check_search_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id,
+    max_output_length = check_search_options(model, max_extra_length, max_output_length, min_length, bos_id,
+                                             eos_id, pad_id,
                                 limit_rule)
     return _run_one_hypothesis(
         model, source_ids, prefix_ids, None, dict(
-            max_extra_length=max_extra_length, max_length=max_length, min_length=min_length, bos_id=bos_id,
-            eos_id=eos_id, pad_id=pad_id, use_cache=use_cache, xla_ops=bool(jit_compile),
+            max_extra_length=max_extra_length, max_output_length=max_output_length, min_length=min_length,
+            bos_id=bos_id,
+            eos_id=eos_id, pad_id=pad_id, use_cache=use_cache, jit_compile=bool(jit_compile),
             no_repeat_ngram_size=no_repeat_ngram_size, limit_rule=limit_rule,
         ), compile, jit_compile,
     )
@@ -209,7 +211,7 @@ def sampling_search(
     top_p=1.0,
     seed=None,
     max_extra_length=50,
-    max_length=None,
+    max_output_length=None,
     min_length=0,
     bos_id=BOS_ID,
     eos_id=EOS_ID,
@@ -237,20 +239,23 @@ def sampling_search(
     model's log-probabilities of the drawn tokens (before temperature and
     cuts).
     """
-    max_length = check_search_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id,
+    max_output_length = check_search_options(model, max_extra_length, max_output_length, min_length, bos_id,
+                                             eos_id, pad_id,
                                 limit_rule)
     check_sampling_options(temperature, top_k, top_p, seed)
     rows, width = compiled.as_ids("source_ids", source_ids).shape
     if rows is None or width is None:
         raise ValueError("sampling_search needs `source_ids` of a known shape (it draws its random numbers first).")
-    columns = width + max_extra_length if max_length is None else min(width + max_extra_length, max_length)
+    columns = (width + max_extra_length if max_output_length is None
+               else min(width + max_extra_length, max_output_length))
     # Uniforms in (0, 1): a zero would select a token of zero probability.
     uniforms = np.random.default_rng(seed).random((rows, max(columns, 1)))
     uniforms = np.clip(uniforms, np.finfo("float32").tiny, 1.0).astype("float32")
     return _run_one_hypothesis(
         model, source_ids, prefix_ids, uniforms, dict(
-            max_extra_length=max_extra_length, max_length=max_length, min_length=min_length, bos_id=bos_id,
-            eos_id=eos_id, pad_id=pad_id, use_cache=use_cache, xla_ops=bool(jit_compile),
+            max_extra_length=max_extra_length, max_output_length=max_output_length, min_length=min_length,
+            bos_id=bos_id,
+            eos_id=eos_id, pad_id=pad_id, use_cache=use_cache, jit_compile=bool(jit_compile),
             no_repeat_ngram_size=no_repeat_ngram_size, limit_rule=limit_rule,
         ), compile, jit_compile, sampling=dict(temperature=float(temperature), top_k=top_k, top_p=float(top_p)),
     )

@@ -42,12 +42,13 @@ def check_limit_rule(limit_rule):
     return limit_rule
 
 
-def check_search_options(model, max_extra_length, max_length, min_length, bos_id, eos_id, pad_id, limit_rule="fallback"):
+def check_search_options(model, max_extra_length, max_output_length, min_length, bos_id, eos_id, pad_id,
+                         limit_rule="fallback"):
     check_limit_rule(limit_rule)
     check_int("max_extra_length", max_extra_length, 0)
     check_int("min_length", min_length, 0)
-    if max_length is not None:
-        check_int("max_length", max_length, 1)
+    if max_output_length is not None:
+        check_int("max_output_length", max_output_length, 1)
     vocabulary_size = model.vocabulary_size
     for name, value in (("bos_id", bos_id), ("eos_id", eos_id), ("pad_id", pad_id)):
         check_int(name, value, 0)
@@ -62,6 +63,7 @@ def check_search_options(model, max_extra_length, max_length, min_length, bos_id
     if pad_id != model.pad_id:
         raise ValueError(f"`pad_id`={pad_id} differs from the model's pad_id={model.pad_id}.")
     if getattr(model, "positional_encoding", None) == "learned":
-        # Learned positions exist only up to the model's max_length.
-        max_length = model.max_length if max_length is None else min(max_length, model.max_length)
-    return max_length
+        # Learned positions exist only up to the model's position table (its max_length).
+        max_output_length = (model.max_length if max_output_length is None
+                             else min(max_output_length, model.max_length))
+    return max_output_length

@@ -5,7 +5,7 @@ phases of growing decoder capacity (see `keras_transformer.decoding.search`)."""
 from keras import ops
 
 
-def _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length):
+def _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_output_length):
     """Per-sentence output limits (batch,) and the output buffer width."""
     source_lengths = ops.sum(ops.cast(ops.not_equal(source_ids, pad_id), "int32"), axis=1)
     limits = source_lengths + max_extra_length
@@ -13,12 +13,12 @@ def _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length):
     if width is None:  # a TF graph with an unknown source length
         width = ops.shape(source_ids)[1]
     buffer_length = width + max_extra_length
-    if max_length is not None:
-        limits = ops.minimum(limits, max_length)
+    if max_output_length is not None:
+        limits = ops.minimum(limits, max_output_length)
         buffer_length = (
-            min(buffer_length, max_length)
+            min(buffer_length, max_output_length)
             if isinstance(buffer_length, int)
-            else ops.minimum(buffer_length, max_length)
+            else ops.minimum(buffer_length, max_output_length)
         )
     # An empty source with max_extra_length=0 still gets one step (EOS or a token).
     limits = ops.maximum(limits, 1)
@@ -29,9 +29,9 @@ def _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_length):
     return limits, buffer_length
 
 
-def _decoder(model, source_ids, beam_size, buffer_length, use_cache, xla_ops):
+def _decoder(model, source_ids, beam_size, buffer_length, use_cache, jit_compile):
     return model.incremental_decoder(
-        source_ids, beam_size=beam_size, max_length=buffer_length, xla_layout=xla_ops, use_cache=use_cache
+        source_ids, beam_size=beam_size, buffer_length=buffer_length, jit_compile=jit_compile, use_cache=use_cache
     )
 
 

@@ -30,7 +30,7 @@ Conventions shared by both searches:
 - A sentence may produce at most `source_length + max_extra_length` tokens,
   where source_length is its own count of non-pad ids (EOS included); the
   output buffer is `padded_source_length + max_extra_length` wide. An optional
-  `max_length` caps both. `limit_rule` says what becomes of a hypothesis
+  `max_output_length` caps both. `limit_rule` says what becomes of a hypothesis
   that reaches its limit without EOS (`LIMIT_RULES`): "fallback"
   (tensor2tensor, the default) returns it only when no hypothesis of its
   sentence ended with EOS; "force_eos" (fairseq) allows only EOS at the

@@ -17,11 +17,11 @@ from keras_transformer.special_tokens import PAD_ID
 class _StepFunctionDecoder:
     """The step API of `keras_transformer.models.incremental` over a function."""
 
-    def __init__(self, function, source_ids, beam_size, max_length):
+    def __init__(self, function, source_ids, beam_size, buffer_length):
         self.function = function
         self.source_ids = ops.repeat(source_ids, beam_size, axis=0) if beam_size > 1 else source_ids
         rows = ops.shape(self.source_ids)[0]
-        self.initial_state = (ops.zeros((rows, max_length), dtype="int32"),)
+        self.initial_state = (ops.zeros((rows, buffer_length), dtype="int32"),)
 
     def step(self, state, last_tokens, step):
         inputs = write_column(state[0], step, last_tokens)
@@ -62,5 +62,5 @@ class StepFunction:
         self.vocabulary_size = vocabulary_size
         self.pad_id = pad_id
 
-    def incremental_decoder(self, source_ids, beam_size=1, max_length=None, xla_layout=False, use_cache=True):
-        return _StepFunctionDecoder(self.tokens_to_logits, source_ids, beam_size, max_length)
+    def incremental_decoder(self, source_ids, beam_size=1, buffer_length=None, jit_compile=False, use_cache=True):
+        return _StepFunctionDecoder(self.tokens_to_logits, source_ids, beam_size, buffer_length)

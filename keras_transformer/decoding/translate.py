@@ -66,7 +66,8 @@ class Translator:
         beam_size: 1 for greedy search, else beam search (the paper: 4).
         alpha: GNMT length penalty exponent (the paper: 0.6).
         max_extra_length: outputs stop after source length + this many tokens.
-        max_length: optional cap on output lengths.
+        max_output_length: optional cap on output lengths (tokens, EOS
+            included), as the SavedModel export's `max_output_length`.
         max_source_length: sources longer than this many ids (EOS
             included) are truncated, with a warning naming how many and
             which (`last_truncated` keeps their indices). Default: no cut,
@@ -100,7 +101,7 @@ class Translator:
         beam_size=4,
         alpha=0.6,
         max_extra_length=50,
-        max_length=None,
+        max_output_length=None,
         max_source_length=None,
         batch_size=32,
         jit_compile=False,
@@ -132,7 +133,7 @@ class Translator:
         self.beam_size = beam_size
         self.alpha = alpha
         self.max_extra_length = max_extra_length
-        self.max_length = max_length
+        self.max_output_length = max_output_length
         # Longer sources (or padding) would index past a learned position table.
         self.max_source_length = source_length_limit(model, max_source_length)
         self.batch_size = batch_size
@@ -152,7 +153,7 @@ class Translator:
     def _search(self, source_ids, prefix_ids=None, all_beams=False, batch_index=0, beam_size=None):
         options = dict(
             max_extra_length=self.max_extra_length,
-            max_length=self.max_length,
+            max_output_length=self.max_output_length,
             bos_id=self.bos_id,
             eos_id=self.eos_id,
             pad_id=self.pad_id,

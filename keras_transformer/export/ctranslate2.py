@@ -246,7 +246,8 @@ def _padded_vocabulary(pieces, size):
     return pieces + [f"<keras_transformer_unused_{i}>" for i in range(len(pieces), size)]
 
 
-def ctranslate2_options(beam_size=4, alpha=0.6, max_extra_length=50, source_length=None, n_best=1, max_length=None):
+def ctranslate2_options(beam_size=4, alpha=0.6, max_extra_length=50, source_length=None, n_best=1,
+                        learned_positions=None):
     """Keyword arguments for `ctranslate2.Translator.translate_batch` that run
     the engine's search with our conventions as far as they go.
 
@@ -255,7 +256,7 @@ def ctranslate2_options(beam_size=4, alpha=0.6, max_extra_length=50, source_leng
     source of `source_length` tokens (EOS included; the engine's limit is one
     per batch, so pass the batch's longest). `alpha` is given to the engine's
     own length penalty, which differs from ours (module docstring).
-    `max_length` caps the limit (a learned position table's length).
+    `learned_positions` caps the limit (a learned position table's length).
     """
     options = dict(
         beam_size=beam_size,
@@ -267,7 +268,7 @@ def ctranslate2_options(beam_size=4, alpha=0.6, max_extra_length=50, source_leng
     )
     if source_length is not None:
         limit = source_length + max_extra_length
-        options["max_decoding_length"] = max(1, limit if max_length is None else min(limit, max_length))
+        options["max_decoding_length"] = max(1, limit if learned_positions is None else min(limit, learned_positions))
     return options
 
 
@@ -453,7 +454,7 @@ class CTranslate2Translator:
                     [[self.processor.id_to_piece(t) for t in tokens] for _, tokens in chunk],
                     max_input_length=0,  # truncated above, by our rule
                     **ctranslate2_options(beam_size, alpha, max_extra_length, source_length=length + 1,
-                                          max_length=learned_positions),
+                                          learned_positions=learned_positions),
                 )
                 for (index, _), result in zip(chunk, results):
                     pieces = result.hypotheses[0]

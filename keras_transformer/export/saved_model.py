@@ -54,7 +54,7 @@ from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.decoding.inputs import describe_target_limit, source_tokens_kept, target_length_limit
 from keras_transformer.decoding.options import check_alpha, check_limit_rule
-from keras_transformer.decoding.options import check_int as _check_int
+from keras_transformer.decoding.options import check_int
 from keras_transformer.decoding.scoring import score_translations
 from keras_transformer.export.opcheck import check_serving_ops
 from keras_transformer.export import quantize as quantize_lib
@@ -232,7 +232,7 @@ class _Translator:
 
     def _search_ops(self, source_ids):
         """The search's ops, for the caller's graph (XLA layout when compiled with XLA)."""
-        options = dict(max_extra_length=self.max_extra_length, max_length=self.max_output_length,
+        options = dict(max_extra_length=self.max_extra_length, max_output_length=self.max_output_length,
                        jit_compile=self.jit_compile, limit_rule=self.limit_rule)
         if self.beam_size == 1:
             result = greedy_search(self.model, source_ids, **options)
@@ -281,7 +281,7 @@ class _Translator:
         tokens = self.tokenizer.tokenize(text)
         result = beam_search(
             self.model, self.source_ids(tokens), beam_size=self.beam_size, alpha=self.alpha,
-            max_extra_length=self.max_extra_length, max_length=self.max_output_length, return_all_beams=True,
+            max_extra_length=self.max_extra_length, max_output_length=self.max_output_length, return_all_beams=True,
             limit_rule=self.limit_rule,
         )
         ids = tf.convert_to_tensor(result["ids"])
@@ -430,18 +430,18 @@ def export_saved_model(
         )
     _check_name(name)
     if version is not None:
-        _check_int("version", version, 0)
-    _check_int("beam_size", beam_size, 1)
+        check_int("version", version, 0)
+    check_int("beam_size", beam_size, 1)
     alpha = check_alpha(alpha)
-    _check_int("max_extra_length", max_extra_length, 0)
+    check_int("max_extra_length", max_extra_length, 0)
     check_limit_rule(limit_rule)
     if max_input_length is None:
         max_input_length = DEFAULT_MAX_INPUT_LENGTH
         if getattr(model, "positional_encoding", None) == "learned":
             max_input_length = min(max_input_length, model.max_length)
-    _check_int("max_input_length", max_input_length, 2)
+    check_int("max_input_length", max_input_length, 2)
     if max_output_length is not None:
-        _check_int("max_output_length", max_output_length, 1)
+        check_int("max_output_length", max_output_length, 1)
     _check_compatible(model, tokenizer, max_input_length)
     warmup_lib.check_warmup_rows(warmup_rows, max_input_length, bool(jit_compile))
     quantize_lib.check_mode(quantize)

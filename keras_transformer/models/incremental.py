@@ -51,10 +51,10 @@ class IncrementalDecoder:
     layout is specific to decoding: one (batch, heads, capacity * beams,
     depth) tensor per layer for keys and one for values, where entry
     `position * beams + slot` holds what the row in `slot` wrote at
-    `position` (with `xla_layout`, keys are stored (batch, heads, depth,
+    `position` (with `jit_compile`, keys are stored (batch, heads, depth,
     capacity * beams): XLA's CPU dot reads them about twice as fast as
     operands it must transpose). `capacity` is the number of positions the
-    state has room for: `max_length` in `initial_state`, fewer in
+    state has room for: `buffer_length` in `initial_state`, fewer in
     `empty_state(capacity)`; `grow(state, capacity)` appends room at the end
     of every cache (and of the slot history), so entries keep their places.
     Each step attends over all `capacity * beams` entries of its state
@@ -70,20 +70,22 @@ class IncrementalDecoder:
     every cache at every step. Cross-attention keys and values are projected
     once per sentence and shared by its beams.
 
-    `xla_layout`: write the caches with `slice_update` (an in-place
-    dynamic-update-slice under XLA and JAX). TensorFlow lowers it to
+    `jit_compile` (the searches' switch: the search is compiled with XLA):
+    write the caches with `slice_update` (an in-place
+    dynamic-update-slice under XLA and JAX; always so off TensorFlow). TensorFlow lowers it to
     `XlaDynamicUpdateSlice`, which needs XLA, so the plain graph (SavedModels
     for TF Serving) writes with a scatter instead.
     """
 
-    def __init__(self, model, source_ids, beam_size, max_length, xla_layout=False):
+    def __init__(self, model, source_ids, beam_size, buffer_length, jit_compile=False):
         import keras
 
         self.model = model
         self.layers = list(model.decoder.stacked_layers)
-        self.xla_ops = bool(xla_layout) or keras.backend.backend() != "tensorflow"
-        self.keys_transposed = self.xla_ops
-        self.max_length = max_length
+        # slice_update writes (and transposed keys) wherever they compile in place.
+        self.slice_update_writes = bool(jit_compile) or keras.backend.backend() != "tensorflow"
+        self.keys_transposed = self.slice_update_writes
+        self.buffer_length = buffer_length
         self.beams = beam_size
         self.batch = batch_size_of(source_ids)
         memory = model.encode(source_ids, training=False)
@@ -107,7 +109,7 @@ class IncrementalDecoder:
         if beam_size > 1:
             self.own_slot = ops.tile(ops.arange(beam_size, dtype="int32"), (self.batch,))
             self.slots = ops.arange(beam_size, dtype="int32")
-        if not self.xla_ops:
+        if not self.slice_update_writes:
             # (sentence, head, slot) coordinates of every cache entry written per step.
             grid = ops.meshgrid(
                 ops.arange(self.batch, dtype="int32"),
@@ -119,8 +121,8 @@ class IncrementalDecoder:
 
     @property
     def initial_state(self):
-        """The state before step 0, with room for all `max_length` positions."""
-        return self.empty_state(self.max_length)
+        """The state before step 0, with room for all `buffer_length` positions."""
+        return self.empty_state(self.buffer_length)
 
     def empty_state(self, capacity):
         """The state before step 0, with room for `capacity` positions (an int,
@@ -209,7 +211,7 @@ class IncrementalDecoder:
         `transposed` (batch, heads, depth, entries) cache: along the last axis)."""
         if transposed:
             return ops.slice_update(cache, [0, 0, 0, step * self.beams], ops.swapaxes(new, -1, -2))
-        if self.xla_ops:
+        if self.slice_update_writes:
             return ops.slice_update(cache, [0, 0, step * self.beams, 0], new)
         count = ops.shape(self.write_indices)[0]
         position = self.write_indices[:, 2:] + step * self.beams
@@ -283,18 +285,18 @@ class IncrementalDecoder:
 class RecomputingDecoder:
     """Re-runs `model.decode` on BOS + every token so far at each step.
 
-    No cache: the state is the decoder's input so far, (rows, max_length).
+    No cache: the state is the decoder's input so far, (rows, buffer_length).
     The reference `IncrementalDecoder` must reproduce, and a benchmark
     baseline.
     """
 
-    def __init__(self, model, source_ids, beam_size, max_length):
+    def __init__(self, model, source_ids, beam_size, buffer_length):
         self.model = model
         memory = model.encode(source_ids, training=False)
         self.memory = ops.repeat(memory, beam_size, axis=0) if beam_size > 1 else memory
         self.source_ids = ops.repeat(source_ids, beam_size, axis=0) if beam_size > 1 else source_ids
         rows = batch_size_of(source_ids) * beam_size
-        self.initial_state = (ops.full((rows, max_length), model.pad_id, dtype="int32"),)
+        self.initial_state = (ops.full((rows, buffer_length), model.pad_id, dtype="int32"),)
 
     def step(self, state, last_tokens, step):
         (inputs,) = state

@@ -186,22 +186,23 @@ class Transformer(keras.Model):
         logits = ops.cast(self.target_embedding.logits(hidden), "float32")
         return (logits, results[1]) if return_attention_weights else logits
 
-    def incremental_decoder(self, source_ids, beam_size=1, max_length=None, xla_layout=False, use_cache=True):
+    def incremental_decoder(self, source_ids, beam_size=1, buffer_length=None, jit_compile=False, use_cache=True):
         """The one step API of decoding: an object with `initial_state`,
         `step(state, last_tokens, step) -> (logits, state)` and
         `reorder(state, rows)`, over `source_ids` (batch, source_length)
-        with `beam_size` rows per sentence and room for `max_length` target
-        positions. Greedy and beam search, the exports and the CTranslate2
+        with `beam_size` rows per sentence and room for `buffer_length`
+        target positions; `jit_compile`: the layout of a search compiled
+        with XLA (the searches' switch of the same name). Greedy and beam search, the exports and the CTranslate2
         comparison all decode through it; see
         `keras_transformer.models.incremental`.
         """
         from keras_transformer.models import incremental
 
-        if max_length is None:
-            raise ValueError("`max_length` (the number of target positions to make room for) is required.")
+        if buffer_length is None:
+            raise ValueError("`buffer_length` (the number of target positions to make room for) is required.")
         if not use_cache:
-            return incremental.RecomputingDecoder(self, source_ids, beam_size, max_length)
-        return incremental.IncrementalDecoder(self, source_ids, beam_size, max_length, xla_layout)
+            return incremental.RecomputingDecoder(self, source_ids, beam_size, buffer_length)
+        return incremental.IncrementalDecoder(self, source_ids, beam_size, buffer_length, jit_compile)
 
     def call(self, inputs, training=None):
         if isinstance(inputs, dict):

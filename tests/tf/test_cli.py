@@ -426,16 +426,10 @@ def test_limit_rule_flag_and_config_key(trained_run, tmp_path, capsys, monkeypat
     from keras_transformer.decoding import LIMIT_RULES
 
     translate_lib = importlib.import_module("keras_transformer.decoding.translate")
-
     assert config_lib.SCHEMA["decoding"]["limit_rule"][:2] == ("fallback", LIMIT_RULES)
-    rules = []
-    search = translate_lib.Translator._search
-
-    def recording_search(self, *args, **kwargs):
-        rules.append(self.limit_rule)
-        return search(self, *args, **kwargs)
-
-    monkeypatch.setattr(translate_lib.Translator, "_search", recording_search)
+    rules, search = [], translate_lib.Translator._search
+    monkeypatch.setattr(translate_lib.Translator, "_search",
+                        lambda self, *args, **kwargs: rules.append(self.limit_rule) or search(self, *args, **kwargs))
     work, _ = trained_run
     run = str(work / "run")
     # The config key, through a copy of the run whose config.json sets it.

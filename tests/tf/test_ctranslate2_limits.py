@@ -48,7 +48,7 @@ def test_learned_positions_cap_sources_and_outputs(tokenizer, tmp_path):
     assert got == expected
     # Outputs end within the table too: the engine's limit is capped at 16,
     # as our search caps its own outputs.
-    assert ctranslate2_options(1, 0.0, 10, source_length=16, max_length=16)["max_decoding_length"] == 16
+    assert ctranslate2_options(1, 0.0, 10, source_length=16, learned_positions=16)["max_decoding_length"] == 16
     decoded = ours.decode_ids(ours.source_ids(texts[:2]))
     assert max(len(row[0][0]) for row in decoded) <= 16
     assert np.isfinite(engine.translate(texts, beam_size=2, return_scores=True)[1]).all()

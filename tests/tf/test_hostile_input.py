@@ -566,7 +566,7 @@ def test_translate_hostile_batches(model, tokenizer, texts, beam_size):
 )
 def test_translate_rejects_bad_input_naming_the_argument(model, tokenizer, texts, error, message):
     with pytest.raises(error, match=message):
-        translate(model, tokenizer, texts, beam_size=1, max_length=MAX_OUTPUT_LENGTH)
+        translate(model, tokenizer, texts, beam_size=1, max_output_length=MAX_OUTPUT_LENGTH)
 
 
 def test_translate_long_input_with_learned_positions(tokenizer):

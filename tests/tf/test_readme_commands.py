@@ -192,7 +192,7 @@ def test_readme_cli_commands(workspace, quickstart, monkeypatch):
     assert (workspace / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     exports = {tuple(w) for w in readme_commands() if w[:2] == ["keras-transformer", "export"] and "--base-dir" in w}
     versions = sorted((p.name for p in (workspace / "models" / "translator").iterdir()), key=int)
-    # One version per distinct export command (plain, and the serving page's --xla): each took the next
+    # One version per distinct export command (plain, and the serving page's --jit-compile): each took the next
     # free number, none overwrote another.
     assert len(exports) >= 2 and versions == [str(i) for i in range(1, len(exports) + 1)]
     assert (run / "export" / "ctranslate2-int8" / "model.bin").is_file()
