@@ -466,7 +466,25 @@ def data_scale_table(records, options):
     return text
 
 
+def torch_blocking_table(records, options):
+    """torch_blocking.py: beam search with and without n-gram blocking under PyTorch, taking turns per round;
+    ratios are medians of same-round ratios to the search without blocking."""
+    record = select(records, options, "table:torch-blocking")[-1]
+    workload, rounds, reference = record["workload"], record["rounds"], record["reference"]
+    rows = []
+    for name in rounds[0]:
+        seconds = [r[name] for r in rounds]
+        ratios = [r[name] / r[reference] for r in rounds]
+        rows.append([name, f"{statistics.median(seconds):.2f}", f"{min(seconds):.2f}-{max(seconds):.2f}",
+                     f"{statistics.median(ratios):.2f}x"])
+    header = ["beam search", "seconds (median)", "range", f"vs {reference}"]
+    what = (f"PyTorch, eager, tiny preset, beam {workload['beam_size']}, {workload['batch_size']} sentences of "
+            f"{workload['source_length']} tokens, {workload['steps']} tokens generated, {len(rounds)} rounds")
+    return caption(record, what) + "\n\n" + markdown_table(header, rows)
+
+
 GENERATORS = {
+    "torch-blocking": ("torch_blocking", torch_blocking_table),
     "serve": ("serve", serve_table),
     "serve-summary": ("serve", serve_summary),
     "train-throughput": ("train_throughput", throughput_table),
