@@ -476,8 +476,8 @@ def torch_blocking_table(records, options):
         seconds = [r[name] for r in rounds]
         ratios = [r[name] / r[reference] for r in rounds]
         rows.append([name, f"{statistics.median(seconds):.2f}", f"{min(seconds):.2f}-{max(seconds):.2f}",
-                     f"{statistics.median(ratios):.2f}x"])
-    header = ["beam search", "seconds (median)", "range", f"vs {reference}"]
+                     f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}-{max(ratios):.2f}x"])
+    header = ["beam search", "seconds (median)", "range", f"vs {reference}", "range of same-round ratios"]
     what = (f"PyTorch, eager, tiny preset, beam {workload['beam_size']}, {workload['batch_size']} sentences of "
             f"{workload['source_length']} tokens, {workload['steps']} tokens generated, {len(rounds)} rounds")
     return caption(record, what) + "\n\n" + markdown_table(header, rows)
