@@ -10,7 +10,8 @@ def test_defaults_cover_every_schema_key():
     config = config_lib.defaults()
     assert set(config) == set(config_lib.SCHEMA)
     assert config["training"]["label_smoothing"] == 0.1
-    assert config["decoding"] == {"beam_size": 4, "alpha": 0.6, "max_extra_length": 50, "batch_size": 64}
+    assert config["decoding"] == {"beam_size": 4, "alpha": 0.6, "max_extra_length": 50, "batch_size": 64,
+                                  "limit_rule": "fallback"}
 
 
 def test_paper_presets_follow_the_paper():

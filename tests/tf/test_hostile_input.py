@@ -538,7 +538,7 @@ def model(tokenizer):
 def test_translate_hostile_batches(model, tokenizer, texts, beam_size):
     # The cut keeps the attention matrices of very long inputs small.
     options = dict(
-        beam_size=beam_size, max_extra_length=2, max_length=MAX_OUTPUT_LENGTH, batch_size=4,
+        beam_size=beam_size, max_extra_length=2, max_output_length=MAX_OUTPUT_LENGTH, batch_size=4,
         max_source_length=64,
     )
     outputs = translate(model, tokenizer, texts, **options)
@@ -668,18 +668,23 @@ def test_exported_n_best_signature_on_hostile_bytes(loaded_export, tokenizer, te
 
 @HOSTILE
 @given(sources=HOSTILE_BYTES, targets=HOSTILE_BYTES)
-def test_exported_score_signature_on_hostile_bytes(loaded_export, sources, targets):
+def test_exported_score_signature_on_hostile_bytes(loaded_export, tokenizer, sources, targets):
     count = min(len(sources), len(targets))
     sources, targets = sources[:count], targets[:count]
-    outputs = loaded_export.signatures["score"](
-        source=tf.constant(sources, dtype=tf.string, shape=[count]),
-        target=tf.constant(targets, dtype=tf.string, shape=[count]),
-    )
+    score = loaded_export.signatures["score"]
+    inputs = dict(source=tf.constant(sources, dtype=tf.string, shape=[count]),
+                  target=tf.constant(targets, dtype=tf.string, shape=[count]))
+    # A target longer than the longest translation the export makes is refused, never cut.
+    limit = EXPORT_MAX_INPUT_LENGTH + EXPORT_MAX_EXTRA_LENGTH
+    if count and max(len(row) for row in tokenizer.tokenize(targets).to_list()) > limit:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"score: a target holds more than {limit} tokens"):
+            score(**inputs)
+        return
+    outputs = score(**inputs)
     log_probs, tokens = outputs["log_probs"].numpy(), outputs["tokens"].numpy()
     assert log_probs.shape == tokens.shape == (count,)
     assert np.isfinite(log_probs).all() and (log_probs <= 0).all()
-    # Targets are cut at the longest translation the export makes (+ EOS).
-    assert ((tokens >= 1) & (tokens <= EXPORT_MAX_INPUT_LENGTH + EXPORT_MAX_EXTRA_LENGTH + 1)).all()
+    assert ((tokens >= 1) & (tokens <= limit + 1)).all()
 
 
 @pytest.fixture(scope="module")
@@ -694,8 +699,10 @@ def score_run(model, tokenizer, tmp_path_factory):
 @HOSTILE
 @given(sources=st.lists(hostile_line_bytes(long_size=(100, 400)), max_size=4),
        targets=st.lists(hostile_line_bytes(long_size=(100, 400)), max_size=4))
-def test_score_command_on_hostile_files(score_run, tmp_path_factory, sources, targets):
+def test_score_command_on_hostile_files(score_run, model, tokenizer, tmp_path_factory, capsys, sources, targets):
     from keras_transformer import cli
+    from keras_transformer.config import defaults
+    from keras_transformer.decoding.inputs import target_length_limit
 
     work = tmp_path_factory.mktemp("score-files")
     source, target, output = work / "source.txt", work / "target.txt", work / "out.txt"
@@ -715,6 +722,13 @@ def test_score_command_on_hostile_files(score_run, tmp_path_factory, sources, ta
     elif len(lines_of(source.read_bytes())) != len(lines_of(target.read_bytes())):
         with pytest.raises(SystemExit, match=r"--source .* has \d+ lines but --target .* has \d+"):
             cli.main(argv)
+    elif max((len(row) for row in tokenizer.tokenize(
+            [line.decode("utf-8") for line in lines_of(target.read_bytes())]).to_list()), default=0) > (
+            limit := target_length_limit(model, defaults()["data"]["max_length"],
+                                         defaults()["decoding"]["max_extra_length"])):
+        capsys.readouterr()
+        assert cli.main(argv) == 2  # a target over the limit is refused, naming it
+        assert f"more than the limit of {limit} tokens" in capsys.readouterr().err
     else:
         assert cli.main(argv) == 0
         rows = [line.split(" ||| ") for line in output.read_text(encoding="utf-8").splitlines()]
