@@ -79,10 +79,12 @@ def test_markers_select_records_and_check_reports_a_difference(tmp_path):
 
 
 def test_quality_table_averages_seeds_and_keeps_other_precisions_apart():
-    def record(contender, seed, bleu, chrf, precision="none", optimizer=None):
+    def record(contender, seed, bleu, chrf, precision="none", optimizer=None, architecture=None):
         settings = {"mixed_precision": precision}
         if optimizer:
             settings["optimizer"] = optimizer
+        if architecture:
+            settings["architecture"] = architecture
         return {"contender": contender, "seed": seed, "run": "r1", "command": "python benchmarks/quality.py",
                 "commit": "abc1234", "date": "2026-01-01 00:00 UTC", "machine": {"cpus": 2},
                 "settings": settings, "steps": 100 + seed, "train_minutes": 20.0, "bleu": bleu, "chrf": chrf}
@@ -90,8 +92,11 @@ def test_quality_table_averages_seeds_and_keeps_other_precisions_apart():
     records = [record("ours", 0, 5.0, 19.0), record("keras-hub", 0, 2.0, 13.0, optimizer="densified"),
                record("ours", 1, 6.0, 20.0), record("keras-hub", 1, 3.0, 14.0, optimizer="densified"),
                record("keras-hub", 0, 1.0, 12.0, optimizer="stock"),
-               record("ours", 0, 4.0, 18.0, precision="mixed_bfloat16")]
+               record("ours", 0, 4.0, 18.0, precision="mixed_bfloat16"),
+               record("keras-hub", 0, 4.5, 17.0, optimizer="densified", architecture="tied")]
     lines = report.quality_table(records, {}).splitlines()
+    # The like-for-like model is its own row; records without an architecture are the keras-io one.
+    assert "| KerasHub layers, like for like | float32 | 0 | 100 | 20.0 | 4.5 | 17.0 |" in lines
     assert "| ours | float32 | 0 1 | 100 | 20.0 | 5.5 (5.0-6.0) | 19.5 (19.0-20.0) |" in lines
     assert "| KerasHub layers | float32 | 0 1 | 100 | 20.0 | 2.5 (2.0-3.0) | 13.5 (13.0-14.0) |" in lines
     assert "| KerasHub layers, stock Adam | float32 | 0 | 100 | 20.0 | 1.0 | 12.0 |" in lines
@@ -258,7 +263,7 @@ def test_complete_steps_window_counts_only_whole_steps(tmp_path):
 
 
 def test_opennmt_rate_is_total_tokens_over_total_time():
-    from benchmarks.train_throughput import opennmt_intervals, opennmt_rate
+    from benchmarks._contender_opennmt import opennmt_intervals, opennmt_rate
 
     log = "\n".join([
         "INFO:tensorflow:Step = 5 ; steps/s = 0.10, tokens/s = 150 (50 source, 100 target) ; Learning rate = 0.1 ; "
@@ -477,7 +482,7 @@ def import_cycles(graph):
 
 def test_no_import_cycle_between_benchmark_modules(tmp_path):
     assert import_cycles(benchmark_imports(ROOT / "benchmarks")) == []
-    # The check sees a lazy import inside a function, as _quality_keras_hub.py had of quality.py.
+    # The check sees a lazy import inside a function, as the old _quality_keras_hub.py had of quality.py.
     (tmp_path / "quality.py").write_text("from benchmarks import _quality_keras_hub\n")
     (tmp_path / "_quality_keras_hub.py").write_text("def f():\n    from benchmarks.quality import versions\n")
     assert import_cycles(benchmark_imports(tmp_path))
