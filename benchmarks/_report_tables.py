@@ -247,6 +247,9 @@ def quality_label(record):
     settings = record.get("settings", {})
     label = {"ours": "ours", "keras-hub": "KerasHub layers", "opennmt-tf": "OpenNMT-tf"}.get(
         record["contender"], record["contender"])
+    # Records without an architecture are the keras-io architecture (the contender before 2026-11-26).
+    if record["contender"] == "keras-hub" and settings.get("architecture") == "tied":
+        label += ", like for like"
     if record["contender"] == "keras-hub" and settings.get("optimizer") == "stock":
         label += ", stock Adam"
     return label
