@@ -229,14 +229,14 @@ def table_parts(record):
     for result in record["results"]:
         count = result["sentences"]
         search = "greedy" if result["search"] == "greedy" else f"beam {result['beam_size']}"
-        rows.append([result["split"], search, result["rule"], f"{result['bleu']:.1f}", f"{result['chrf']:.1f}",
+        rows.append([result["split"], search, result["rule"], f"{result['bleu']:.2f}", f"{result['chrf']:.2f}",
                      f"{result['at_limit']} ({100 * result['at_limit'] / count:.1f}%)",
                      f"{result['cut']} ({100 * result['cut'] / count:.1f}%)",
                      str(result["changed_vs_fallback"]), f"{result['length_ratio']:.2f}"])
     run = record["run"]
     sizes = " or ".join(str(size) for size in sorted({result["sentences"] for result in record["results"]}))
-    limit = f"the first {record['limit']} pairs of each split" if record.get("limit") else "whole splits"
-    what = (f"the model of {run['dir']} after {run['steps']} steps; {sizes} sentences a split ({limit}); "
+    limit = f"the first {record['limit']} pairs of each" if record.get("limit") else "whole test splits"
+    what = (f"the model of {run['dir']} after {run['steps']} steps; {sizes} sentences a split, {limit}; "
             f"alpha {run['decoding']['alpha']}; outputs up to source + {run['decoding']['max_extra_length']} tokens")
     header = ["split", "search", "rule", "BLEU", "chrF", "at limit", "cut (no EOS)", "changed vs fallback",
               "length ratio"]

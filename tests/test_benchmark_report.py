@@ -507,14 +507,14 @@ def test_limit_rule_table_from_a_fixture():
     run = {"dir": "/runs/pt", "steps": 2345, "decoding": {"alpha": 0.6, "max_extra_length": 50}}
     record = {"command": "python benchmarks/limit_rule.py /runs/pt", "commit": "abc", "time": "t1",
               "machine": {"cpus": 2}, "run": run, "limit": 200,
-              "results": [result("ddtp", "beam", "fallback", 12.345, 30.06, 7, 3, 0, 1.046),
-                          result("ddtp", "beam", "force_eos", 12.96, 30.04, 5, 0, 4, 0.998),
+              "results": [result("ddtp", "beam", "fallback", 12.346, 30.061, 7, 3, 0, 1.046),
+                          result("ddtp", "beam", "force_eos", 12.964, 30.04, 5, 0, 4, 0.998),
                           result("po", "greedy", "finish", 3.04, 19.94, 42, 42, 0, 1.3, sentences=80)]}
     text = limit_rule_table([record, dict(record, time="t2", results=[])], {"time": "t1"})
     rows = [line for line in text.splitlines() if line.startswith("| ddtp") or line.startswith("| po")]
     # 7 and 3 of 200 sentences: 3.5% and 1.5%; 42 of 80: 52.5%.
-    assert rows == ["| ddtp | beam 4 | fallback | 12.3 | 30.1 | 7 (3.5%) | 3 (1.5%) | 0 | 1.05 |",
-                    "| ddtp | beam 4 | force_eos | 13.0 | 30.0 | 5 (2.5%) | 0 (0.0%) | 4 | 1.00 |",
-                    "| po | greedy | finish | 3.0 | 19.9 | 42 (52.5%) | 42 (52.5%) | 0 | 1.30 |"]
-    assert "after 2345 steps; 80 or 200 sentences a split (the first 200 pairs of each split)" in text
+    assert rows == ["| ddtp | beam 4 | fallback | 12.35 | 30.06 | 7 (3.5%) | 3 (1.5%) | 0 | 1.05 |",
+                    "| ddtp | beam 4 | force_eos | 12.96 | 30.04 | 5 (2.5%) | 0 (0.0%) | 4 | 1.00 |",
+                    "| po | greedy | finish | 3.04 | 19.94 | 42 (52.5%) | 42 (52.5%) | 0 | 1.30 |"]
+    assert "after 2345 steps; 80 or 200 sentences a split, the first 200 pairs of each;" in text
     assert "outputs up to source + 50 tokens" in text and "`python benchmarks/limit_rule.py /runs/pt`" in text
