@@ -88,7 +88,7 @@ def read_pairs(path, config, limit):
     return pairs[:limit] if limit else pairs
 
 
-def strings(texts):
+def as_strings(texts):
     """A tokenizer's detokenized output (tensor, array or list; bytes or str) -> list of str."""
     import numpy as np
 
@@ -111,7 +111,7 @@ def decode(translator, texts):
     sources = translator.source_ids([texts[i] for i in todo])
     decoded = translator.decode_ids(sources)
     ids = [row[0][0] if row else [] for row in decoded]
-    texts_out = strings(translator.tokenizer.detokenize(ids))
+    texts_out = as_strings(translator.tokenizer.detokenize(ids))
     for index, source, row, tokens, text in zip(todo, sources, decoded, ids, texts_out):
         limit = len(source) + translator.max_extra_length
         if translator.max_length is not None:
@@ -186,23 +186,32 @@ def main(argv=None):
     parser.add_argument("--valid-size", type=int, default=500, help="--split: validation pairs (the recipes' default)")
     parser.add_argument("--limit", type=int, default=None, help="keep the first N pairs of each split")
     parser.add_argument("--greedy", action="store_true", help="also decode with greedy search")
-    parser.add_argument("--jit-compile", action="store_true", help="compile the search with XLA (same outputs)")
+    parser.add_argument("--jit-compile", action="store_true", help="compile the search with XLA (TensorFlow)")
     parser.add_argument("--output", default=_records.default_path("limit_rule"))
     args = parser.parse_args(argv)
     tests, splits = named_paths(args.test, "--test"), named_paths(args.split, "--split")
     if not tests and not splits:
         parser.error("give at least one --test NAME=FILE or --split NAME=CORPUS")
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"--limit must be >= 1, got {args.limit}")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ log lines, before it loads
     record = _records.start("limit_rule", argv, packages=("tensorflow", "keras", "sacrebleu"))
     from keras_transformer import runs
 
-    model, tokenizer, config = runs.load_run(args.run_dir)
-    tests += [(name, split_corpus(args.run_dir, name, corpus, config, args.test_size, args.valid_size))
-              for name, corpus in splits]
+    from keras_transformer.data.corpus import CorpusError
+
+    try:  # a missing run, split or corpus: its own message, not a traceback
+        model, tokenizer, config = runs.load_run(args.run_dir)
+        tests += [(name, split_corpus(args.run_dir, name, corpus, config, args.test_size, args.valid_size))
+                  for name, corpus in splits]
+        sets = [(name, path, read_pairs(path, config, args.limit)) for name, path in tests]
+    except (runs.RunError, CorpusError, OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     searches = ["beam", "greedy"] if args.greedy else ["beam"]
     results = []
-    for name, path in tests:
-        pairs = read_pairs(path, config, args.limit)
+    for name, path, pairs in sets:
         results += run_split(model, tokenizer, config, name, path, pairs, searches, args.jit_compile)
     evaluation = Path(args.run_dir) / "eval.json"  # the recipe's own score (default rule), to compare
     recipe_score = None
@@ -216,6 +225,7 @@ def main(argv=None):
                        "max_source_length": config["data"]["max_length"]},
                   limit=args.limit, searches=searches, jit_compile=args.jit_compile, results=results)
     print(f"record -> {_records.append(args.output, _records.finish(record))}")
+    return 0
 
 
 # --------------------------------------------------------------------------- report.py's table
@@ -244,4 +254,4 @@ def table_parts(record):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
