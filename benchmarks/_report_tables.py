@@ -469,6 +469,15 @@ def data_scale_table(records, options):
     return text
 
 
+def limit_rule_table(records, options):
+    """limit_rule.py: BLEU, chrF and the outputs at their length limit per split, search and limit rule."""
+    from benchmarks import limit_rule
+
+    record = select(records, options, "table:limit-rule")[-1]
+    what, header, rows, align = limit_rule.table_parts(record)
+    return caption(record, what) + "\n\n" + markdown_table(header, rows, align)
+
+
 GENERATORS = {
     "serve": ("serve", serve_table),
     "serve-summary": ("serve", serve_summary),
@@ -479,4 +488,5 @@ GENERATORS = {
     "gpu": ("gpu", gpu_table),
     "complexity": ("complexity", complexity_table),
     "data-scale": ("data_scale", data_scale_table),
+    "limit-rule": ("limit_rule", limit_rule_table),
 }

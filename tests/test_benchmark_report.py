@@ -512,3 +512,27 @@ def test_data_scale_table_from_a_fixture():
     # 600 s at 100,000 pairs, 1,480 s at 4,500,000: 0.2 ms a pair, 1,480 + 31.5M x 0.2 ms = 7,780 s at 36M.
     assert "36 million pairs (WMT14 English-French): 2.2 hours" in text
     assert text.count("`python benchmarks/data_scale.py`") == 2  # the two invocations, not the third
+
+
+def test_limit_rule_table_from_a_fixture():
+    from benchmarks._report_tables import limit_rule_table
+
+    def result(split, search, rule, bleu, chrf, at_limit, cut, changed, ratio, sentences=200):
+        return {"split": split, "search": search, "beam_size": 1 if search == "greedy" else 4, "rule": rule,
+                "sentences": sentences, "bleu": bleu, "chrf": chrf, "at_limit": at_limit, "cut": cut,
+                "changed_vs_fallback": changed, "length_ratio": ratio}
+
+    run = {"dir": "/runs/pt", "steps": 2345, "decoding": {"alpha": 0.6, "max_extra_length": 50}}
+    record = {"command": "python benchmarks/limit_rule.py /runs/pt", "commit": "abc", "time": "t1",
+              "machine": {"cpus": 2}, "run": run, "limit": 200,
+              "results": [result("ddtp", "beam", "fallback", 12.346, 30.061, 7, 3, 0, 1.046),
+                          result("ddtp", "beam", "force_eos", 12.964, 30.04, 5, 0, 4, 0.998),
+                          result("po", "greedy", "finish", 3.04, 19.94, 42, 42, 0, 1.3, sentences=80)]}
+    text = limit_rule_table([record, dict(record, time="t2", results=[])], {"time": "t1"})
+    rows = [line for line in text.splitlines() if line.startswith("| ddtp") or line.startswith("| po")]
+    # 7 and 3 of 200 sentences: 3.5% and 1.5%; 42 of 80: 52.5%.
+    assert rows == ["| ddtp | beam 4 | fallback | 12.35 | 30.06 | 7 (3.5%) | 3 (1.5%) | 0 | 1.05 |",
+                    "| ddtp | beam 4 | force_eos | 12.96 | 30.04 | 5 (2.5%) | 0 (0.0%) | 4 | 1.00 |",
+                    "| po | greedy | finish | 3.04 | 19.94 | 42 (52.5%) | 42 (52.5%) | 0 | 1.30 |"]
+    assert "after 2345 steps; 80 or 200 sentences a split, the first 200 pairs of each;" in text
+    assert "outputs up to source + 50 tokens" in text and "`python benchmarks/limit_rule.py /runs/pt`" in text
