@@ -1,9 +1,8 @@
 """The KerasHub contenders of benchmarks/decode.py: `keras_hub.samplers.GreedySampler` /
-`BeamSampler` under `tf.function(jit_compile=True)`, driving KerasHub's own decoder layers (a model
-built from `keras_hub.layers` with random weights) and our model's step API; see decode.py's
-docstring for what each contender is."""
+`BeamSampler` under `tf.function(jit_compile=True)`, driving KerasHub's own decoder layers (the
+like-for-like KerasHub-layer model of _contender_keras_hub.py, random weights) and our model's step
+API; see decode.py's docstring for what each contender is."""
 
-import keras
 import numpy as np
 from keras import ops
 
@@ -16,35 +15,12 @@ def banned_mask(vocabulary_size):
 
 
 def build_keras_hub_model(model, vocabulary_size):
-    """KerasHub layers of the same size as `model` (random weights, untied output layer)."""
-    import keras_hub
+    """The like-for-like KerasHub-layer model (_contender_keras_hub, "tied") at `model`'s size."""
+    from benchmarks._contender_keras_hub import KerasHub
 
-    d_model, heads = model.d_model, model.num_heads
-    hub = {
-        "d_model": d_model,
-        "heads": heads,
-        "depth": d_model // heads,
-        "embedding": keras.layers.Embedding(vocabulary_size, d_model),
-        "positions": keras_hub.layers.SinePositionEncoding(),
-        "encoders": [
-            keras_hub.layers.TransformerEncoder(model.d_ff, heads, dropout=0.1)
-            for _ in range(model.num_encoder_layers)
-        ],
-        "decoders": [
-            keras_hub.layers.TransformerDecoder(model.d_ff, heads, dropout=0.1)
-            for _ in range(model.num_decoder_layers)
-        ],
-        "output": keras.layers.Dense(vocabulary_size),
-    }
-    ids = np.ones((1, 4), "int32")
-    x = hub["embedding"](ids)
-    for layer in hub["encoders"]:
-        x = layer(x)
-    y = x
-    for layer in hub["decoders"]:
-        y = layer(y, x)
-    hub["output"](y)
-    return hub
+    size = {"vocab": vocabulary_size, "d_model": model.d_model, "layers": model.num_decoder_layers,
+            "heads": model.num_heads, "d_ff": model.d_ff, "dropout": 0.1}
+    return KerasHub().build(size)
 
 
 def keras_hub_contenders(model, source_ids, args):
@@ -52,11 +28,8 @@ def keras_hub_contenders(model, source_ids, args):
     import keras_hub
     import tensorflow as tf
 
-    from keras_transformer.layers.masks import causal_mask
-
     banned = banned_mask(args.vocabulary_size)
     length = args.steps + 1  # BOS + generated tokens
-    num_layers = model.num_decoder_layers
 
     def prompt_for(rows):
         prompt = np.zeros((rows, length), "int32")
@@ -100,18 +73,14 @@ def keras_hub_contenders(model, source_ids, args):
         hub = keras_hub_model
 
         def run(source_ids):
-            padding = ops.not_equal(source_ids, PAD_ID)
-            x = hub["embedding"](source_ids)
-            x = x + hub["positions"](x)
-            for layer in hub["encoders"]:
-                x = layer(x, padding_mask=padding)
+            x, padding = hub.encode(source_ids, training=False)
             memory = ops.repeat(x, beams, axis=0) if beams > 1 else x
             padding = ops.repeat(padding, beams, axis=0) if beams > 1 else padding
             rows = ops.shape(memory)[0]
-            heads, depth = hub["heads"], hub["depth"]
-            first = ops.zeros((rows, 1, hub["d_model"]))
+            heads, depth = hub.num_heads, hub.d_model // hub.num_heads
+            first = ops.zeros((rows, 1, hub.d_model))
             cross = []
-            for layer in hub["decoders"]:
+            for layer in hub.decoders:
                 _, _, cache = layer(
                     first, memory, encoder_padding_mask=padding,
                     self_attention_cache=ops.zeros((rows, 2, 1, heads, depth)),
@@ -123,20 +92,19 @@ def keras_hub_contenders(model, source_ids, args):
 
             def next_token_logits(prompt, cache, index):
                 tokens = ops.expand_dims(ops.take(prompt, index - 1, axis=1), 1)
-                h = hub["embedding"](tokens)
-                h = h + hub["positions"](h, start_index=index - 1)
+                h = hub.embed(tokens, "target", start_index=index - 1, training=False)
                 updated = []
-                for i, layer in enumerate(hub["decoders"]):
+                for i, layer in enumerate(hub.decoders):
                     h, layer_cache, _ = layer(
                         h, memory, encoder_padding_mask=padding,
                         self_attention_cache=cache[:, i], self_attention_cache_update_index=index - 1,
                         cross_attention_cache=cross[i], cross_attention_cache_update_index=None,
                     )
                     updated.append(layer_cache)
-                return forbid(hub["output"](h)[:, 0]), None, ops.stack(updated, axis=1)
+                return forbid(hub.output_logits(h)[:, 0]), None, ops.stack(updated, axis=1)
 
             batch = ops.shape(source_ids)[0]
-            cache = ops.zeros((batch, len(hub["decoders"]), 2, length - 1, heads, depth))
+            cache = ops.zeros((batch, len(hub.decoders), 2, length - 1, heads, depth))
             return sampler(next_token_logits, prompt_for(batch), cache=cache, index=1)
 
         return run

@@ -1,12 +1,35 @@
-"""What benchmarks/quality.py and its KerasHub worker (_quality_keras_hub.py) share: the corpus
-keys and length limits, reading the prepared pairs, the training clock, the trained-token count and
-the library versions. Neither imports the other for these, so the two modules form no import cycle."""
+"""What benchmarks/quality.py, its worker (_quality_worker.py) and the contenders share: the
+corpora, the model size and limits, reading the prepared pairs, the training clock, the
+trained-token count and the library versions. It imports neither, so they form no import cycle."""
 
 import time
 
+CORPORA = ("ddtp_en_de.jsonl.gz", "po_all.jsonl.gz")
 SOURCE_KEY, TARGET_KEY = "en", "de"
 MAX_CHARS = 600  # as recipes/parallel_text: drops the few paragraph-long DDTP pairs
 MAX_LENGTH = 128  # tokens per side in training, EOS/BOS included; longer test sources are cut
+MAX_EXTRA_LENGTH = 50  # outputs stop at source length + 50 (the paper)
+MODEL = dict(d_model=256, num_layers=3, num_heads=4, d_ff=1024, dropout=0.1)
+SAVE_EVERY_STEPS = 500
+DECODE_BATCH = 64
+
+
+def config():
+    """The size and limits every contender's worker gets (OpenNMT-tf's as JSON)."""
+    return {**MODEL, "max_length": MAX_LENGTH, "max_extra_length": MAX_EXTRA_LENGTH,
+            "decode_batch": DECODE_BATCH, "save_every_steps": SAVE_EVERY_STEPS}
+
+
+def search():
+    """The search every contender decodes with (_contender.SEARCH at these limits)."""
+    return {"beam_size": 4, "alpha": 0.6, "max_extra_length": MAX_EXTRA_LENGTH, "batch_size": DECODE_BATCH,
+            "max_source_length": MAX_LENGTH}
+
+
+def size(vocabulary_size):
+    """MODEL in the contenders' `build(size)` keys."""
+    return {"vocab": vocabulary_size, "d_model": MODEL["d_model"], "layers": MODEL["num_layers"],
+            "heads": MODEL["num_heads"], "d_ff": MODEL["d_ff"], "dropout": MODEL["dropout"]}
 
 
 def read_pairs(path):

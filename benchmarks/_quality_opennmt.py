@@ -17,8 +17,15 @@ when the training loop asks for its first batch, so OpenNMT-tf's input
 pipeline start, tracing and first step count, as for the other contenders.
 
 Inference: `Runner.infer` on test.src (latest checkpoint, beam 4, length
-penalty 0.6, batches of 64 sentences bucketed by length) writes space-separated
-pieces to OUT_DIR/predictions.txt; quality.py detokenizes and scores them.
+penalty 0.6, batches of up to 64 sentences of one source length each:
+`length_bucket_width` 1) writes space-separated pieces to
+OUT_DIR/predictions.txt; quality.py detokenizes and scores them. The length
+cap is ours: (source tokens + EOS) + max_extra_length decoding steps, EOS
+included. OpenNMT-tf reads one fixed `maximum_decoding_length` from its
+parameters, so `SequenceToSequence._dynamic_decode` is wrapped to set it, for
+the duration of each batch's decoding, to that batch's source length + 1 +
+max_extra_length (a tensor; its `tf.while_loop` takes one): with one source
+length per batch, that is each sentence's own cap.
 Writes OUT_DIR/train.json.
 """
 
@@ -46,6 +53,23 @@ def count_parameters(model_dir):
                 count *= dim
             total += count
     return total
+
+
+def cap_per_batch(max_extra_length):
+    """Decodes each batch with at most (longest source + 1 + max_extra_length) steps, EOS's included."""
+    from opennmt.models.sequence_to_sequence import SequenceToSequence
+
+    original = SequenceToSequence._dynamic_decode
+
+    def capped(self, features, *args, **kwargs):
+        fixed = self.params.get("maximum_decoding_length")
+        self.params["maximum_decoding_length"] = tf.reduce_max(features["length"]) + 1 + max_extra_length
+        try:
+            return original(self, features, *args, **kwargs)
+        finally:
+            self.params["maximum_decoding_length"] = fixed
+
+    SequenceToSequence._dynamic_decode = capped
 
 
 def main():
@@ -85,6 +109,7 @@ def main():
             "label_smoothing": 0.1,
             "beam_width": 4,
             "length_penalty": 0.6,
+            # An upper bound only: cap_per_batch sets each batch's own cap.
             "maximum_decoding_length": size["max_length"] + size["max_extra_length"],
         },
         "train": {
@@ -99,7 +124,8 @@ def main():
             "maximum_labels_length": max_tokens,
             "save_summary_steps": 100,
         },
-        "infer": {"batch_type": "examples", "batch_size": size["decode_batch"], "length_bucket_width": 5},
+        # Width 1: every batch holds sources of one length, so its cap (below) is each sentence's.
+        "infer": {"batch_type": "examples", "batch_size": size["decode_batch"], "length_bucket_width": 1},
     }
 
     clock = {"steps": 0}
@@ -135,13 +161,14 @@ def main():
     print(f"trained {summary['last_step']} steps in {train_seconds / 60:.2f} min, "
           f"last loss {summary['last_loss']:.3f}", flush=True)
 
+    cap_per_batch(size["max_extra_length"])
     start = time.time()
     runner.infer(os.path.join(data, "test.src"), predictions_file=os.path.join(out, "predictions.txt"))
     decode_seconds = time.time() - start
     result = {
         "steps": int(summary["last_step"]), "train_seconds": train_seconds, "decode_seconds": decode_seconds,
         "target_tokens": int(target_tokens.numpy()),
-        "search": "OpenNMT-tf beam 4, length penalty 0.6",
+        "search": f"OpenNMT-tf beam 4, length penalty 0.6, cap source + {size['max_extra_length']}",
         "settings": {"optimizer_used": "Adam(0.9, 0.98, 1e-9), NoamDecay", "loss": "label smoothing 0.1",
                      "checkpoint_every_steps": size["save_every_steps"],
                      "parameters": count_parameters(config["model_dir"]),

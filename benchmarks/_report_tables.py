@@ -3,6 +3,7 @@
 markers. Medians are over the rounds of a record, and a ratio is the median of the ratios taken
 within each round, not the ratio of the medians."""
 
+import importlib
 import re
 import statistics
 from collections import Counter, OrderedDict
@@ -247,6 +248,9 @@ def quality_label(record):
     settings = record.get("settings", {})
     label = {"ours": "ours", "keras-hub": "KerasHub layers", "opennmt-tf": "OpenNMT-tf"}.get(
         record["contender"], record["contender"])
+    # Records without an architecture are the keras-io architecture (the contender before 2026-11-26).
+    if record["contender"] == "keras-hub" and settings.get("architecture") == "tied":
+        label += ", like for like"
     if record["contender"] == "keras-hub" and settings.get("optimizer") == "stock":
         label += ", stock Adam"
     return label
@@ -466,25 +470,21 @@ def data_scale_table(records, options):
     return text
 
 
-def torch_blocking_table(records, options):
-    """torch_blocking.py: beam search with and without n-gram blocking under PyTorch, taking turns per round;
-    ratios are medians of same-round ratios to the search without blocking."""
-    record = select(records, options, "table:torch-blocking")[-1]
-    workload, rounds, reference = record["workload"], record["rounds"], record["reference"]
-    rows = []
-    for name in rounds[0]:
-        seconds = [r[name] for r in rounds]
-        ratios = [r[name] / r[reference] for r in rounds]
-        rows.append([name, f"{statistics.median(seconds):.2f}", f"{min(seconds):.2f}-{max(seconds):.2f}",
-                     f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}-{max(ratios):.2f}x"])
-    header = ["beam search", "seconds (median)", "range", f"vs {reference}", "range of same-round ratios"]
-    what = (f"PyTorch, eager, tiny preset, beam {workload['beam_size']}, {workload['batch_size']} sentences of "
-            f"{workload['source_length']} tokens, {workload['steps']} tokens generated, {len(rounds)} rounds")
-    return caption(record, what) + "\n\n" + markdown_table(header, rows)
+def script_table(module, marker):
+    """The generator of a benchmark script whose `table_parts(record)` gives (what, header, rows[, align]):
+    limit_rule.py, torch_blocking.py (imported when a table needs it: they import more than the report)."""
+    def table(records, options):
+        parts = importlib.import_module(f"benchmarks.{module}").table_parts
+        record = select(records, options, f"table:{marker}")[-1]
+        what, header, rows, *align = parts(record)
+        return caption(record, what) + "\n\n" + markdown_table(header, rows, *align)
+    return table
 
+
+limit_rule_table = script_table("limit_rule", "limit-rule")
+torch_blocking_table = script_table("torch_blocking", "torch-blocking")
 
 GENERATORS = {
-    "torch-blocking": ("torch_blocking", torch_blocking_table),
     "serve": ("serve", serve_table),
     "serve-summary": ("serve", serve_summary),
     "train-throughput": ("train_throughput", throughput_table),
@@ -494,4 +494,6 @@ GENERATORS = {
     "gpu": ("gpu", gpu_table),
     "complexity": ("complexity", complexity_table),
     "data-scale": ("data_scale", data_scale_table),
+    "limit-rule": ("limit_rule", limit_rule_table),
+    "torch-blocking": ("torch_blocking", torch_blocking_table),
 }

@@ -20,8 +20,9 @@ graph, Python or C++):
   outputs are not compared (`--no-bfloat16` leaves them out).
 - KerasHub: `keras_hub.samplers.GreedySampler` / `BeamSampler` under
   `tf.function(jit_compile=True)` driving (a) KerasHub's own
-  `TransformerEncoder` / `TransformerDecoder` layers of the same size with
-  their caches (random weights; what a KerasHub user would build); (b) our
+  `TransformerEncoder` / `TransformerDecoder` layers with their caches, in
+  the like-for-like model of benchmarks/_contender_keras_hub.py (our size,
+  tied embedding, sinusoidal positions; random weights); (b) our
   model's step API (`Transformer.incremental_decoder`), the one our
   searches drive, so that the loops themselves are compared.
 - OpenNMT-tf 2.32 (TensorFlow 2.13, in its own virtual environment

@@ -32,26 +32,33 @@ trained on the training split; pad 0, unk 1, bos 2, eos 3) is shared by all
 contenders. The split and tokenizer are kept in WORK_DIR/data and reused
 while the inputs and options are unchanged.
 
-Contenders, one after another, each in its own process (`--only` picks some):
+Contenders, one after another, each in its own process (`--only` picks some).
+Each one's build, training and search is its harness (_contender_ours.py,
+_contender_keras_hub.py, _contender_opennmt.py; one shape, _contender.py);
+_quality_worker.py is this benchmark's glue around them. Every contender
+decodes with the same search settings: beam 4, the GNMT length penalty
+((5 + |Y|) / 6) ** 0.6, at most (source tokens with EOS) + 50 output tokens
+per sentence.
 - ours: `keras_transformer.runs.train` (tiny preset, Noam schedule with the
   warm-up and scale below, token-bucketed batches, label smoothing 0.1,
-  `training.max_minutes`), then beam 4 with the GNMT length penalty alpha 0.6
-  (`decoding.Translator`, XLA), output <= source length + 50 tokens.
-- keras-hub: the keras-io translation example's architecture from KerasHub
-  layers (`TokenAndPositionEmbedding` for source and target, learned
-  positions, `TransformerEncoder` x3, `TransformerDecoder` x3, an untied
-  `Dense` output; explicit padding masks; with `norm_first` the layers'
-  `normalize_first` and a final layer norm after each stack), `model.fit` on the same batches
-  (`make_dataset`), our Adam(0.9, 0.98, 1e-9) with our `NoamSchedule` (same
-  warm-up and scale: `paper_optimizer`, whose Adam makes an embedding's
-  sparse gradient dense first; `--set keras-hub.optimizer=stock` trains
-  with Keras' stock Adam instead, which on TensorFlow mishandles repeated
-  embedding rows, for a labelled "stock Adam" row), our
-  `LabelSmoothedCrossEntropy(0.1)`; then
-  `keras_hub.samplers.BeamSampler(num_beams=4)` driving the KerasHub
-  decoder layers' self-/cross-attention caches under `tf.function(jit_compile=
-  True)` (as KerasHub's generate() does), stopping when every beam has EOS;
-  BeamSampler has no length penalty; output <= padded source width + 50.
+  `training.max_minutes`), then `decoding.Translator` (XLA).
+- keras-hub: KerasHub layers, like for like by default (`architecture=tied`:
+  our size and parameter count, one tied `ReversibleEmbedding`, sinusoidal
+  positions, no dropout on attention weights; with `norm_first` the layers'
+  `normalize_first` and a final layer norm after each stack, as ours);
+  `--set keras-hub.architecture=keras-io` gives the keras-io example's
+  architecture (learned positions, untied output, ~11.9M parameters), the
+  contender of the quality figures recorded before 2026-11-26. `model.fit`
+  on the same batches (`make_dataset`), our `LabelSmoothedCrossEntropy(0.1)`
+  and our Adam(0.9, 0.98, 1e-9) with our `NoamSchedule` (same warm-up and
+  scale: `paper_optimizer`, whose Adam makes an embedding's sparse gradient
+  dense first; `--set keras-hub.optimizer=stock` trains with Keras' stock
+  Adam instead, which on TensorFlow mishandles repeated embedding rows, for
+  a labelled "stock Adam" row); then `keras_hub.samplers.BeamSampler(4)`
+  over the decoder layers' caches under `tf.function(jit_compile=True)`,
+  with finished beams frozen, the cap enforced, and the final beams
+  rescored with the length penalty (BeamSampler has none; see
+  _contender_keras_hub.py for how).
 - opennmt-tf: OpenNMT-tf 2.32 (TensorFlow 2.13, `--opennmt-python`, skipped
   with a message if missing) via benchmarks/_quality_opennmt.py: its Runner
   (what `onmt-main --auto_config train` runs), `opennmt.models.Transformer`
@@ -62,14 +69,21 @@ Contenders, one after another, each in its own process (`--only` picks some):
   (Adam 0.9/0.98/1e-9 instead of LazyAdam 0.998, NoamDecay with the same
   warm-up and scale instead of 8,000 steps x 2.0, 4,096-token batches without
   its 25,000-token gradient accumulation, no checkpoint averaging); then its
-  `Runner.infer`, beam 4, length penalty 0.6, max 178 tokens; pieces are
+  `Runner.infer`, beam 4, length penalty 0.6, batches of sources of one
+  length each, each batch capped at that length + 1 + 50 decoding steps
+  (ours' cap; records before 2026-11-26 used its fixed 178); pieces are
   detokenized with the sentencepiece package.
+
+The settings were tuned on ours alone (short runs of ours; no contender got
+the same grid).
 
 Settings (`--set CONTENDER.KEY=VALUE`, per contender, stated in the table):
 warmup_steps and learning_rate_scale of the Noam schedule, tokens_per_batch,
 mixed_precision (none | mixed_bfloat16; Keras contenders only), norm_first
 (false: the paper's post-LN; true: pre-LN, which tolerates higher rates
-early in training). The model size is the same whatever the settings.
+early in training); keras-hub only: optimizer (densified | stock) and
+architecture (tied | keras-io). The model size is the same whatever the
+settings.
 
 Training clock: from just before the training loop starts (so the first
 batch, tracing and the first step are included; reading the corpus,
@@ -86,7 +100,6 @@ commit and the exact command; `run` names the invocation).
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -97,17 +110,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _records  # noqa: E402
-CORPORA = ("ddtp_en_de.jsonl.gz", "po_all.jsonl.gz")
-# What the contenders' workers share (corpus keys, length limits, the training clock) lives in
-# _quality_common, which both this script and _quality_keras_hub import: no import cycle.
-from benchmarks._quality_common import MAX_CHARS, MAX_LENGTH, SOURCE_KEY, TARGET_KEY  # noqa: E402,F401
-from benchmarks._quality_common import Clock as _Clock  # noqa: E402,F401
-from benchmarks._quality_common import count_trained_tokens, read_pairs, versions  # noqa: E402,F401
-MAX_EXTRA_LENGTH = 50  # outputs stop at source length + 50 (the paper)
-MODEL = dict(d_model=256, num_layers=3, num_heads=4, d_ff=1024, dropout=0.1)
+# What this script and its workers share (corpora, the model size, length limits) lives in
+# _quality_common; the workers (_quality_worker) and the contenders' harnesses import it: no cycle.
+from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
+from benchmarks._quality_common import CORPORA, MODEL, config  # noqa: E402
 CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # Settings for a budget of a few thousand steps at most (see benchmarks/README.md):
 # the paper's 4,000-step and OpenNMT-tf's 8,000-step warm-ups never end in
@@ -122,13 +130,13 @@ MIXED_PRECISION = ("none", "mixed_bfloat16")
 # made dense first; Keras' stock Adam squares the slices of a repeated row one
 # by one on TensorFlow, see keras_transformer/training/optimizers.py);
 # `keras-hub.optimizer=stock` gives the stock Adam a KerasHub user gets today.
-CONTENDER_SETTINGS = {"keras-hub": {"optimizer": "densified"}}
-OPTIMIZERS = ("densified", "stock")
-SAVE_EVERY_STEPS = 500
+# `keras-hub.architecture`: "tied" (default) is the like-for-like model; "keras-io" the keras-io
+# example's architecture, the contender of the quality figures before 2026-11-26 (a labelled row).
+CONTENDER_SETTINGS = {"keras-hub": {"optimizer": "densified", "architecture": "tied"}}
+CHOICES = {"optimizer": ("densified", "stock"), "architecture": ("tied", "keras-io")}
 # TensorFlow's start-up INFO lines: kept in the logs, not echoed.
 NOISE = re.compile(r"^([IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\]|WARNING: All log messages before absl"
                    r"|To enable the following instructions)")
-DECODE_BATCH = 64
 
 
 # --------------------------------------------------------------------------- driver
@@ -200,10 +208,10 @@ def resolve_settings(assignments):
             raise ValueError(f"--set {text!r}: unknown key {key!r} (expected one of {list(DEFAULT_SETTINGS)}).")
         else:
             kind = type(DEFAULT_SETTINGS[key])
-        if key == "optimizer":
+        if key in CHOICES:
             parsed = value.strip()
-            if parsed not in OPTIMIZERS:
-                raise ValueError(f"--set {text!r}: optimizer must be one of {OPTIMIZERS}.")
+            if parsed not in CHOICES[key]:
+                raise ValueError(f"--set {text!r}: {key} must be one of {CHOICES[key]}.")
         elif key == "mixed_precision":
             parsed = value.strip()
             if parsed not in MIXED_PRECISION:
@@ -318,20 +326,12 @@ def main(argv=None):
         load_before = _records.load_average()
         started = time.time()
         if name == "opennmt-tf":
-            if not Path(args.opennmt_python).exists():
-                print(f"[{name}] skipped: {args.opennmt_python} not found (python3 -m venv .venv-opennmt && "
-                      '.venv-opennmt/bin/pip install "tensorflow==2.13.1" "opennmt-tf==2.32.0")', flush=True)
+            opennmt = OpenNMT(args.opennmt_python)
+            if not opennmt.available():
+                print(f"[{name}] skipped: {args.opennmt_python} not found ({INSTALL})", flush=True)
                 continue
-            worker_command = [
-                args.opennmt_python, str(HERE / "_quality_opennmt.py"),
-                "--data-dir", str(work / "data" / "opennmt"), "--out-dir", str(out),
-                "--minutes", str(args.minutes), "--seed", str(seed),
-                "--settings-json", json.dumps(args.settings[name]),
-                "--model-json", json.dumps({**MODEL, "max_length": MAX_LENGTH,
-                                            "max_extra_length": MAX_EXTRA_LENGTH,
-                                            "save_every_steps": SAVE_EVERY_STEPS,
-                                            "decode_batch": DECODE_BATCH}),
-            ]
+            worker_command = opennmt.quality_command(work / "data" / "opennmt", out, args.minutes, seed,
+                                                     args.settings[name], config())
             status = run_logged(worker_command, out / "log.txt", name, worker_env(backend=False))
         else:
             status = run_logged(our_worker(args, name, seed=seed), out / "log.txt", name, worker_env())
@@ -389,7 +389,7 @@ def print_table(records, split, command):
     if not records:
         print("no results.")
         return
-    from benchmarks.report import quality_groups, mean_and_range
+    from benchmarks._report_tables import mean_and_range, quality_groups
 
     info = machine()
     print(f"\n# {records[0]['date']}; {info['cpu']}, {info['cpus']} CPUs, {info['platform']}; "
@@ -432,213 +432,9 @@ def print_table(records, split, command):
 
 def worker_main(args):
     import keras_transformer  # noqa: F401  (imports TensorFlow without its start-up noise)
+    from benchmarks import _quality_worker
 
-    work = Path(args.work_dir)
-    if args.worker == "prepare":
-        prepare(args, work)
-        return 0
-    if args.worker == "score":
-        score(work, args.contender)
-        return 0
-    settings = json.loads(args.settings_json)[args.worker]
-    out = work / args.worker
-    if args.worker == "ours":
-        result = train_and_decode_ours(work, out, args.minutes, settings, args.seed)
-    elif args.worker == "keras-hub":
-        from benchmarks import _quality_keras_hub
-
-        result = _quality_keras_hub.train_and_decode(work, out, args.minutes, settings, args.seed, config())
-    else:
-        raise SystemExit(f"unknown worker {args.worker!r}")
-    (out / "train.json").write_text(json.dumps(result, indent=2))
-    return 0
-
-
-def config():
-    """Constants the helper modules share with this script."""
-    return {**MODEL, "max_length": MAX_LENGTH, "max_extra_length": MAX_EXTRA_LENGTH,
-            "decode_batch": DECODE_BATCH, "save_every_steps": SAVE_EVERY_STEPS}
-
-
-def _fingerprint(args):
-    inputs = []
-    for name in CORPORA:
-        stat = (Path(args.data_dir) / name).stat()
-        inputs.append({"file": name, "bytes": stat.st_size, "mtime": int(stat.st_mtime)})
-    return {"inputs": inputs, "test_size": args.test_size, "max_train_pairs": args.max_train_pairs,
-            "vocabulary_size": args.vocabulary_size, "max_chars": MAX_CHARS, "max_length": MAX_LENGTH,
-            "seed": args.seed, "version": 1}
-
-
-def write_jsonl(path, pairs):
-    from keras_transformer.data.corpus import write_jsonl as write_records
-
-    write_records(path, pairs, keys=(SOURCE_KEY, TARGET_KEY))
-
-
-def prepare(args, work):
-    """Split, tokenizer and OpenNMT-tf text files in WORK/data (reused if unchanged)."""
-    data = work / "data"
-    fingerprint = _fingerprint(args)
-    split_file = data / "split.json"
-    if split_file.is_file() and json.loads(split_file.read_text()).get("fingerprint") == fingerprint:
-        print(f"reusing split and tokenizer in {data}", flush=True)
-        return
-    if data.exists():
-        shutil.rmtree(data)
-    data.mkdir(parents=True)
-    from keras_transformer.data import SubwordTokenizer, load_corpus
-
-    records, inputs = [], []
-    for name in CORPORA:
-        path = Path(args.data_dir) / name
-        pairs, stats = load_corpus(str(path), source_key=SOURCE_KEY, target_key=TARGET_KEY, max_chars=MAX_CHARS)
-        print(f"{path}: {stats}", flush=True)
-        inputs.append({"file": name, "read": stats.read, "kept": stats.kept})
-        records.extend((source, target, None) for source, target in pairs)
-    from keras_transformer.data.splits import split_by_hash
-
-    splits = split_by_hash(records, args.test_size, 0)
-    train = [(s, t) for s, t, _ in splits["train"]]
-    test = [(s, t) for s, t, _ in splits["test"]]
-    if args.max_train_pairs:
-        train = train[: args.max_train_pairs]
-    test_sources = {s for s, _ in test}
-    if any(s in test_sources for s, _ in train):
-        raise SystemExit("internal error: a test source sentence is also in the training split")
-    write_jsonl(data / "train.jsonl.gz", train)
-    write_jsonl(data / "test.jsonl.gz", test)
-    print(f"split: train {len(train)}, test {len(test)} pairs -> {data}", flush=True)
-
-    start = time.time()
-    tokenizer = SubwordTokenizer.train(train, vocabulary_size=args.vocabulary_size, model_type="unigram",
-                                       seed=args.seed)
-    tokenizer.save(str(data / "tokenizer.model"))
-    print(f"tokenizer: {tokenizer.vocabulary_size} pieces in {time.time() - start:.0f}s", flush=True)
-    write_opennmt_files(data, train, test)
-    split_file.write_text(json.dumps({
-        "fingerprint": fingerprint, "method": "recipes/parallel_text split_by_hash (SHA-256 of the English side)",
-        "inputs": inputs, "train_pairs": len(train), "test_pairs": len(test),
-        "vocabulary_size": tokenizer.vocabulary_size,
-        "test_sha256": hashlib.sha256(json.dumps(test, ensure_ascii=False).encode()).hexdigest(),
-    }, indent=2))
-
-
-def write_opennmt_files(data, train, test):
-    """Space-separated SentencePiece pieces and a vocabulary with the same ids as ours.
-
-    OpenNMT-tf reserves ids 0-2 for the first three lines of a vocabulary file
-    and appends <unk>: `<blank> <s> </s> piece_4 ... piece_{V-1}` + <unk> is
-    a V-id vocabulary holding the same pieces as ours.
-    """
-    import sentencepiece
-
-    processor = sentencepiece.SentencePieceProcessor(model_file=str(data / "tokenizer.model"))
-    onmt = data / "opennmt"
-    onmt.mkdir()
-    pieces = [processor.id_to_piece(i) for i in range(4, processor.get_piece_size())]
-    (onmt / "vocab.txt").write_text("<blank>\n<s>\n</s>\n" + "".join(p + "\n" for p in pieces), encoding="utf-8")
-
-    def write(path, texts, limit=None):
-        with open(path, "w", encoding="utf-8") as stream:
-            for row in processor.encode(list(texts), out_type=str):
-                stream.write(" ".join(row[:limit] if limit else row) + "\n")
-
-    write(onmt / "train.src", (s for s, _ in train))
-    write(onmt / "train.tgt", (t for _, t in train))
-    # Sources are cut as ours are (MAX_LENGTH ids, EOS included).
-    write(onmt / "test.src", (s for s, _ in test), limit=MAX_LENGTH - 1)
-
-
-def train_and_decode_ours(work, out, minutes, settings, seed):
-    import keras
-
-    from keras_transformer import config as config_lib
-    from keras_transformer import runs
-    from keras_transformer.data import SubwordTokenizer
-    from keras_transformer.decoding import Translator
-
-    data = work / "data"
-    run_dir = out / "run"
-    run_dir.mkdir(parents=True)
-    shutil.copyfile(data / "tokenizer.model", run_dir / runs.TOKENIZER_FILE)  # runs.train reuses it
-    config = config_lib.merge(config_lib.defaults(), {
-        "output_dir": str(run_dir),
-        "model": {"preset": "tiny", "dropout": MODEL["dropout"], "norm_first": settings["norm_first"]},
-        "data": {"train": str(data / "train.jsonl.gz"), "valid": None, "test": str(data / "test.jsonl.gz"),
-                 "source_key": SOURCE_KEY, "target_key": TARGET_KEY, "max_chars": MAX_CHARS,
-                 "max_length": MAX_LENGTH},
-        "training": {"tokens_per_batch": settings["tokens_per_batch"], "epochs": 100000,
-                     "max_minutes": minutes, "warmup_steps": settings["warmup_steps"],
-                     "learning_rate_scale": settings["learning_rate_scale"], "label_smoothing": 0.1,
-                     "save_every_steps": SAVE_EVERY_STEPS, "keep_checkpoints": 2, "average_last": 1,
-                     "seed": seed, "mixed_precision": None if settings["mixed_precision"] == "none"
-                     else settings["mixed_precision"]},
-    }, origin="benchmarks/quality.py")
-
-    clock = {}
-
-    class ClockCallback(keras.callbacks.Callback):
-        """A training clock started with fit, counting steps (runs.train keeps its own time limit)."""
-
-        def on_train_begin(self, logs=None):
-            clock["clock"] = _Clock(minutes)
-
-        def on_train_batch_end(self, batch, logs=None):
-            clock["clock"].step(logs, batch)
-
-    runs.train(config, verbose=0, callbacks=[ClockCallback()])
-    if "clock" not in clock:
-        raise SystemExit("runs.train did not start training; cannot time it")
-    trained = clock["clock"]
-    print(f"trained {trained.steps} steps in {trained.seconds / 60:.2f} min", flush=True)
-
-    boundaries = runs.bucket_boundaries(config)
-    _, target_tokens = count_trained_tokens(read_pairs(data / "train.jsonl.gz"), SubwordTokenizer.load(
-        str(run_dir / runs.TOKENIZER_FILE)), trained.steps, settings["tokens_per_batch"], seed, boundaries)
-    model = runs.load_model(run_dir)
-    tokenizer = SubwordTokenizer.load(str(run_dir / runs.TOKENIZER_FILE))
-    sources = [s for s, _ in read_pairs(data / "test.jsonl.gz")]
-    translator = Translator(model, tokenizer, beam_size=4, alpha=0.6, max_extra_length=MAX_EXTRA_LENGTH,
-                            max_source_length=MAX_LENGTH, batch_size=DECODE_BATCH, jit_compile=True)
-    start = time.time()
-    hypotheses = translator.translate(sources)
-    decode_seconds = time.time() - start
-    (out / "hypotheses.json").write_text(json.dumps(hypotheses, ensure_ascii=False))
-    return {
-        "steps": trained.steps, "train_seconds": trained.seconds, "decode_seconds": decode_seconds,
-        "target_tokens": target_tokens, "search": "beam 4, alpha 0.6, XLA",
-        "settings": {"optimizer_used": "TransformerAdam(0.9, 0.98, 1e-9) (densified sparse gradients), NoamSchedule", "loss": "label smoothing 0.1",
-                     "checkpoint_every_steps": SAVE_EVERY_STEPS, "parameters": model.count_params(),
-                     "bucket_boundaries": boundaries or "make_dataset default (geometric)"},
-        "versions": {**versions(), "keras_backend": keras.backend.backend()},
-    }
-
-
-def score(work, contender):
-    """Detokenizes (OpenNMT-tf pieces) and scores one contender's test output."""
-    from keras_transformer.evaluation import corpus_scores
-
-    data = work / "data"
-    out = work / contender
-    pairs = read_pairs(data / "test.jsonl.gz")
-    sources = [s for s, _ in pairs]
-    references = [t for _, t in pairs]
-    if (out / "hypotheses.json").is_file():
-        hypotheses = json.loads((out / "hypotheses.json").read_text())
-    else:
-        import sentencepiece
-
-        processor = sentencepiece.SentencePieceProcessor(model_file=str(data / "tokenizer.model"))
-        lines = (out / "predictions.txt").read_text(encoding="utf-8").split("\n")[: len(references)]
-        hypotheses = [processor.decode_pieces(line.split()) for line in lines]
-    if len(hypotheses) != len(references):
-        raise SystemExit(f"{contender}: {len(hypotheses)} outputs for {len(references)} test sentences")
-    scores = corpus_scores(hypotheses, references, tokenized_bleu=False)
-    scores["samples"] = [{"source": s, "hypothesis": h, "reference": r}
-                         for s, h, r in list(zip(sources, hypotheses, references))[:3]]
-    print(f"BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}", flush=True)
-    (out / "scores.json").write_text(json.dumps(scores, indent=2, ensure_ascii=False))
+    return _quality_worker.run(args)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ README.md or benchmarks/README.md quotes a benchmark figure (a ratio such as
 marker.
 
 The name after "table:" or "cell:" picks the generator (in _report_tables.py: serve, serve-summary, data-scale,
-train-throughput, train-variants, train-profile, quality, gpu, complexity) and so the records
+train-throughput, train-variants, train-profile, quality, gpu, complexity, limit-rule) and so the records
 (benchmarks/results/<name>.jsonl). Every marker pins its records, so that a
 new record changes no committed figure: `commit=ABC` (the record of that
 commit), `time=...` (its start time, as written in the record) or `run=...`

@@ -43,6 +43,22 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def table_parts(record):
+    """(what, header, rows) of a record's table: per contender the median seconds and range, and the median
+    and range of its same-round ratios to the search without blocking (benchmarks/report.py)."""
+    workload, rounds, reference = record["workload"], record["rounds"], record["reference"]
+    rows = []
+    for name in rounds[0]:
+        seconds = [r[name] for r in rounds]
+        ratios = [r[name] / r[reference] for r in rounds]
+        rows.append([name, f"{statistics.median(seconds):.2f}", f"{min(seconds):.2f}-{max(seconds):.2f}",
+                     f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}-{max(ratios):.2f}x"])
+    header = ["beam search", "seconds (median)", "range", f"vs {reference}", "range of same-round ratios"]
+    what = (f"PyTorch, eager, tiny preset, beam {workload['beam_size']}, {workload['batch_size']} sentences of "
+            f"{workload['source_length']} tokens, {workload['steps']} tokens generated, {len(rounds)} rounds")
+    return what, header, rows
+
+
 def main(argv=None):
     args = parse_args(argv)
     import keras

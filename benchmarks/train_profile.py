@@ -7,7 +7,7 @@ against the like-for-like KerasHub-layer model, profiled in one process.
 Rates from `train_throughput.py` say which model trains faster; they cannot say
 whether the two do different work or the same work at different speeds.
 This script builds ours (`train_variants.build("shipped")`) and the
-like-for-like KerasHub-layer model (`train_throughput.build_keras_hub_tied`,
+like-for-like KerasHub-layer model (`_contender_keras_hub`, `keras-hub-tied`:
 our loss and optimizer) in one process, on the same workloads, warms both up
 (two passes, every shape traced), then takes turns for `--rounds` rounds: each
 turn runs one pass over the batches under `tf.profiler` and sums, from the
@@ -19,7 +19,7 @@ is recorded beside it.
 OpenNMT-tf (`--opennmt-python`, default .venv-opennmt/bin/python; fixed-shape
 workload only, as on real text it batches the sentences itself) cannot share
 the process: each round it trains in its own process with its own trainer
-(`train_throughput.run_opennmt`), a profiler running there from `--opennmt-wait`
+(`_contender_opennmt.run_opennmt`), a profiler running there from `--opennmt-wait`
 seconds for `--opennmt-span` seconds (past its tracing), and its figures
 cover the complete steps inside that window: the kernels that start between
 the end of one `apply_gradients` call and the end of a later one.
@@ -40,7 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _records, report  # noqa: E402
-from benchmarks import train_throughput as workloads  # noqa: E402
+from benchmarks import _workloads as workloads  # noqa: E402
+from benchmarks._contender_opennmt import OpenNMT  # noqa: E402
 
 CONTENDERS = {
     "ours-tf": "ours, TensorFlow, plain graph",
@@ -119,7 +120,7 @@ def profile_opennmt(batches, python, wait, span, logdir):
     """One OpenNMT-tf training run in its own process, profiled from `wait` to `wait + span` seconds."""
     steps = int((wait + span) * 2)  # past the window here (1.4 steps/s); a run that ends first stops it early
     prelude = OPENNMT_PRELUDE.format(wait=wait, span=span, logdir=str(logdir))
-    workloads.run_opennmt(batches, steps, 5, python, real=False, prelude=prelude)
+    OpenNMT(python).train_steps(None, batches, steps, 5, real=False, prelude=prelude)
     traces = sorted(Path(logdir).glob("plugins/profile/*/*.xplane.pb"))
     if not traces:
         raise SystemExit(f"train_profile.py: OpenNMT-tf's profiler wrote no trace under {logdir}")
@@ -135,8 +136,10 @@ def build(name):
         from benchmarks import train_variants
 
         return train_variants.build("shipped")
+    from benchmarks._contender_keras_hub import THROUGHPUT
+
     keras.utils.set_random_seed(0)
-    return workloads.compiled_keras_hub_tied()
+    return THROUGHPUT["keras-hub-tied"].build(workloads.SIZE)
 
 
 def main():
@@ -208,7 +211,7 @@ def main():
 
     record.update({
         "workload": {"kind": args.workload, "batches": len(batches), "rounds": args.rounds, "warmup_passes": 2,
-                     "config": workloads.CONFIG, "target_tokens_per_batch": sum(counts) / len(batches)},
+                     "config": workloads.SIZE, "target_tokens_per_batch": sum(counts) / len(batches)},
         "reference": "ours-tf", "rounds": rounds,
         "results": [{"name": name, "label": CONTENDERS[name]} for name in names + ["opennmt-tf"] * opennmt],
     })

@@ -17,12 +17,18 @@ alone, with nothing else in the step (`matmul_floor_seconds`).
     .venv/bin/python benchmarks/train_throughput.py --rounds 3 --only ours-tf keras-hub opennmt-tf
     .venv/bin/python benchmarks/train_throughput.py --workload real  # real text
 
+Each contender's harness is its `_contender_*.py` module (one shape, see
+_contender.py): ours (`_contender_ours`), KerasHub layers
+(`_contender_keras_hub`), `torch.nn.Transformer` (`_contender_torch`),
+OpenNMT-tf (`_contender_opennmt`). This script keeps the workload's FLOP
+accounting, the matmul peak and floor, the rounds and the table.
+
 KerasHub rows: `keras-hub-tied` is the like-for-like one, KerasHub layers at
 our exact size (one `ReversibleEmbedding` shared by source and target and
-tied to the output, sinusoidal positions, our `LabelSmoothedCrossEntropy(0.1)`
-and `paper_optimizer`: `build_keras_hub_tied`); `keras-hub` is the keras-io
-example's architecture (untied output, learned positions, stock Adam; about
-11.9M parameters against our 7.6M), kept as a labelled row.
+tied to the output, sinusoidal positions, no dropout on attention weights,
+our `LabelSmoothedCrossEntropy(0.1)` and `paper_optimizer`); `keras-hub` is
+the keras-io example's architecture (untied output, learned positions, stock
+Adam; about 11.9M parameters against our 7.6M), kept as a labelled row.
 
 OpenNMT-tf's rate is its target tokens over its time, summed over the
 intervals it logs (the first, with the tracing, left out). On the real
@@ -52,108 +58,37 @@ exists: `python3.11 -m venv .venv-opennmt && .venv-opennmt/bin/pip install
 """
 
 import argparse
-import inspect
 import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _records  # noqa: E402
-CONFIG = dict(vocab=8000, d_model=256, layers=3, heads=4, d_ff=1024, dropout=0.1)
-BATCH, LENGTH = 64, 32
-NUM_BATCHES = 16  # distinct batches, cycled
-REAL_CORPORA = ("ddtp_en_de.jsonl.gz", "po_all.jsonl.gz")
-REAL_TOKENS_PER_BATCH = 2048
-REAL_NUM_BATCHES = 24
-REAL_MAX_LENGTH = 128
-PAD, BOS, EOS = 0, 2, 3
+from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
+from benchmarks._workloads import SIZE, load_batches, peak_memory_mb, target_tokens  # noqa: E402
+
+# Contender name: the harness module whose THROUGHPUT table holds it (_contender.py's shape),
+# imported when needed: a worker process imports only its own (ours-jax must not load TensorFlow).
+MODULES = {
+    "ours-tf": "ours", "ours-tf-xla": "ours", "ours-jax": "ours", "keras-hub": "keras-hub",
+    "keras-hub-tied": "keras-hub", "ours-tf-bf16": "ours", "keras-hub-bf16": "keras-hub",
+    "keras-hub-tied-bf16": "keras-hub", "torch.nn.Transformer": "torch",
+}
 
 
-def make_batches(seed=0):
-    """The synthetic workload: a list of (source, target_in, labels) int32 arrays."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    # Ids 4.. are ordinary tokens (0 pad, 1 unk, 2 bos, 3 eos).
-    source = rng.integers(4, CONFIG["vocab"], size=(NUM_BATCHES, BATCH, LENGTH), dtype="int32")
-    target = rng.integers(4, CONFIG["vocab"], size=(NUM_BATCHES, BATCH, LENGTH + 1), dtype="int32")
-    target[:, :, 0] = BOS
-    return [(source[i], target[i, :, :-1], target[i, :, 1:]) for i in range(NUM_BATCHES)]
-
-
-def make_real_batches(data_dir, work, bucket_width):
-    """The real-text workload (see the module docstring), cached in `work`."""
-    import numpy as np
-
-    cache = work / f"batches_width{bucket_width}.npz"
-    if cache.exists():
-        arrays = np.load(cache)
-        return [tuple(arrays[f"{name}{i}"] for name in ("source", "target", "labels"))
-                for i in range(len(arrays.files) // 3)]
-    paths = [Path(data_dir) / name for name in REAL_CORPORA]
-    missing = [str(path) for path in paths if not path.exists()]
-    if missing:
-        raise SystemExit(f"--workload real: {', '.join(missing)} not found (set --data-dir)")
-    from keras_transformer.data import SubwordTokenizer, default_bucket_boundaries, load_corpus, make_dataset
-
-    pairs = []
-    for path in paths:
-        pairs += load_corpus(str(path), source_key="en", target_key="de", max_chars=600)[0]
-    work.mkdir(parents=True, exist_ok=True)
-    tokenizer = SubwordTokenizer.train(pairs, vocabulary_size=CONFIG["vocab"], model_type="unigram", seed=0)
-    if tokenizer.vocabulary_size != CONFIG["vocab"] or (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id) != (
-            PAD, BOS, EOS):
-        raise SystemExit("--workload real: the tokenizer's vocabulary or special ids differ from the benchmark's")
-    dataset = make_dataset(
-        pairs, tokenizer, tokens_per_batch=REAL_TOKENS_PER_BATCH, max_length=REAL_MAX_LENGTH,
-        bucket_boundaries=default_bucket_boundaries(
-            REAL_MAX_LENGTH, min_boundary=bucket_width, growth=1, multiple=bucket_width),
-        training=True, seed=0, cache=False,
-    )
-    batches = []
-    for inputs, labels in dataset.take(REAL_NUM_BATCHES):
-        batches.append((inputs["source"].numpy(), inputs["target"].numpy(), labels.numpy()))
-    np.savez(cache, **{f"{name}{i}": array for i, batch in enumerate(batches)
-                       for name, array in zip(("source", "target", "labels"), batch)})
-    return batches
-
-
-def load_batches(workload, data_dir, work_dir, bucket_width=1):
-    """The batches of `workload` ("synthetic" or "real")."""
-    if workload == "real":
-        return make_real_batches(data_dir, Path(work_dir), bucket_width)
-    return make_batches()
-
-
-def cycled_dataset(batches):
-    """The batches as a tf.data pipeline that cycles them, one element per batch (shapes may differ)."""
-    import functools
-
-    import tensorflow as tf
-
-    elements = [tf.data.Dataset.from_tensors(({"source": s, "target": t}, y)) for s, t, y in batches]
-    return functools.reduce(lambda a, b: a.concatenate(b), elements).repeat().prefetch(4)
-
-
-def warmed_up(model, dataset, steps):
-    """An iterator over `dataset` after `steps` untimed steps of the compiled `model`'s train function
-    (the first through `fit`, which builds the optimizer)."""
-    model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
-    iterator = iter(dataset)
-    for _ in range(steps):
-        model.train_function(iterator)
-    return iterator
-
-
-def target_tokens(batches):
-    """Non-pad target tokens of each batch."""
-    return [int((labels != PAD).sum()) for _, _, labels in batches]
+def contender(name):
+    if MODULES[name] == "ours":
+        from benchmarks._contender_ours import THROUGHPUT
+    elif MODULES[name] == "keras-hub":
+        from benchmarks._contender_keras_hub import THROUGHPUT
+    else:
+        from benchmarks._contender_torch import THROUGHPUT
+    return THROUGHPUT[name]
 
 
 def training_products(batch, source_length, target_length):
@@ -165,7 +100,7 @@ def training_products(batch, source_length, target_length):
     the batch as rows. Embedding lookups, bias additions and the rest of the
     step are not matrix products and are not counted.
     """
-    d, f, v, n, h = (CONFIG[k] for k in ("d_model", "d_ff", "vocab", "layers", "heads"))
+    d, f, v, n, h = (SIZE[k] for k in ("d_model", "d_ff", "vocab", "layers", "heads"))
     s, t, depth = source_length, target_length, d // h
     sources, targets, heads = batch * s, batch * t, batch * h
     forward = []
@@ -235,325 +170,6 @@ def cycle_flops_and_tokens(batches):
     return flops, sum(target_tokens(batches))
 
 
-def peak_memory_mb():
-    """Peak resident memory of this process in MB.
-
-    Not ru_maxrss: Linux hands a parent's on to the children it starts (fork,
-    then exec), so every contender would report at least this script's own
-    peak. VmHWM belongs to the process's address space, which exec replaces.
-    (Also run inside OpenNMT-tf's process: self-contained.)
-    """
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def timed_fit(model, batches, steps, warmup):
-    """Runs model.fit over the cycled batches; returns seconds for the timed steps."""
-    import keras
-
-    dataset = cycled_dataset(batches)
-
-    class Clock(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            if batch == warmup - 1:
-                self.start = time.perf_counter()
-
-        def on_train_end(self, logs=None):
-            self.end = time.perf_counter()
-
-    clock = Clock()
-    model.fit(dataset, epochs=1, steps_per_epoch=warmup + steps, verbose=0, callbacks=[clock])
-    return clock.end - clock.start
-
-
-def run_ours(batches, steps, warmup, jit_compile, policy=None):
-    import keras
-
-    import keras_transformer as kt
-    from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
-
-    if policy:
-        keras.config.set_dtype_policy(policy)
-
-    model = kt.Transformer.from_preset(
-        "tiny",
-        vocabulary_size=CONFIG["vocab"],
-        d_model=CONFIG["d_model"],
-        num_heads=CONFIG["heads"],
-        d_ff=CONFIG["d_ff"],
-        num_encoder_layers=CONFIG["layers"],
-        num_decoder_layers=CONFIG["layers"],
-        dropout=CONFIG["dropout"],
-    )
-    model.compile(
-        optimizer=paper_optimizer(CONFIG["d_model"]),
-        loss=LabelSmoothedCrossEntropy(0.1),
-        jit_compile=jit_compile,
-    )
-    return timed_fit(model, batches, steps, warmup), keras.backend.backend()
-
-
-def run_keras_hub(batches, steps, warmup, policy=None):
-    """The keras-io translation example's architecture, built from KerasHub layers."""
-    import keras
-    import keras_hub
-
-    if policy:
-        keras.config.set_dtype_policy(policy)
-    d, f, h, v, n = (CONFIG[k] for k in ("d_model", "d_ff", "heads", "vocab", "layers"))
-    source = keras.Input((None,), dtype="int32", name="source")
-    target = keras.Input((None,), dtype="int32", name="target")
-    x = keras_hub.layers.TokenAndPositionEmbedding(v, 512, d, mask_zero=True)(source)
-    for _ in range(n):
-        x = keras_hub.layers.TransformerEncoder(f, h, dropout=CONFIG["dropout"])(x)
-    y = keras_hub.layers.TokenAndPositionEmbedding(v, 512, d, mask_zero=True)(target)
-    for _ in range(n):
-        y = keras_hub.layers.TransformerDecoder(f, h, dropout=CONFIG["dropout"])(y, x)
-    logits = keras.layers.Dense(v)(y)
-    model = keras.Model({"source": source, "target": target}, logits)
-    model.compile(
-        optimizer=keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
-    )
-    return timed_fit(model, batches, steps, warmup), "tensorflow"
-
-
-def build_keras_hub_tied(policy=None):
-    """KerasHub layers at our exact size: the like-for-like KerasHub contender.
-
-    As ours: one token embedding (`keras_hub.layers.ReversibleEmbedding`)
-    shared by source and target and tied to the output projection, scaled
-    by sqrt(d_model), plus sinusoidal positions (`SinePositionEncoding`),
-    dropout, post-norm `TransformerEncoder` / `TransformerDecoder` layers,
-    no output bias. Its parameter count equals ours (a test checks it).
-    """
-    import math
-
-    import keras
-    import keras_hub
-    from keras import ops
-
-    if policy:
-        keras.config.set_dtype_policy(policy)
-    d, f, h, v, n = (CONFIG[k] for k in ("d_model", "d_ff", "heads", "vocab", "layers"))
-    embedding = keras_hub.layers.ReversibleEmbedding(v, d, tie_weights=True, name="shared_embedding")
-    positions = keras_hub.layers.SinePositionEncoding(name="positions")
-    scale = math.sqrt(d)
-
-    def embed(ids, name):
-        x = embedding(ids) * scale
-        return keras.layers.Dropout(CONFIG["dropout"], name=f"{name}_dropout")(x + positions(x))
-
-    source = keras.Input((None,), dtype="int32", name="source")
-    target = keras.Input((None,), dtype="int32", name="target")
-    source_padding = ops.not_equal(source, PAD)
-    x = embed(source, "source")
-    for _ in range(n):
-        x = keras_hub.layers.TransformerEncoder(f, h, dropout=CONFIG["dropout"])(x, padding_mask=source_padding)
-    y = embed(target, "target")
-    for _ in range(n):
-        y = keras_hub.layers.TransformerDecoder(f, h, dropout=CONFIG["dropout"])(
-            y, x, decoder_padding_mask=ops.not_equal(target, PAD), encoder_padding_mask=source_padding)
-    logits = keras.layers.Activation("linear", dtype="float32", name="logits")(embedding(y, reverse=True))
-    return keras.Model({"source": source, "target": target}, logits)
-
-
-def compiled_keras_hub_tied(policy=None):
-    """`build_keras_hub_tied` compiled with our loss and optimizer: only the layers differ from ours."""
-    from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
-
-    model = build_keras_hub_tied(policy)
-    model.compile(optimizer=paper_optimizer(CONFIG["d_model"]), loss=LabelSmoothedCrossEntropy(0.1))
-    return model
-
-
-def run_keras_hub_tied(batches, steps, warmup, policy=None):
-    return timed_fit(compiled_keras_hub_tied(policy), batches, steps, warmup), "tensorflow"
-
-
-def run_torch(batches, steps, warmup):
-    import math
-
-    import torch
-
-    torch.set_num_threads(os.cpu_count())
-    torch.manual_seed(0)
-    d, f, h, v, n = (CONFIG[k] for k in ("d_model", "d_ff", "heads", "vocab", "layers"))
-
-    class TorchTransformer(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embedding = torch.nn.Embedding(v, d, padding_idx=0)
-            self.core = torch.nn.Transformer(
-                d, h, n, n, f, dropout=CONFIG["dropout"], batch_first=True
-            )
-            self.core.encoder.norm = None
-            self.core.decoder.norm = None
-            position = torch.arange(512).unsqueeze(1)
-            div = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
-            table = torch.zeros(512, d)
-            table[:, 0::2] = torch.sin(position * div)
-            table[:, 1::2] = torch.cos(position * div)
-            self.register_buffer("positions", table)
-            self.dropout = torch.nn.Dropout(CONFIG["dropout"])
-
-        def embed(self, ids):
-            return self.dropout(self.embedding(ids) * math.sqrt(d) + self.positions[: ids.shape[1]])
-
-        def forward(self, source, target):
-            causal = torch.nn.Transformer.generate_square_subsequent_mask(target.shape[1])
-            hidden = self.core(
-                self.embed(source), self.embed(target), tgt_mask=causal,
-                src_key_padding_mask=source == 0, memory_key_padding_mask=source == 0,
-                tgt_is_causal=True,
-            )
-            return hidden @ self.embedding.weight.T
-
-    model = TorchTransformer()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1)
-    batches = [tuple(torch.from_numpy(a).long() for a in batch) for batch in batches]
-    for step in range(warmup + steps):
-        if step == warmup:
-            start = time.perf_counter()
-        source, target, labels = batches[step % len(batches)]
-        logits = model(source, target)
-        loss = loss_fn(logits.reshape(-1, v), labels.reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return time.perf_counter() - start, "torch"
-
-
-OPENNMT_MODEL = """
-import opennmt
-
-def model():
-    return opennmt.models.Transformer(
-        num_layers={layers}, num_units={d_model}, num_heads={heads}, ffn_inner_dim={d_ff},
-        dropout={dropout}, attention_dropout=0.0, ffn_dropout=0.0,
-        share_embeddings=opennmt.models.EmbeddingsSharingLevel.ALL, pre_norm=False,
-    )
-"""
-
-
-def run_opennmt(batches, steps, warmup, python, real, prelude=""):
-    """OpenNMT-tf's own trainer on the same sentences, written as whitespace tokens.
-
-    Synthetic workload: one fixed-size batch per batch of ours (no
-    bucketing, no shuffling). Real workload: the same sentences, batched by
-    OpenNMT-tf itself (tokens, at the same budget, its own length buckets).
-    `prelude`: Python run in OpenNMT-tf's process before its trainer starts
-    (train_profile.py starts a profiler there).
-    """
-    import re
-
-    work = Path(tempfile.mkdtemp(prefix="onmt-"))
-    vocab = work / "vocab.txt"
-    # OpenNMT reserves ids 0-2 for the first three lines of the file and
-    # appends <unk>: <blank> <s> </s> w4 ... w{V-1} <unk> is a V-id vocabulary,
-    # like ours (pad, unk, bos, eos, 4 ... V-1).
-    specials = "<blank>\n<s>\n</s>\n"
-    vocab.write_text(specials + "".join(f"w{i}\n" for i in range(4, CONFIG["vocab"])))
-    longest = 0
-    with open(work / "src.txt", "w") as src, open(work / "tgt.txt", "w") as tgt:
-        for source, _, labels in batches:
-            for source_row, label_row in zip(source, labels):
-                source_ids = [i for i in source_row if i not in (PAD, BOS, EOS)]
-                # OpenNMT-tf appends its own </s>: the last label (EOS, or the
-                # 32nd synthetic token) is left out, so both count as many target tokens.
-                label_ids = [i for i in label_row if i != PAD][:-1]
-                longest = max(longest, len(source_ids), len(label_ids))
-                src.write(" ".join(f"w{i}" for i in source_ids) + "\n")
-                tgt.write(" ".join(f"w{i}" for i in label_ids) + "\n")
-    (work / "model.py").write_text(OPENNMT_MODEL.format(**CONFIG))
-    total = warmup + steps
-    (work / "config.yml").write_text(
-        f"""model_dir: {work}/run
-data:
-  train_features_file: {work}/src.txt
-  train_labels_file: {work}/tgt.txt
-  source_vocabulary: {vocab}
-  target_vocabulary: {vocab}
-params:
-  optimizer: Adam
-  optimizer_params: {{beta_1: 0.9, beta_2: 0.98, epsilon: 1.0e-9}}
-  learning_rate: 1.0e-4
-  label_smoothing: 0.1
-train:
-  batch_size: {REAL_TOKENS_PER_BATCH if real else BATCH}
-  batch_type: {"tokens" if real else "examples"}
-  effective_batch_size: null
-  max_step: {total}
-  save_checkpoints_steps: {total * 10}
-  save_summary_steps: {warmup}
-  sample_buffer_size: 0
-  length_bucket_width: {1 if real else 0}
-  maximum_features_length: {longest + 2}
-  maximum_labels_length: {longest + 2}
-"""
-    )
-    command = [
-        python, "-c",
-        prelude + "\nimport sys; from opennmt.bin.main import main; sys.argv=sys.argv[1:]\n"
-        + inspect.getsource(peak_memory_mb)
-        + "\ntry: main()\nfinally: print('PEAK_MB', peak_memory_mb())",
-        "onmt-main", "--model", str(work / "model.py"), "--config", str(work / "config.yml"),
-        "--auto_config", "train",
-    ]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="1", PYTHONPATH="")
-    output = subprocess.run(command, capture_output=True, text=True, env=env, cwd=work)
-    log = output.stdout + output.stderr
-    peak = re.findall(r"PEAK_MB ([\d.]+)", log)
-    intervals = opennmt_intervals(log)
-    if not intervals:
-        raise RuntimeError("OpenNMT-tf produced no throughput lines:\n" + log[-3000:])
-    return {**opennmt_rate(intervals), "peak_mb": float(peak[0]) if peak else float("nan"), "intervals": intervals}
-
-
-def opennmt_rate(intervals):
-    """Target tokens/s over OpenNMT-tf's logged intervals, the first left out.
-
-    The first interval holds the tracing (our contenders' warm-up). The rate
-    is the total of target tokens over the total time of the others, not the
-    mean of their rates (which would weigh a short interval like a long one).
-    """
-    timed = intervals[1:] or intervals
-    seconds = sum(interval_seconds for _, interval_seconds, _ in timed)
-    tokens = sum(interval_tokens for _, _, interval_tokens in timed)
-    return {"tokens_per_s": tokens / seconds, "seconds": seconds, "target_tokens": tokens,
-            "steps": sum(steps for steps, _, _ in timed)}
-
-
-def opennmt_intervals(log):
-    """(steps, seconds, target tokens) of each summary interval of an OpenNMT-tf 2.x training log.
-
-    OpenNMT-tf 2.32 logs, every `save_summary_steps` steps, "Step = N ;
-    steps/s = R, tokens/s = T (S source, U target) ; ...": the steps since the
-    previous line over R (rounded to hundredths: under 0.5% off at 1 step/s
-    or more) give the interval's seconds, and U times those its target tokens.
-    """
-    import re
-
-    pattern = re.compile(r"Step = (\d+) ; steps/s = ([\d.]+),.*?tokens/s = [\d.]+ \([\d.]+ source, ([\d.]+) target\)")
-    intervals, previous = [], 0
-    for step, steps_per_s, target_rate in pattern.findall(log):
-        step, steps_per_s, target_rate = int(step), float(steps_per_s), float(target_rate)
-        if steps_per_s <= 0:
-            continue
-        seconds = (step - previous) / steps_per_s
-        intervals.append((step - previous, seconds, target_rate * seconds))
-        previous = step
-    return intervals
-
-
 def matmul_peak_flops(size=4096, repeats=5, dtype="float32"):
     import tensorflow as tf
 
@@ -568,51 +184,16 @@ def matmul_peak_flops(size=4096, repeats=5, dtype="float32"):
     return 2 * size**3 / best
 
 
-CONTENDERS = {
-    "ours-tf": ("tensorflow", lambda b, a: run_ours(b, a.steps, a.warmup, jit_compile=False)),
-    "ours-tf-xla": ("tensorflow", lambda b, a: run_ours(b, a.steps, a.warmup, jit_compile=True)),
-    "ours-jax": ("jax", lambda b, a: run_ours(b, a.steps, a.warmup, jit_compile=True)),
-    "keras-hub": ("tensorflow", lambda b, a: run_keras_hub(b, a.steps, a.warmup)),
-    "keras-hub-tied": ("tensorflow", lambda b, a: run_keras_hub_tied(b, a.steps, a.warmup)),
-    # Mixed precision (bfloat16 matmuls, float32 weights and loss): AMX/AVX512-BF16
-    # CPUs run bfloat16 matmuls ~2x faster. Same model, other numerics, so these
-    # rows are compared with each other and with the bfloat16 matmul peak.
-    "ours-tf-bf16": ("tensorflow", lambda b, a: run_ours(b, a.steps, a.warmup, jit_compile=False,
-                                                         policy="mixed_bfloat16")),
-    "keras-hub-bf16": ("tensorflow", lambda b, a: run_keras_hub(b, a.steps, a.warmup, policy="mixed_bfloat16")),
-    "keras-hub-tied-bf16": ("tensorflow", lambda b, a: run_keras_hub_tied(b, a.steps, a.warmup,
-                                                                          policy="mixed_bfloat16")),
-    "torch.nn.Transformer": ("torch", lambda b, a: run_torch(b, a.steps, a.warmup)),
-}
-
-
-# What each row is, printed under the table and kept in the record.
-LABELS = {
-    "ours-tf": "ours, TensorFlow, plain graph",
-    "ours-tf-xla": "ours, TensorFlow, XLA",
-    "ours-jax": "ours, JAX (jit)",
-    "keras-hub": "KerasHub layers, keras-io architecture (untied Dense output, learned positions; ~11.9M "
-                 "parameters), stock Adam, no label smoothing",
-    "keras-hub-tied": "KerasHub layers at our exact size (one tied ReversibleEmbedding, sinusoidal positions; "
-                      "our parameter count), our loss and paper_optimizer: like for like",
-    "ours-tf-bf16": "ours, mixed_bfloat16, plain graph",
-    "keras-hub-bf16": "keras-io architecture, mixed_bfloat16",
-    "keras-hub-tied-bf16": "KerasHub layers at our exact size, mixed_bfloat16",
-    "torch.nn.Transformer": "torch.nn.Transformer with a tied embedding, eager",
-    "opennmt-tf": "OpenNMT-tf 2.32 onmt-main (its own trainer; real text: its own batching)",
-}
-
-
 def worker(args):
     """Runs one contender in this process and prints one JSON line."""
     batches = load_batches(args.workload, args.data_dir, args.work_dir, args.bucket_width)
-    seconds, backend = CONTENDERS[args.worker][1](batches, args)
-    counts = target_tokens(batches)
-    tokens = sum(counts[step % len(batches)] for step in range(args.warmup, args.warmup + args.steps))
+    harness = contender(args.worker)
+    timed = harness.train_steps(harness.build(SIZE), batches, args.steps, args.warmup)
+    seconds = timed["seconds"]
     print("RESULT " + json.dumps({
-        "name": args.worker, "backend": backend, "tokens_per_s": tokens / seconds,
+        "name": args.worker, "backend": harness.backend, "tokens_per_s": timed["target_tokens"] / seconds,
         "steps_per_s": args.steps / seconds, "peak_mb": peak_memory_mb(),
-        "seconds": seconds, "target_tokens": tokens, "steps": args.steps,
+        "seconds": seconds, "target_tokens": timed["target_tokens"], "steps": args.steps,
     }))
 
 
@@ -652,25 +233,25 @@ def main():
         args.warmup = len(batches) if real else 5
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1 (got {args.rounds})")
-    names = args.only or list(CONTENDERS) + ["opennmt-tf"]
-    unknown = sorted(set(names) - set(CONTENDERS) - {"opennmt-tf"})
+    names = args.only or list(MODULES) + ["opennmt-tf"]
+    unknown = sorted(set(names) - set(MODULES) - {"opennmt-tf"})
     if unknown:
         parser.error(f"--only: unknown contender(s) {', '.join(unknown)}; choose from "
-                     f"{', '.join(list(CONTENDERS) + ['opennmt-tf'])}")
+                     f"{', '.join(list(MODULES) + ['opennmt-tf'])}")
     peak = matmul_peak_flops()
     peak_bf16 = matmul_peak_flops(dtype="bfloat16") if any(n.endswith("-bf16") for n in names) else None
     cycle_flops, cycle_tokens = cycle_flops_and_tokens(batches)
+    opennmt = OpenNMT(args.opennmt_python)
     flops_per_token = cycle_flops / cycle_tokens
     def run_contender(name):
         """One timed run of `name` in its own process; None if it is not installed."""
         if name == "opennmt-tf":
-            if not Path(args.opennmt_python).exists():
-                print(f"  skipped: {args.opennmt_python} not found", file=sys.stderr)
+            if not opennmt.available():
+                print(f"  skipped: {args.opennmt_python} not found ({INSTALL})", file=sys.stderr)
                 return None
-            return {"name": name, "backend": "tensorflow 2.13",
-                    **run_opennmt(batches, args.steps, args.warmup, args.opennmt_python, real)}
-        backend = CONTENDERS[name][0]
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
+            return {"name": name, "backend": opennmt.backend,
+                    **opennmt.train_steps(None, batches, args.steps, args.warmup, real=real)}
+        env = dict(os.environ, KERAS_BACKEND=contender(name).backend, TF_CPP_MIN_LOG_LEVEL="2")
         command = [sys.executable, __file__, "--worker", name, "--workload", args.workload,
                    "--data-dir", args.data_dir, "--work-dir", args.work_dir,
                    "--bucket-width", str(args.bucket_width),
@@ -707,7 +288,7 @@ def main():
         results.append({"name": name, "backend": first["backend"], "tokens_per_s": statistics.median(rates),
                         "vs_reference": statistics.median(ratios), "vs_reference_range": [min(ratios), max(ratios)],
                         "peak_mb": max(r[name]["peak_mb"] for r in rounds), "tokens_per_s_by_round": rates,
-                        "label": LABELS.get(name, name)})
+                        "label": opennmt.label if name == "opennmt-tf" else contender(name).label})
 
     spread = args.rounds > 1
     rounds_note = f", {args.rounds} rounds (medians; vs {reference}: median and range of same-round ratios)"
@@ -744,7 +325,7 @@ def main():
     record.update({
         "workload": {"kind": args.workload, "bucket_width": args.bucket_width if real else None,
                      "batches": len(batches), "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
-                     "config": CONFIG, "target_tokens_per_batch": cycle_tokens / len(batches)},
+                     "config": SIZE, "target_tokens_per_batch": cycle_tokens / len(batches)},
         "reference": reference, "matmul_peak_flops": peak, "bfloat16_matmul_peak_flops": peak_bf16,
         "flops_per_target_token": flops_per_token, "matmul_floor_tokens_per_s": floor_rate,
         "floor_from_our_batches": sorted(ours_batches_only & {r["name"] for r in results}),

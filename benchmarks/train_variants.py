@@ -49,7 +49,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _records, report  # noqa: E402
-from benchmarks import train_throughput as workloads  # noqa: E402
+from benchmarks import _workloads as workloads  # noqa: E402
+from benchmarks._contender_ours import Ours  # noqa: E402
 
 VARIANTS = {
     "shipped": "the layers as shipped (reference)",
@@ -129,18 +130,13 @@ def build(variant):
     import keras
     import tensorflow as tf
 
-    import keras_transformer as kt
     from keras_transformer.layers.attention import MultiHeadAttention
     from keras_transformer.layers.feed_forward import PositionwiseFeedForward
-    from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
 
-    config = workloads.CONFIG
     keras.utils.set_random_seed(0)
-    model = kt.Transformer.from_preset(
-        "tiny", vocabulary_size=config["vocab"], d_model=config["d_model"], num_heads=config["heads"],
-        d_ff=config["d_ff"], num_encoder_layers=config["layers"], num_decoder_layers=config["layers"],
-        dropout=config["dropout"],
-    )
+    # Ours' harness, compiled with our loss and optimizer (Keras' "auto" XLA choice); the train
+    # function is made at the first step, after the swaps below.
+    model = Ours(jit_compile="auto").build(workloads.SIZE)
     swaps = {
         "fused-layer-norm": {keras.layers.LayerNormalization: fused_layer_norm_call},
         "flat-projections": {MultiHeadAttention: attention_call(fuse=False),
@@ -155,7 +151,6 @@ def build(variant):
                 swapped += 1
     if swaps and not swapped:
         raise SystemExit(f"variant {variant}: no layer to swap (did the model's layers change?)")
-    model.compile(optimizer=paper_optimizer(config["d_model"]), loss=LabelSmoothedCrossEntropy(0.1))
     if variant == "static-shapes":
         traced = tf.function
 
@@ -228,7 +223,7 @@ def main():
 
     record.update({
         "workload": {"kind": args.workload, "batches": len(batches), "steps": args.steps, "rounds": args.rounds,
-                     "warmup_passes": 2, "config": workloads.CONFIG,
+                     "warmup_passes": 2, "config": workloads.SIZE,
                      "target_tokens_per_batch": sum(counts) / len(batches)},
         "reference": "shipped", "rounds": rounds,
         "results": [{"name": name, "label": VARIANTS[name]} for name in names],

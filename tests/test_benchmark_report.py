@@ -79,10 +79,12 @@ def test_markers_select_records_and_check_reports_a_difference(tmp_path):
 
 
 def test_quality_table_averages_seeds_and_keeps_other_precisions_apart():
-    def record(contender, seed, bleu, chrf, precision="none", optimizer=None):
+    def record(contender, seed, bleu, chrf, precision="none", optimizer=None, architecture=None):
         settings = {"mixed_precision": precision}
         if optimizer:
             settings["optimizer"] = optimizer
+        if architecture:
+            settings["architecture"] = architecture
         return {"contender": contender, "seed": seed, "run": "r1", "command": "python benchmarks/quality.py",
                 "commit": "abc1234", "date": "2026-01-01 00:00 UTC", "machine": {"cpus": 2},
                 "settings": settings, "steps": 100 + seed, "train_minutes": 20.0, "bleu": bleu, "chrf": chrf}
@@ -90,8 +92,11 @@ def test_quality_table_averages_seeds_and_keeps_other_precisions_apart():
     records = [record("ours", 0, 5.0, 19.0), record("keras-hub", 0, 2.0, 13.0, optimizer="densified"),
                record("ours", 1, 6.0, 20.0), record("keras-hub", 1, 3.0, 14.0, optimizer="densified"),
                record("keras-hub", 0, 1.0, 12.0, optimizer="stock"),
-               record("ours", 0, 4.0, 18.0, precision="mixed_bfloat16")]
+               record("ours", 0, 4.0, 18.0, precision="mixed_bfloat16"),
+               record("keras-hub", 0, 4.5, 17.0, optimizer="densified", architecture="tied")]
     lines = report.quality_table(records, {}).splitlines()
+    # The like-for-like model is its own row; records without an architecture are the keras-io one.
+    assert "| KerasHub layers, like for like | float32 | 0 | 100 | 20.0 | 4.5 | 17.0 |" in lines
     assert "| ours | float32 | 0 1 | 100 | 20.0 | 5.5 (5.0-6.0) | 19.5 (19.0-20.0) |" in lines
     assert "| KerasHub layers | float32 | 0 1 | 100 | 20.0 | 2.5 (2.0-3.0) | 13.5 (13.0-14.0) |" in lines
     assert "| KerasHub layers, stock Adam | float32 | 0 | 100 | 20.0 | 1.0 | 12.0 |" in lines
@@ -258,7 +263,7 @@ def test_complete_steps_window_counts_only_whole_steps(tmp_path):
 
 
 def test_opennmt_rate_is_total_tokens_over_total_time():
-    from benchmarks.train_throughput import opennmt_intervals, opennmt_rate
+    from benchmarks._contender_opennmt import opennmt_intervals, opennmt_rate
 
     log = "\n".join([
         "INFO:tensorflow:Step = 5 ; steps/s = 0.10, tokens/s = 150 (50 source, 100 target) ; Learning rate = 0.1 ; "
@@ -344,29 +349,42 @@ def test_gpu_table_keeps_gpus_and_batch_shapes_apart():
 
 
 def complexity_record():
-    """A 2 x 2 grid (n 16, 64; d 32, 128; 64 tokens per batch) whose times follow exact power laws:
-    attention core t = c n^2 d per sequence, LSTM t = c n d^2, so the fits must give (2, 1) and (1, 2)."""
+    """A 3 x 3 grid (n 16, 32, 64; d 32, 64, 128; 64 tokens per batch) where the upper-half fit and the
+    all-cells fit differ. Per sequence, attention core t = 1e-9 n^2 d and LSTM t = 4e-9 n d^2, exactly,
+    except in one cell each outside the upper half (n >= 32, d >= 64), where the time is doubled:
+    attention core at (16, 32), LSTM at (16, 128), as a fixed overhead would on small cells."""
     tokens, seconds = 64, {"attention core": {}, "LSTM": {}}
-    for n in (16, 64):
-        for d in (32, 128):
+    for n in (16, 32, 64):
+        for d in (32, 64, 128):
             batch = tokens // n
+            core = 1e-9 * n * n * d * (2 if (n, d) == (16, 32) else 1)
+            lstm = 4e-9 * n * d * d * (2 if (n, d) == (16, 128) else 1)
             # three rounds; the median is the middle value (the others are noise around it)
-            seconds["attention core"][f"n={n},d={d}"] = [1e-9 * n * n * d * batch * f for f in (1.0, 3.0, 0.5)]
-            seconds["LSTM"][f"n={n},d={d}"] = [4e-9 * n * d * d * batch * f for f in (2.0, 1.0, 0.9)]
+            seconds["attention core"][f"n={n},d={d}"] = [core * batch * f for f in (1.0, 3.0, 0.5)]
+            seconds["LSTM"][f"n={n},d={d}"] = [lstm * batch * f for f in (2.0, 1.0, 0.9)]
     return {"benchmark": "complexity", "time": "2026-11-25 10:00:00 UTC", "commit": "abc1234",
             "command": "python benchmarks/complexity.py", "machine": {"cpus": 2},
             "load_average": {"before": [0.1], "after": [0.2]},
-            "settings": {"lengths": [16, 64], "widths": [32, 128], "tokens": tokens, "rounds": 3, "repeats": 3},
+            "settings": {"lengths": [16, 32, 64], "widths": [32, 64, 128], "tokens": tokens, "rounds": 3,
+                         "repeats": 3},
             "seconds_per_batch": seconds}
 
 
-def test_complexity_table_recovers_hand_made_exponents():
+def test_complexity_table_fits_all_cells_and_the_upper_half_apart():
     text = report.complexity_table([complexity_record()], {})
     rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert rows["attention core"] == "| attention core | (2, 1) | 2.00 | 1.00 | 2.00 | 1.00 |"
-    assert rows["LSTM"] == "| LSTM | (1, 2) | 1.00 | 2.00 | 1.00 | 2.00 |"
-    # Where n = d is not on the grid there is no diagonal row.
-    # Per sequence at n=16, d=32: core 1e-9*16*16*32 s = 0.008192 ms.
+    assert "p, n >= 32, d >= 64" in text  # the grid's geometric middles
+    # The upper half (n 32, 64; d 64, 128) holds only exact cells: (2, 1) and (1, 2).
+    # All cells, by hand: on a full 3 x 3 grid equally spaced in log2 n and log2 d (centred x, y in
+    # {-1, 0, 1}), least squares separates per axis: p = p0 + sum(x e) / sum(x^2), where e is the
+    # log2 excess of each cell (1 in the doubled cell, 0 elsewhere) and sum(x^2) = 6 over nine cells.
+    # Attention core, doubled at x = -1, y = -1: p = 2 - 1/6 = 1.83, q = 1 - 1/6 = 0.83.
+    # LSTM, doubled at x = -1, y = +1: p = 1 - 1/6 = 0.83, q = 2 + 1/6 = 2.17.
+    assert rows["attention core"] == "| attention core | (2, 1) | 1.83 | 0.83 | 2.00 | 1.00 |"
+    assert rows["LSTM"] == "| LSTM | (1, 2) | 0.83 | 2.17 | 1.00 | 2.00 |"
+    # Where n = d is on the grid (32 and 64) there is a diagonal row: attention core at n = d = 32,
+    # 1e-9 * 32 * 32 * 32 s = 0.032768 ms per sequence.
+    assert "| 32 | 0.0328 |" in text and "| 64 |" in text and "| 16 |" not in text
     assert report.milliseconds(1e-9 * 16 * 16 * 32) == "0.00819"
     assert report.milliseconds(0.1234) == "123"
 
@@ -464,7 +482,7 @@ def import_cycles(graph):
 
 def test_no_import_cycle_between_benchmark_modules(tmp_path):
     assert import_cycles(benchmark_imports(ROOT / "benchmarks")) == []
-    # The check sees a lazy import inside a function, as _quality_keras_hub.py had of quality.py.
+    # The check sees a lazy import inside a function, as the old _quality_keras_hub.py had of quality.py.
     (tmp_path / "quality.py").write_text("from benchmarks import _quality_keras_hub\n")
     (tmp_path / "_quality_keras_hub.py").write_text("def f():\n    from benchmarks.quality import versions\n")
     assert import_cycles(benchmark_imports(tmp_path))
@@ -494,3 +512,27 @@ def test_data_scale_table_from_a_fixture():
     # 600 s at 100,000 pairs, 1,480 s at 4,500,000: 0.2 ms a pair, 1,480 + 31.5M x 0.2 ms = 7,780 s at 36M.
     assert "36 million pairs (WMT14 English-French): 2.2 hours" in text
     assert text.count("`python benchmarks/data_scale.py`") == 2  # the two invocations, not the third
+
+
+def test_limit_rule_table_from_a_fixture():
+    from benchmarks._report_tables import limit_rule_table
+
+    def result(split, search, rule, bleu, chrf, at_limit, cut, changed, ratio, sentences=200):
+        return {"split": split, "search": search, "beam_size": 1 if search == "greedy" else 4, "rule": rule,
+                "sentences": sentences, "bleu": bleu, "chrf": chrf, "at_limit": at_limit, "cut": cut,
+                "changed_vs_fallback": changed, "length_ratio": ratio}
+
+    run = {"dir": "/runs/pt", "steps": 2345, "decoding": {"alpha": 0.6, "max_extra_length": 50}}
+    record = {"command": "python benchmarks/limit_rule.py /runs/pt", "commit": "abc", "time": "t1",
+              "machine": {"cpus": 2}, "run": run, "limit": 200,
+              "results": [result("ddtp", "beam", "fallback", 12.346, 30.061, 7, 3, 0, 1.046),
+                          result("ddtp", "beam", "force_eos", 12.964, 30.04, 5, 0, 4, 0.998),
+                          result("po", "greedy", "finish", 3.04, 19.94, 42, 42, 0, 1.3, sentences=80)]}
+    text = limit_rule_table([record, dict(record, time="t2", results=[])], {"time": "t1"})
+    rows = [line for line in text.splitlines() if line.startswith("| ddtp") or line.startswith("| po")]
+    # 7 and 3 of 200 sentences: 3.5% and 1.5%; 42 of 80: 52.5%.
+    assert rows == ["| ddtp | beam 4 | fallback | 12.35 | 30.06 | 7 (3.5%) | 3 (1.5%) | 0 | 1.05 |",
+                    "| ddtp | beam 4 | force_eos | 12.96 | 30.04 | 5 (2.5%) | 0 (0.0%) | 4 | 1.00 |",
+                    "| po | greedy | finish | 3.04 | 19.94 | 42 (52.5%) | 42 (52.5%) | 0 | 1.30 |"]
+    assert "after 2345 steps; 80 or 200 sentences a split, the first 200 pairs of each;" in text
+    assert "outputs up to source + 50 tokens" in text and "`python benchmarks/limit_rule.py /runs/pt`" in text
