@@ -56,6 +56,23 @@ def test_serve_table_from_a_fixture_matches_hand_computed_medians():
     ]
 
 
+def test_serve_table_gives_ratios_to_the_references_its_record_has():
+    record = fixture_record()
+    record["seconds"] = {"beam": {
+        "CTranslate2 float32": [2.0, 1.0, 2.0],  # rates 5, 10, 5
+        "CTranslate2 int8": [1.0, 1.0, 1.0],  # rates 10, 10, 10
+        # rates 5, 5, 10: to float32 1.0, 0.5, 2.0 -> 1.0; to int8 0.5, 0.5, 1.0 -> 0.5
+        "SavedModel plain variant, bfloat16 (translate_ids)": [2.0, 2.0, 1.0],
+    }}
+    assert report.serve_table([record], {}).splitlines()[2:] == [
+        "| contender | beam 4 | vs CT2 float32 | vs CT2 int8 |",
+        "| --- | --- | --- | --- |",
+        "| CTranslate2 float32 | 5.0 | 1.00x | 0.50x |",
+        "| CTranslate2 int8 | 10.0 | 2.00x | 1.00x |",
+        "| SavedModel plain variant, bfloat16 | 5.0 | 1.00x | 0.50x |",
+    ]
+
+
 def test_markers_select_records_and_check_reports_a_difference(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
