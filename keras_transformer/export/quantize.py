@@ -202,10 +202,10 @@ def check_bfloat16_export(export_dir):
         raise ValueError(f"{export_dir}: float variables not in bfloat16: {wide}")
     products, _ = _graph_ops(export_dir)
     others = {name: count for name, count in products.items() if name != "DT_BFLOAT16"}
-    if not products.get("DT_BFLOAT16"):
-        raise ValueError(f"{export_dir}: no bfloat16 product in the graph")
     if others:
         raise ValueError(f"{export_dir}: matrix products outside bfloat16: {others}")
+    if not products.get("DT_BFLOAT16"):
+        raise ValueError(f"{export_dir}: no bfloat16 product in the graph")
     return {"bfloat16_variables": len(variables), "bfloat16_products": products["DT_BFLOAT16"]}
 
 
