@@ -476,8 +476,11 @@ def data_scale_table(records, options):
     return text
 
 
+from benchmarks._serve_profile_table import serve_profile_table  # noqa: E402  (it uses the helpers above)
+
 GENERATORS = {
     "serve": ("serve", serve_table),
+    "serve-profile": ("serve_profile", serve_profile_table),
     "serve-summary": ("serve", serve_summary),
     "train-throughput": ("train_throughput", throughput_table),
     "train-variants": ("train_variants", variants_table),

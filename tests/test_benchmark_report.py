@@ -73,6 +73,20 @@ def test_serve_table_gives_ratios_to_the_references_its_record_has():
     ]
 
 
+def test_serve_profile_table_splits_each_step_into_products_and_the_rest():
+    record = {**fixture_record(), "benchmark": "serve_profile", "command": "python benchmarks/serve_profile.py",
+              "workload": {"preset": "base", "vocabulary": 32000, "batch": 16, "beam_size": 4, "rows": 64,
+                           "steps": 50},
+              "ms_per_step": {"int8, XLA": {"step": 40.0, "products": 30.0},
+                              "float32, plain": {"step": 80.0, "products": 20.0}}}
+    assert report.GENERATORS["serve-profile"][1]([record], {}).splitlines()[2:] == [
+        "| precision | variant | model step | products alone | rest |",
+        "| --- | --- | ---: | ---: | ---: |",
+        "| int8 | XLA | 40.0 | 30.0 (75%) | 10.0 |",
+        "| float32 | plain | 80.0 | 20.0 (25%) | 60.0 |",
+    ]
+
+
 def test_markers_select_records_and_check_reports_a_difference(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
