@@ -111,11 +111,10 @@ def products_loop(model, source, args, jit_compile):
                 outputs += [self_attention.output_projection(x), cross.query_projection(x),
                             cross.output_projection(x), layer.feed_forward.inner(x), layer.feed_forward.outer(h)]
             outputs.append(model.target_embedding.logits(x))
-            # Chained adds, not tf.add_n: grappler rewrites add_n in a while loop into temporary
-            # variables that fail on the next iteration ("AlreadyExistsError ... TmpVar").
-            for out in outputs:
-                total = total + tf.cast(tf.reduce_sum(out[:, :, :1]), tf.float32)
-            return step + 1, total
+            # One stacked sum, not tf.add_n or chained adds: grappler rewrites those inside a while
+            # loop into temporary variables that fail on the next iteration ("AlreadyExistsError ... TmpVar").
+            touched = tf.stack([tf.cast(tf.reduce_sum(out[:, :, :1]), tf.float32) for out in outputs])
+            return step + 1, total + tf.reduce_sum(touched)
 
         return tf.while_loop(lambda step, _: step < args.steps, body, (0, tf.constant(0.0)))[1]
 
