@@ -19,6 +19,9 @@ Contenders, each named with its path:
   `translate_ids` signature: the plain variant (what stock TF Serving runs)
   and the XLA variant (`jit_compile=True`: TF Serving with
   `--xla_cpu_compilation_enabled`, or GPU);
+- with `--quantize int8|int8_weights|bfloat16` (repeatable), both variants
+  exported in that precision too (`export_saved_model(quantize=...)`);
+  `--no-in-process` leaves out ours in process (a shorter run at base size);
 - CTranslate2 (`pip install ctranslate2`; skipped when missing) running the
   same weights exported with `export_ctranslate2`, float32 and int8
   (`compute_type`), on token strings, `intra_threads` = CPU count.
