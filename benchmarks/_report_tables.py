@@ -3,7 +3,6 @@
 markers. Medians are over the rounds of a record, and a ratio is the median of the ratios taken
 within each round, not the ratio of the medians."""
 
-import importlib
 import re
 import statistics
 from collections import Counter, OrderedDict
@@ -102,24 +101,34 @@ def ratio_text(value):
     return "-" if value is None else f"{value:.2f}x"
 
 
+# The references a serve table gives ratios to, each where its record has it: a record made with
+# `serve.py --no-in-process` has no "ours in process" row.
+SERVE_COLUMNS = (("ours in process, XLA", "vs ours XLA"), ("CTranslate2 float32", "vs CT2 float32"),
+                 ("CTranslate2 int8", "vs CT2 int8"))
+
+
 def serve_table(records, options):
     record = select(records, options, "table:serve")[-1]
-    summary = serve_summary_statistics(record)
-    searches = list(summary)
+    rates = serve_rates(record)
+    searches = list(rates)
     rounds = len(next(iter(record["seconds"][searches[0]].values())))
+    columns = [(reference, label) for reference, label in SERVE_COLUMNS
+               if any(reference in rates[search] for search in searches)]
     header = ["contender"]
     for search in searches:
-        header += [search_title(search, record), "vs ours XLA", "vs CT2 float32"]
-    names = list(OrderedDict.fromkeys(name for search in searches for name in summary[search]))
+        header += [search_title(search, record)] + [label for _, label in columns]
+    names = list(OrderedDict.fromkeys(name for search in searches for name in rates[search]))
     rows = []
     for name in names:
         row = [short_name(name)]
         for search in searches:
-            if name in summary[search]:
-                median, _, _, vs_ours, vs_ct2 = summary[search][name]
-                row += [f"{median:.1f}", ratio_text(vs_ours), ratio_text(vs_ct2)]
-            else:
-                row += ["-", "-", "-"]
+            values = rates[search].get(name)
+            if values is None:
+                row += ["-"] * (1 + len(columns))
+                continue
+            row.append(f"{statistics.median(values):.1f}")
+            row += [ratio_text(median_ratio(values, rates[search][reference]) if reference in rates[search] else None)
+                    for reference, _ in columns]
         rows.append(row)
     return caption(record, f"sentences/s, medians of {rounds} rounds; ratios are medians of the same-round "
                            "ratios") + "\n\n" + markdown_table(header, rows)
@@ -468,32 +477,3 @@ def data_scale_table(records, options):
         text += (f"\n\nPreparation time extrapolated linearly from the two largest sizes ({a:,} and {b:,} pairs) "
                  f"to 36 million pairs (WMT14 English-French): {hours:.1f} hours.")
     return text
-
-
-def script_table(module, marker):
-    """The generator of a benchmark script whose `table_parts(record)` gives (what, header, rows[, align]):
-    limit_rule.py, torch_blocking.py (imported when a table needs it: they import more than the report)."""
-    def table(records, options):
-        parts = importlib.import_module(f"benchmarks.{module}").table_parts
-        record = select(records, options, f"table:{marker}")[-1]
-        what, header, rows, *align = parts(record)
-        return caption(record, what) + "\n\n" + markdown_table(header, rows, *align)
-    return table
-
-
-limit_rule_table = script_table("limit_rule", "limit-rule")
-torch_blocking_table = script_table("torch_blocking", "torch-blocking")
-
-GENERATORS = {
-    "serve": ("serve", serve_table),
-    "serve-summary": ("serve", serve_summary),
-    "train-throughput": ("train_throughput", throughput_table),
-    "train-variants": ("train_variants", variants_table),
-    "train-profile": ("train_profile", profile_table),
-    "quality": ("quality", quality_table),
-    "gpu": ("gpu", gpu_table),
-    "complexity": ("complexity", complexity_table),
-    "data-scale": ("data_scale", data_scale_table),
-    "limit-rule": ("limit_rule", limit_rule_table),
-    "torch-blocking": ("torch_blocking", torch_blocking_table),
-}

@@ -19,6 +19,9 @@ Contenders, each named with its path:
   `translate_ids` signature: the plain variant (what stock TF Serving runs)
   and the XLA variant (`jit_compile=True`: TF Serving with
   `--xla_cpu_compilation_enabled`, or GPU);
+- with `--quantize int8|int8_weights|bfloat16` (repeatable), both variants
+  exported in that precision too (`export_saved_model(quantize=...)`);
+  `--no-in-process` leaves out ours in process (a shorter run at base size);
 - CTranslate2 (`pip install ctranslate2`; skipped when missing) running the
   same weights exported with `export_ctranslate2`, float32 and int8
   (`compute_type`), on token strings, `intra_threads` = CPU count.
@@ -77,8 +80,10 @@ def parse_args(argv=None):
     parser.add_argument("--searches", default="beam,greedy")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-ctranslate2", action="store_true")
-    parser.add_argument("--quantize", choices=("int8", "int8_weights"), action="append", default=[],
-                        help="also the SavedModel variants exported with this int8 mode (repeatable)")
+    parser.add_argument("--quantize", choices=("int8", "int8_weights", "bfloat16"), action="append", default=[],
+                        help="also the SavedModel variants exported with this mode (repeatable)")
+    parser.add_argument("--no-in-process", action="store_true",
+                        help="leave out ours in process (the served variants and CTranslate2 only)")
     parser.add_argument("--record", default=_records.default_path("serve"),
                         help="JSON-lines file the run's record is appended to (default %(default)s)")
     return parser.parse_args(argv)
@@ -146,7 +151,7 @@ def contenders_for(search, model, tokenizer, sources, args, work):
         return lambda: np.asarray(keras.ops.convert_to_numpy(
             run_search(model, ids, jit_compile=jit_compile, **options)["ids"]))
 
-    contenders = {
+    contenders = {} if args.no_in_process else {
         "ours in process, XLA": ours(True),
         "ours in process, plain graph": ours(False),
     }
@@ -210,10 +215,10 @@ def run_rounds(contenders, args):
 
 def table(search, seconds, batch):
     rates = {name: [batch / s for s in values] for name, values in seconds.items()}
-    reference_names = ["ours in process, XLA", "CTranslate2 float32"]
+    reference_names = ["ours in process, XLA", "CTranslate2 float32", "CTranslate2 int8"]
     print(f"\n{search}: sentences/s, median of {len(next(iter(rates.values())))} rounds; ratios are medians "
           "of same-round ratios")
-    header = ["contender", "sent/s (median)", "range", "vs ours XLA", "vs CTranslate2 float32"]
+    header = ["contender", "sent/s (median)", "range", "vs ours XLA", "vs CTranslate2 float32", "vs CTranslate2 int8"]
     rows = []
     for name, values in rates.items():
         row = [name, f"{np.median(values):.1f}", f"{min(values):.1f}-{max(values):.1f}"]

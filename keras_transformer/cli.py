@@ -267,6 +267,9 @@ def cmd_export(args):
                          f"--limit-rule {args.limit_rule} applies to --format saved_model only")
     if args.format == "ctranslate2" and args.warmup_rows is not None:
         raise SystemExit("error: --warmup-rows applies to --format saved_model only")
+    if args.format == "ctranslate2" and args.quantize == "bfloat16":
+        raise SystemExit("error: --quantize bfloat16 is for --format saved_model; for CTranslate2 give "
+                         "--quantization bfloat16 (the engine converts the float weights)")
     if args.format == "ctranslate2" and args.quantize and args.quantization not in (None, "int8"):
         raise SystemExit("error: --quantize gives int8 weights: export them with --quantization int8 (the default then)")
     if args.format == "ctranslate2":
@@ -440,11 +443,12 @@ def build_parser():
     export.add_argument("--jit-compile", "--xla", dest="jit_compile", action="store_true",
                         help="SavedModel whose search is compiled with XLA (2-3x faster on CPU): for TF "
                              "Serving with --xla_cpu_compilation_enabled, or GPU; stock servers need the default "
-                             "(--xla is its former name)"),
-    export.add_argument("--quantize", choices=("int8", "int8_weights"),
-                        help="int8 weights (Keras int8 quantization of the Dense layers): int8 quantizes "
-                             "activations at run time too, int8_weights multiplies in float32; with --format "
-                             "ctranslate2 the engine gets the int8 kernels as they are")
+                             "(--xla is its former name)")
+    export.add_argument("--quantize", choices=("int8", "int8_weights", "bfloat16"),
+                        help="lower-precision weights: int8 (Keras int8 quantization of the Dense layers and "
+                             "the shared embedding) quantizes activations at run time too, int8_weights "
+                             "multiplies in float32 (with --format ctranslate2 the engine gets the int8 kernels "
+                             "as they are); bfloat16: weights and compute in bfloat16 (SavedModel only)")
     export.add_argument("--warmup-rows", type=int,
                         help="TF Serving warm-up records cover requests of up to this many rows (default 64): "
                              "with --jit-compile, one per padded (rows, length) shape the server will compile")

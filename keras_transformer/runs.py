@@ -458,8 +458,8 @@ def export(output_dir, base_dir=None, *, name="translator", version=None, decodi
     its decoding settings (`decoding` overrides some) and, as the input limit,
     the longest source seen in training (`data.max_length`). `base_dir`
     defaults to RUN/export; `warmup_rows` (default 64) bounds the requests
-    the TF Serving warm-up records cover; `quantize` ("int8", "int8_weights")
-    exports int8 weights; returns the version directory."""
+    the TF Serving warm-up records cover; `quantize` ("int8", "int8_weights",
+    "bfloat16") exports lower-precision weights; returns the version directory."""
     from keras_transformer.export import export_saved_model
     from keras_transformer.export.warmup import DEFAULT_WARMUP_ROWS
 

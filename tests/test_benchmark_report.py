@@ -56,6 +56,37 @@ def test_serve_table_from_a_fixture_matches_hand_computed_medians():
     ]
 
 
+def test_serve_table_gives_ratios_to_the_references_its_record_has():
+    record = fixture_record()
+    record["seconds"] = {"beam": {
+        "CTranslate2 float32": [2.0, 1.0, 2.0],  # rates 5, 10, 5
+        "CTranslate2 int8": [1.0, 1.0, 1.0],  # rates 10, 10, 10
+        # rates 5, 5, 10: to float32 1.0, 0.5, 2.0 -> 1.0; to int8 0.5, 0.5, 1.0 -> 0.5
+        "SavedModel plain variant, bfloat16 (translate_ids)": [2.0, 2.0, 1.0],
+    }}
+    assert report.serve_table([record], {}).splitlines()[2:] == [
+        "| contender | beam 4 | vs CT2 float32 | vs CT2 int8 |",
+        "| --- | --- | --- | --- |",
+        "| CTranslate2 float32 | 5.0 | 1.00x | 0.50x |",
+        "| CTranslate2 int8 | 10.0 | 2.00x | 1.00x |",
+        "| SavedModel plain variant, bfloat16 | 5.0 | 1.00x | 0.50x |",
+    ]
+
+
+def test_serve_profile_table_splits_each_step_into_products_and_the_rest():
+    record = {**fixture_record(), "benchmark": "serve_profile", "command": "python benchmarks/serve_profile.py",
+              "workload": {"preset": "base", "vocabulary": 32000, "batch": 16, "beam_size": 4, "rows": 64,
+                           "steps": 50},
+              "ms_per_step": {"int8, XLA": {"step": 40.0, "products": 30.0},
+                              "float32, plain": {"step": 80.0, "products": 20.0}}}
+    assert report.GENERATORS["serve-profile"][1]([record], {}).splitlines()[2:] == [
+        "| precision | variant | model step | products alone | rest |",
+        "| --- | --- | ---: | ---: | ---: |",
+        "| int8 | XLA | 40.0 | 30.0 (75%) | 10.0 |",
+        "| float32 | plain | 80.0 | 20.0 (25%) | 60.0 |",
+    ]
+
+
 def test_markers_select_records_and_check_reports_a_difference(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
@@ -515,7 +546,7 @@ def test_data_scale_table_from_a_fixture():
 
 
 def test_limit_rule_table_from_a_fixture():
-    from benchmarks._report_tables import limit_rule_table
+    from benchmarks._generators import limit_rule_table
 
     def result(split, search, rule, bleu, chrf, at_limit, cut, changed, ratio, sentences=200):
         return {"split": split, "search": search, "beam_size": 1 if search == "greedy" else 4, "rule": rule,

@@ -96,6 +96,24 @@ def _int8_kernel(dense):
     return kernel, scale
 
 
+def _embedding_table(embedding):
+    """A SharedEmbedding's (vocabulary, d_model) table and, when int8, its (vocabulary,) row scales
+    (the int8 form holds the table transposed, as the projection's kernel)."""
+    from keras import ops
+
+    if getattr(embedding, "quantization_mode", None) != "int8":
+        return _numpy(embedding.embeddings), None
+    table = np.ascontiguousarray(ops.convert_to_numpy(embedding.projection_kernel).T)
+    scale = np.ascontiguousarray(ops.convert_to_numpy(embedding.projection_scale), dtype=np.float32)
+    return table, scale
+
+
+def _set_table(spec, table):
+    spec.weight, scale = table
+    if scale is not None:
+        spec.weight_scale = scale
+
+
 def _linear(spec, dense):
     if _is_int8(dense):
         spec.weight, spec.weight_scale = _int8_kernel(dense)
@@ -199,14 +217,13 @@ def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=N
     spec.config.add_source_eos = True  # our sources are tokens + EOS
 
     positions = _position_table(model, max_positions)
-    source_embeddings = _numpy(model.source_embedding.embeddings)
-    target_embeddings = (
-        source_embeddings if model.source_embedding is model.target_embedding
-        else _numpy(model.target_embedding.embeddings)
-    )
+    source_table = _embedding_table(model.source_embedding)
+    target_table = (source_table if model.source_embedding is model.target_embedding
+                    else _embedding_table(model.target_embedding))
+    source_embeddings, target_embeddings = source_table[0], target_table[0]
 
     encoder, decoder = spec.encoder, spec.decoder
-    encoder.embeddings[0].weight = source_embeddings
+    _set_table(encoder.embeddings[0], source_table)
     encoder.scale_embeddings = True  # times sqrt(d_model), as SharedEmbedding
     encoder.position_encodings.encodings = positions
     for layer_spec, layer in zip(encoder.layer, model.encoder.stacked_layers):
@@ -215,10 +232,10 @@ def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=N
     if model.norm_first:
         _layer_norm(encoder.layer_norm, model.encoder.final_norm)
 
-    decoder.embeddings.weight = target_embeddings
+    _set_table(decoder.embeddings, target_table)
     decoder.scale_embeddings = True
     decoder.position_encodings.encodings = positions
-    decoder.projection.weight = target_embeddings  # tied softmax, no bias
+    _set_table(decoder.projection, target_table)  # tied softmax, no bias
     for layer_spec, layer in zip(decoder.layer, model.decoder.stacked_layers):
         _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_norm)
         _cross_attention(layer_spec.attention, layer.cross_attention, layer.cross_attention_norm)
@@ -278,6 +295,9 @@ def is_int8_model(model):
 
 def optimized_spec(model, tokenizer, quantization="float32", max_positions=_DEFAULT_POSITIONS):
     """`model_spec`, validated and optimized for `quantization` as `export_ctranslate2` saves it."""
+    if getattr(model, "keras_transformer_quantization", None) == "bfloat16":
+        raise ValueError("the model holds bfloat16 weights: export the float32 model with "
+                         "quantization='bfloat16' (or 'int8_bfloat16') instead.")
     quantized = [layer.name for layer in model._flatten_layers() if getattr(layer, "quantization_mode", None)]
     if quantized and quantization != "int8":
         raise ValueError(
@@ -318,9 +338,8 @@ def export_ctranslate2(
             (`QUANTIZATIONS`). A model quantized with
             `keras_transformer.export.quantize.quantize_model` exports
             with "int8" only: its int8 kernels and scales go to the engine
-            as they are (no second quantization); its float embedding and
-            tied projection are quantized by the engine when it loads the
-            model with an int8 compute type.
+            as they are (no second quantization), the shared embedding and
+            tied projection included.
         beam_size, alpha, max_extra_length, max_input_length: the run's
             search settings, recorded in `keras_transformer_export.json`
             for clients (the engine takes its options per call).

@@ -407,8 +407,9 @@ def export_saved_model(
             before it reports the version available. An int >= 1; the
             records may not exceed TF Serving's 1,000.
         quantize: None (float weights as trained), "int8" (the Dense
-            kernels stored as int8, activations quantized per row at run
-            time) or "int8_weights" (int8 kernels, float32 products): see
+            kernels and the shared embedding stored as int8, activations
+            quantized per row at run time), "int8_weights" (int8 kernels,
+            float32 products) or "bfloat16" (weights and compute): see
             `keras_transformer.export.quantize`. A copy is quantized;
             `model` is unchanged. A model quantized already with
             `quantize_model` is exported as it is (leave this None).
@@ -517,8 +518,7 @@ def export_saved_model(
             ) from error
         if check_ops:
             check_serving_ops(temp_dir, allow_xla=bool(jit_compile))
-            if quantization is not None:
-                quantize_lib.check_int8_export(temp_dir, quantization, len(quantize_lib.int8_dense_layers(model)))
+            quantize_lib.check_quantized_export(temp_dir, model)
         try:
             # Fails (instead of replacing) if the version appeared meanwhile.
             os.rename(temp_dir, version_dir)

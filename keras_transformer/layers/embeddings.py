@@ -94,6 +94,15 @@ class SharedEmbedding(keras.layers.Layer):
 
     The matrix is initialised with standard deviation d_model^-0.5 so that the
     scaled embeddings have unit variance, comparable to the sinusoids.
+
+    `quantize("int8", config=...)` (called by Keras' `Model.quantize`)
+    replaces the float matrix with an int8 copy for serving: the output
+    projection's kernel, (d_model, vocabulary) like a Dense kernel, with one
+    abs-max scale per vocabulary row (float = int8 / scale, Keras' and
+    CTranslate2's convention). Lookups read the same int8 rows. With an
+    activation quantizer in `config` (Keras' default) the decoder outputs are
+    quantized per row and the logits come from an int8 x int8 product;
+    without one the kernel is cast to float (weight-only int8).
     """
 
     def __init__(self, vocabulary_size, d_model, embeddings_initializer=None, **kwargs):
@@ -116,15 +125,65 @@ class SharedEmbedding(keras.layers.Layer):
     def call(self, inputs, mode="embed"):
         if mode == "embed":
             ids = ops.cast(inputs, "int32")
-            vectors = ops.take(self.embeddings, ids, axis=0)
-            return ops.cast(vectors, self.compute_dtype) * ops.cast(self.scale, self.compute_dtype)
+            if self.quantization_mode == "int8":
+                # Columns of the (d_model, vocabulary) kernel, moved last.
+                rows = ops.moveaxis(ops.take(self.projection_kernel, ids, axis=1), 0, -1)
+                row_scales = ops.expand_dims(ops.take(self.projection_scale, ids, axis=0), -1)
+                vectors = ops.cast(rows, self.compute_dtype) / ops.cast(row_scales, self.compute_dtype)
+            else:
+                vectors = ops.cast(ops.take(self.embeddings, ids, axis=0), self.compute_dtype)
+            return vectors * ops.cast(self.scale, self.compute_dtype)
         if mode == "logits":
             return self.logits(inputs)
         raise ValueError(f"`mode` must be 'embed' or 'logits', got {mode!r}.")
 
+    def _int8_call(self, inputs, mode="embed"):
+        # Keras routes a quantized layer's __call__ here; `call` reads the int8 form.
+        return self.call(inputs, mode=mode)
+
     def logits(self, outputs):
+        if self.quantization_mode == "int8":
+            return self._int8_logits(outputs)
         kernel = ops.cast(self.embeddings, outputs.dtype)
         return ops.matmul(outputs, ops.transpose(kernel))
+
+    def _int8_logits(self, outputs):
+        scale = ops.cast(self.projection_scale, outputs.dtype)
+        if self.inputs_quantizer is None:  # weight-only: a float product
+            return ops.matmul(outputs, ops.cast(self.projection_kernel, outputs.dtype)) / scale
+        quantized, outputs_scale = self.inputs_quantizer(outputs, axis=-1)
+        products = ops.matmul(quantized, self.projection_kernel)  # int8 x int8 -> int32
+        return ops.cast(products, outputs.dtype) / (ops.cast(outputs_scale, outputs.dtype) * scale)
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        """The int8 form of the class docstring; `config` is a Keras
+        `Int8QuantizationConfig` (None: activations quantized per row)."""
+        from keras.quantizers import AbsMaxQuantizer
+
+        if mode not in (None, "int8"):
+            raise NotImplementedError(f"{type(self).__name__} quantizes to int8 only, not {mode!r}.")
+        if self.quantization_mode is not None:
+            raise ValueError(f"{self.name} is quantized already ({self.quantization_mode}).")
+        if not self.built:
+            raise ValueError(f"{self.name} must be built before it is quantized.")
+        if config is None:
+            self.inputs_quantizer = AbsMaxQuantizer(axis=-1)
+        else:
+            self.inputs_quantizer = config.activation_quantizer
+        # Per vocabulary row: each logit (and each looked-up vector) has its own scale.
+        kernel, scale = AbsMaxQuantizer(axis=-1)(self.embeddings, to_numpy=True)
+        del self.embeddings  # Keras' quantize wrapper unlocks the tracker around this method
+        self.projection_kernel = self.add_weight(
+            name="projection_kernel", shape=(self.d_model, self.vocabulary_size), dtype="int8",
+            initializer="zeros", trainable=False,
+        )
+        self.projection_scale = self.add_weight(
+            name="projection_scale", shape=(self.vocabulary_size,), initializer="ones", trainable=False,
+        )
+        self.projection_kernel.assign(ops.transpose(kernel))
+        self.projection_scale.assign(ops.reshape(scale, (-1,)))
+        self._is_quantized = True  # before the policy: setting it would quantize again
+        self.dtype_policy = keras.dtype_policies.get(f"int8_from_{self.dtype_policy.name}")
 
     def compute_output_spec(self, inputs, mode="embed"):
         if mode == "logits":
