@@ -50,6 +50,12 @@ def main(extra_args):
             continue
         report = report_dir / f"run{index}-{backend}.xml"
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
+        if backend == "torch":
+            # The torch tests' models are tiny: eager PyTorch gains nothing from a
+            # second OpenMP thread, and its threads wait on each other whenever a
+            # core is busy elsewhere (test_search_references' 8 standard-beam cases:
+            # 20 s on one thread, 97 s on the default two, on a shared 2-core machine).
+            env.setdefault("OMP_NUM_THREADS", "1")
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    f"--junitxml={report}", *(parallel if spread else []), *paths, *extra_args]
         print(f"\n=== KERAS_BACKEND={backend} pytest {' '.join(paths)}", flush=True)

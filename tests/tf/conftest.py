@@ -3,7 +3,9 @@ checkpoint files whose every weight is a known value, and the harness that
 runs a test file's training child in a subprocess (to be killed, restarted
 and compared with an uninterrupted run)."""
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 
@@ -28,6 +30,53 @@ def write_synthetic_corpus(directory, train_pairs, valid_pairs):
     write_jsonl(directory / "train.jsonl", train)
     write_jsonl(directory / "valid.jsonl", valid)
     return directory
+
+
+# The synthetic corpus's simpler categories, which a short run learns (BLEU > 20).
+EASY_CATEGORIES = ("noun_phrases", "modal_verbs", "perfect_tense", "times")
+EASY_RUN_CONFIG = """output_dir: {work}/run
+model: {{preset: tiny, d_model: 64, d_ff: 256, num_heads: 4, num_encoder_layers: 2, num_decoder_layers: 2}}
+data: {{train: {work}/train.jsonl.gz, test: {work}/test.jsonl.gz, source_key: en, target_key: de,
+        vocabulary_size: 400, max_length: 48}}
+training: {{tokens_per_batch: 2048, epochs: 30, max_steps: 800, warmup_steps: 200,
+           learning_rate_scale: 1.0, save_every_steps: 1000, average_last: 1}}
+decoding: {{beam_size: 4, alpha: 0.6, max_extra_length: 8}}
+"""
+
+
+@pytest.fixture(scope="session")
+def easy_synthetic_run(tmp_path_factory):
+    """(run directory, 120 held-out pairs): a small model (d_model 64, 2+2
+    layers, 400 subwords, inputs up to 48 tokens; decoding beam 4, alpha
+    0.6, 8 extra tokens) trained for 800 steps (minutes) on 6,000 pairs of
+    the easy categories (seed 5), for the tests that need a model that
+    translates (test_ctranslate2, test_quantize); load it with
+    `runs.load_run`, and write nothing into it.
+
+    Trained once per test run: pytest-xdist workers share the directory
+    above their own temporary ones, so the first worker to need the run
+    trains it under a file lock, and the others wait for it and load it."""
+    from keras_transformer import cli
+    from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this run's, shared by its workers
+    work = base / "easy-synthetic-run"
+    # The held-out pairs are drawn first: their first 80 are make_splits(6000, 80, ...)'s.
+    train, test = make_splits(6000, 120, seed=5, categories=EASY_CATEGORIES)
+    with open(base / "easy-synthetic-run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (work / "trained").exists():
+            shutil.rmtree(work, ignore_errors=True)  # a worker that failed half-way
+            work.mkdir()
+            write_jsonl(work / "train.jsonl.gz", train)
+            write_jsonl(work / "test.jsonl.gz", test)
+            (work / "config.yaml").write_text(EASY_RUN_CONFIG.format(work=work))
+            assert cli.main(["train", "--config", str(work / "config.yaml")]) == 0
+            (work / "trained").touch()
+    return work / "run", test
+
 
 def _small_model(compile_it=True):
     model = keras.Sequential(

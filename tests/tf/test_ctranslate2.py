@@ -36,7 +36,7 @@ ctranslate2 = required("ctranslate2")  # under CI=true a failed import fails the
 import keras_transformer as kt  # noqa: E402
 from keras_transformer import cli, runs  # noqa: E402
 from keras_transformer.data import SubwordTokenizer  # noqa: E402
-from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl  # noqa: E402
+from keras_transformer.datasets.synthetic_en_de import make_splits  # noqa: E402
 from keras_transformer.decoding import Translator, beam_search, greedy_search  # noqa: E402
 from keras_transformer.decoding.search import length_penalty  # noqa: E402
 from keras_transformer.export.ctranslate2 import (  # noqa: E402
@@ -45,7 +45,6 @@ from keras_transformer.export.ctranslate2 import (  # noqa: E402
 
 EOS = 3
 MAX_EXTRA = 8
-EASY_CATEGORIES = ("noun_phrases", "modal_verbs", "perfect_tense", "times")
 
 
 PAD, BOS = 0, 2
@@ -235,34 +234,22 @@ def test_missing_extra_names_it(tokenizer, tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A small model trained for 800 steps (about two minutes) on the synthetic corpus, and its held-out pairs."""
-    work = tmp_path_factory.mktemp("ct2-run")
-    # The simpler categories, so that a short run learns them (BLEU > 20).
-    train, test = make_splits(6000, 120, seed=5, categories=EASY_CATEGORIES)
-    write_jsonl(work / "train.jsonl.gz", train)
-    write_jsonl(work / "test.jsonl.gz", test)
-    config = work / "config.yaml"
-    config.write_text(
-        f"""output_dir: {work / 'run'}
-model: {{preset: tiny, d_model: 64, d_ff: 256, num_heads: 4, num_encoder_layers: 2, num_decoder_layers: 2}}
-data: {{train: {work / 'train.jsonl.gz'}, test: {work / 'test.jsonl.gz'}, source_key: en, target_key: de,
-        vocabulary_size: 400, max_length: 48}}
-training: {{tokens_per_batch: 2048, epochs: 30, max_steps: 800, warmup_steps: 200,
-           learning_rate_scale: 1.0, save_every_steps: 1000, average_last: 1}}
-decoding: {{beam_size: 4, alpha: 0.6, max_extra_length: {MAX_EXTRA}}}
-"""
-    )
-    assert cli.main(["train", "--config", str(config)]) == 0
-    model, tokenizer, _ = runs.load_run(work / "run")
-    return work / "run", model, tokenizer, test
+def trained(easy_synthetic_run):
+    """A small model trained for 800 steps on the synthetic corpus's easy
+    categories (BLEU > 20; the run test_quantize uses too, see
+    tests/tf/conftest.py), and its 120 held-out pairs."""
+    run, test = easy_synthetic_run
+    model, tokenizer, config = runs.load_run(run)
+    assert config["decoding"]["max_extra_length"] == MAX_EXTRA
+    return run, model, tokenizer, test
 
 
 @pytest.fixture(scope="module")
-def float32_export(trained):
+def float32_export(trained, tmp_path_factory):
     run, _, _, _ = trained
-    assert cli.main(["export", str(run), "--format", "ctranslate2"]) == 0
-    return run / "export" / "ctranslate2-float32"
+    output = tmp_path_factory.mktemp("ct2-export") / "ctranslate2-float32"  # the shared run stays as trained
+    assert cli.main(["export", str(run), "--format", "ctranslate2", "--output", str(output)]) == 0
+    return output
 
 
 def test_trained_model_greedy_and_beam_without_penalty_agree(trained, float32_export):
@@ -346,7 +333,7 @@ def test_the_rules_part_on_length_alone():
 def test_texts_translate_alike_in_process_and_through_the_engine(trained, float32_export, tmp_path):
     """Same option values, float32: the export translates the held-out set
     as our search does (greedy exactly); int8 stays within 3 BLEU of it."""
-    _, model, tokenizer, test = trained
+    run, model, tokenizer, test = trained
     texts = [en for en, _ in test] + ["", "   ", "\ufeff", "\u200b"]
     references = [de for _, de in test]
     for beam_size, alpha in ((1, 0.0), (4, 0.0)):
@@ -360,8 +347,8 @@ def test_texts_translate_alike_in_process_and_through_the_engine(trained, float3
         assert same >= minimum, [(a, b) for a, b in zip(expected, got) if a != b]
         assert got[-4:] == ["", "", "", ""] and expected[-4:] == ["", "", "", ""]
     float32_bleu = sacrebleu.corpus_bleu(got[: len(references)], [references]).score
-    cli.main(["export", str(float32_export.parent.parent), "--format", "ctranslate2",
-              "--quantization", "int8", "--output", str(tmp_path / "int8")])
+    assert cli.main(["export", str(run), "--format", "ctranslate2", "--quantization", "int8",
+                     "--output", str(tmp_path / "int8")]) == 0
     int8 = CTranslate2Translator(tmp_path / "int8").translate(texts[: len(references)], beam_size=4, alpha=0.0)
     int8_bleu = sacrebleu.corpus_bleu(int8, [references]).score
     print(f"BLEU float32 {float32_bleu:.1f}, int8 {int8_bleu:.1f}")

@@ -1,6 +1,6 @@
 """int8 serving: `quantize_model`, `export_saved_model(quantize=...)`, CTranslate2 int8 from Keras int8.
 
-On a small model trained for a few hundred steps on the synthetic corpus:
+On a small model trained for 800 steps on the synthetic corpus:
 the int8 copy leaves the float model untouched; its SavedModel (plain and
 XLA variants) stores int8 kernels, multiplies int8 by int8 and passes the op
 check; the SavedModel translates as the int8 model does in process
@@ -19,7 +19,6 @@ import sacrebleu
 import tensorflow as tf
 
 from keras_transformer import cli, runs
-from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
 from keras_transformer.decoding import Translator
 from keras_transformer.export import export_saved_model
 from keras_transformer.export.quantize import check_int8_export, int8_dense_layers, int8_layers, quantize_model
@@ -31,7 +30,6 @@ from keras_transformer.export.ctranslate2 import (  # noqa: E402
     optimized_spec,
 )
 
-EASY_CATEGORIES = ("noun_phrases", "modal_verbs", "perfect_tense", "times")
 BEAM, ALPHA, EXTRA = 4, 0.6, 10
 MAX_INPUT = 48
 
@@ -42,26 +40,15 @@ def _no_reseed():
 
 
 @pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    """A small model trained for 500 steps on the synthetic corpus, and held-out pairs."""
-    work = tmp_path_factory.mktemp("int8-run")
-    train, test = make_splits(6000, 80, seed=5, categories=EASY_CATEGORIES)
-    write_jsonl(work / "train.jsonl.gz", train)
-    write_jsonl(work / "test.jsonl.gz", test)
-    config = work / "config.yaml"
-    config.write_text(
-        f"""output_dir: {work / 'run'}
-model: {{preset: tiny, d_model: 64, d_ff: 256, num_heads: 4, num_encoder_layers: 2, num_decoder_layers: 2}}
-data: {{train: {work / 'train.jsonl.gz'}, test: {work / 'test.jsonl.gz'}, source_key: en, target_key: de,
-        vocabulary_size: 400, max_length: {MAX_INPUT}}}
-training: {{tokens_per_batch: 2048, epochs: 30, max_steps: 500, warmup_steps: 200,
-           learning_rate_scale: 1.0, save_every_steps: 1000, average_last: 1}}
-decoding: {{beam_size: {BEAM}, alpha: {ALPHA}, max_extra_length: {EXTRA}}}
-"""
-    )
-    assert cli.main(["train", "--config", str(config)]) == 0
-    model, tokenizer, _ = runs.load_run(work / "run")
-    return work / "run", model, tokenizer, test
+def trained_run(easy_synthetic_run):
+    """A small model trained for 800 steps on the synthetic corpus's easy
+    categories (the run test_ctranslate2 uses too, see tests/tf/conftest.py),
+    and 80 of its held-out pairs."""
+    run, test = easy_synthetic_run
+    model, tokenizer, config = runs.load_run(run)
+    assert config["data"]["max_length"] == MAX_INPUT
+    assert (config["decoding"]["beam_size"], config["decoding"]["alpha"]) == (BEAM, ALPHA)
+    return run, model, tokenizer, test[:80]
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +81,18 @@ def export(model, tokenizer, base, jit_compile=False, **options):
 
 
 @pytest.fixture(scope="module")
-def int8_exports(trained, tmp_path_factory):
-    model, tokenizer, _ = trained
+def int8_exports(trained_run, tmp_path_factory):
+    """The int8 SavedModels. The plain variant is the command line's
+    (`export --quantize int8`: the run's beam size, alpha and input limit,
+    which are BEAM, ALPHA and MAX_INPUT), so that the tests below check what
+    it writes without a second export; the XLA variant is
+    `export_saved_model`'s."""
+    run_dir, model, tokenizer, _ = trained_run
     base = tmp_path_factory.mktemp("int8-exports")
-    return {variant: export(model, tokenizer, base / variant, jit_compile=variant == "xla", quantize="int8")
-            for variant in ("plain", "xla")}
+    assert cli.main(["export", str(run_dir), "--base-dir", str(base / "plain"), "--quantize", "int8",
+                     "--warmup-rows", "8", "--max-extra-length", str(EXTRA)]) == 0
+    return {"plain": str(base / "plain" / "translator" / "1"),
+            "xla": export(model, tokenizer, base / "xla", jit_compile=True, quantize="int8")}
 
 
 def test_quantize_model_copies(trained, int8_model):
@@ -214,13 +208,12 @@ def test_bad_quantize_names_the_argument(trained, tmp_path):
     assert not (tmp_path / "translator").exists() or not os.listdir(tmp_path / "translator")
 
 
-def test_cli_exports_int8(trained_run, tmp_path):
+def test_cli_exports_int8(trained_run, int8_exports, tmp_path):
     run_dir = trained_run[0]
-    assert cli.main(["export", str(run_dir), "--base-dir", str(tmp_path / "models"), "--quantize", "int8",
-                     "--warmup-rows", "16"]) == 0
-    info = json.loads((tmp_path / "models" / "translator" / "1" / "assets.extra" /
-                       "keras_transformer_export.json").read_text())
-    assert info["quantization"] == "int8" and info["warmup"]["rows"] == 16
+    # The SavedModel the command wrote (the tests above check its kernels,
+    # its products, its op list and its translations).
+    info = json.loads(Path(int8_exports["plain"], "assets.extra", "keras_transformer_export.json").read_text())
+    assert info["quantization"] == "int8" and info["warmup"]["rows"] == 8
     assert cli.main(["export", str(run_dir), "--format", "ctranslate2", "--quantize", "int8",
                      "--output", str(tmp_path / "ct2")]) == 0
     info = json.loads((tmp_path / "ct2" / "keras_transformer_export.json").read_text())
