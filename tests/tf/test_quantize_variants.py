@@ -20,7 +20,7 @@ import sacrebleu
 import tensorflow as tf
 
 from keras_transformer import cli, runs
-from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
+from required_imports import required
 from keras_transformer.decoding import Translator
 from keras_transformer.export import export_saved_model
 from keras_transformer.export.quantize import (
@@ -31,7 +31,6 @@ from keras_transformer.export.quantize import (
     quantize_model,
 )
 
-EASY_CATEGORIES = ("noun_phrases", "modal_verbs", "perfect_tense", "times")
 BEAM, ALPHA, EXTRA = 4, 0.6, 10
 MAX_INPUT = 48
 
@@ -42,26 +41,13 @@ def _no_reseed():
 
 
 @pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    """A small model trained for 500 steps on the synthetic corpus (test_quantize.py's), and held-out pairs."""
-    work = tmp_path_factory.mktemp("variants-run")
-    train, test = make_splits(6000, 80, seed=5, categories=EASY_CATEGORIES)
-    write_jsonl(work / "train.jsonl.gz", train)
-    write_jsonl(work / "test.jsonl.gz", test)
-    config = work / "config.yaml"
-    config.write_text(
-        f"""output_dir: {work / 'run'}
-model: {{preset: tiny, d_model: 64, d_ff: 256, num_heads: 4, num_encoder_layers: 2, num_decoder_layers: 2}}
-data: {{train: {work / 'train.jsonl.gz'}, test: {work / 'test.jsonl.gz'}, source_key: en, target_key: de,
-        vocabulary_size: 400, max_length: {MAX_INPUT}}}
-training: {{tokens_per_batch: 2048, epochs: 30, max_steps: 500, warmup_steps: 200,
-           learning_rate_scale: 1.0, save_every_steps: 1000, average_last: 1}}
-decoding: {{beam_size: {BEAM}, alpha: {ALPHA}, max_extra_length: {EXTRA}}}
-"""
-    )
-    assert cli.main(["train", "--config", str(config)]) == 0
-    model, tokenizer, _ = runs.load_run(work / "run")
-    return work / "run", model, tokenizer, test
+def trained_run(easy_synthetic_run):
+    """The small model test_quantize.py and test_ctranslate2.py use (tests/tf/conftest.py: trained once
+    per test run), and 80 of its held-out pairs."""
+    run, test = easy_synthetic_run
+    model, tokenizer, config = runs.load_run(run)
+    assert config["data"]["max_length"] == MAX_INPUT
+    return run, model, tokenizer, test[:80]
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +125,7 @@ def test_int8_model_counts_the_embedding_kernel(trained, int8_models):
 
 
 def test_ctranslate2_int8_takes_the_embedding_as_it_is(trained, int8_models):
-    pytest.importorskip("ctranslate2")
+    required("ctranslate2")
     from keras_transformer.export.ctranslate2 import optimized_spec
 
     _, tokenizer, _ = trained
@@ -218,7 +204,7 @@ def test_int8_check_rejects_a_float_embedding(tmp_path):
 
 
 def test_bfloat16_is_for_the_saved_model(trained_run, bfloat16_model, tmp_path):
-    pytest.importorskip("ctranslate2")
+    required("ctranslate2")
     from keras_transformer.export.ctranslate2 import export_ctranslate2
 
     _, _, tokenizer, _ = trained_run
