@@ -13,6 +13,11 @@ Layout of `output_dir`:
 TensorFlow-specific (tf.data, tokenizer): used by the command line and the
 recipes. Running `train` again on the same `output_dir` resumes from the
 newest checkpoint; nothing already done is lost.
+
+This module trains; a finished run's other uses (`evaluate`,
+`validation_perplexity`, `export`, `export_ctranslate2`) are in
+`keras_transformer.trained_run` and `make_translator` / `translate_texts` in
+`keras_transformer.run_translation`, all importable from here as before.
 """
 
 import contextlib
@@ -29,6 +34,7 @@ from keras_transformer import config as config_lib
 from keras_transformer._tensorflow import tensorflow
 from keras_transformer.run_data import TOKENIZER_FILE, RunError, prepare, prepared_dir  # noqa: F401  (API)
 from keras_transformer.training.progress import read_best
+from keras_transformer.run_translation import make_translator, translate_texts  # noqa: F401  (API)
 
 log = logging.getLogger("keras_transformer")
 
@@ -445,156 +451,14 @@ def _progress_callbacks(config, model, tokenizer, validation_pairs, steps_per_ep
     return callbacks
 
 
-def _with_decoding(output_dir, decoding):
-    model, tokenizer, config = load_run(output_dir)
-    if decoding:
-        config = config_lib.merge(config, {"decoding": decoding}, origin="decoding options")
-    return model, tokenizer, config
+# trained_run imports this module, so its names load on first use instead of
+# at import time (no import cycle).
+_TRAINED_RUN_NAMES = ("evaluate", "export", "export_ctranslate2", "validation_perplexity")
 
 
-def export(output_dir, base_dir=None, *, name="translator", version=None, decoding=None, jit_compile=False,
-           check_ops=True, warmup_rows=None, quantize=None):
-    """Exports the run's model and tokenizer as a SavedModel for TF Serving, with
-    its decoding settings (`decoding` overrides some) and, as the input limit,
-    the longest source seen in training (`data.max_length`). `base_dir`
-    defaults to RUN/export; `warmup_rows` (default 64) bounds the requests
-    the TF Serving warm-up records cover; `quantize` ("int8", "int8_weights",
-    "bfloat16") exports lower-precision weights; returns the version directory."""
-    from keras_transformer.export import export_saved_model
-    from keras_transformer.export.warmup import DEFAULT_WARMUP_ROWS
+def __getattr__(name):
+    if name in _TRAINED_RUN_NAMES:
+        from keras_transformer import trained_run
 
-    model, tokenizer, config = _with_decoding(output_dir, decoding)
-    settings = config["decoding"]
-    return export_saved_model(
-        model, tokenizer, str(base_dir or Path(output_dir) / "export"), name=name, version=version,
-        beam_size=settings["beam_size"], alpha=settings["alpha"], max_extra_length=settings["max_extra_length"],
-        max_input_length=config["data"]["max_length"], limit_rule=settings["limit_rule"],
-        jit_compile=jit_compile, check_ops=check_ops,
-        warmup_rows=DEFAULT_WARMUP_ROWS if warmup_rows is None else warmup_rows, quantize=quantize,
-    )
-
-
-def export_ctranslate2(output_dir, destination=None, *, quantization="float32", force=False, decoding=None,
-                       quantize=None):
-    """Exports the run to CTranslate2 (default RUN/export/ctranslate2-QUANTIZATION); returns the directory.
-    `quantize` ("int8", "int8_weights"): the Keras int8 model's kernels go to the engine as they are."""
-    from keras_transformer.export.ctranslate2 import export_ctranslate2 as export_model
-
-    model, tokenizer, config = _with_decoding(output_dir, decoding)
-    if quantize is not None:
-        from keras_transformer.export.quantize import quantize_model
-
-        model = quantize_model(model, quantize)
-    settings = config["decoding"]
-    destination = destination or Path(output_dir) / "export" / f"ctranslate2-{quantization}"
-    return export_model(
-        model, tokenizer, destination, quantization=quantization, force=force, beam_size=settings["beam_size"],
-        alpha=settings["alpha"], max_extra_length=settings["max_extra_length"],
-        max_input_length=config["data"]["max_length"],
-    )
-
-
-def make_translator(model, tokenizer, decoding, max_source_length=None, **options):
-    """A `Translator` with the run's decoding settings (`options` add
-    search="sampling", temperature, top_k, top_p, seed, no_repeat_ngram_size)."""
-    from keras_transformer.decoding.translate import Translator
-
-    return Translator(
-        model,
-        tokenizer,
-        beam_size=decoding["beam_size"],
-        alpha=decoding["alpha"],
-        max_extra_length=decoding["max_extra_length"],
-        batch_size=decoding["batch_size"],
-        max_source_length=max_source_length,
-        limit_rule=decoding["limit_rule"],
-        **options,
-    )
-
-
-def translate_texts(model, tokenizer, texts, decoding, progress=False, max_source_length=None,
-                    truncated=None):
-    """Strings in, strings out, with the run's decoding settings.
-
-    Sources longer than `max_source_length` tokens (EOS included) are
-    truncated, as the exported SavedModel does; their indices are appended
-    to the list `truncated` when one is given. With `progress`, a Keras
-    progress bar counts sentences (long corpora).
-    """
-    translator = make_translator(model, tokenizer, decoding, max_source_length)
-    texts = list(texts)
-    bar = keras.utils.Progbar(len(texts), unit_name="sentence") if progress else None
-    chunk = decoding["batch_size"] * 4 if progress else max(len(texts), 1)
-    outputs = []
-    for start in range(0, len(texts), chunk):
-        outputs.extend(translator.translate(texts[start : start + chunk]))
-        if truncated is not None:
-            truncated.extend(start + index for index in translator.last_truncated)
-        if bar is not None:
-            bar.update(len(outputs))
-    return outputs
-
-
-def validation_perplexity(output_dir, corpus=None, corpus_target=None):
-    """Perplexity of the run's model on its validation split (or `corpus`):
-    `evaluation.perplexity` over the run's batching (pairs longer than
-    data.max_length tokens are left out, as in training). Returns its dict
-    with "corpus" and "sentences" added."""
-    from keras_transformer import evaluation
-    from keras_transformer.data import make_dataset
-
-    model, tokenizer, config = load_run(output_dir)
-    if corpus:
-        config["data"]["valid"], config["data"]["valid_target"] = corpus, corpus_target
-    pairs = _read_pairs(config, "valid")
-    batches = make_dataset(pairs, tokenizer, tokens_per_batch=config["training"]["tokens_per_batch"],
-                           max_length=config["data"]["max_length"], bucket_boundaries=bucket_boundaries(config),
-                           training=False)
-    result = evaluation.perplexity(model, batches, pad_id=model.pad_id)
-    return {"corpus": config["data"]["valid"], "sentences": len(pairs), **result}
-
-
-def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=True, decoding=None,
-             result_path=None):
-    """Translates a test corpus and scores it with sacreBLEU; writes the
-    result to `result_path` (default: RUN/eval.json).
-
-    `decoding` overrides the run's decoding settings (beam_size, alpha, ...).
-    """
-    from keras_transformer import evaluation
-
-    model, tokenizer, config = load_run(output_dir)
-    if decoding:
-        config = config_lib.merge(config, {"decoding": decoding}, origin="decoding options")
-    if corpus:
-        config["data"]["test"], config["data"]["test_target"] = corpus, corpus_target
-    pairs = _read_pairs(config, "test")
-    if limit:
-        pairs = pairs[:limit]
-    sources = [s for s, _ in pairs]
-    references = [t for _, t in pairs]
-    start = time.time()
-    truncated = []
-    scores = evaluation.evaluate(
-        model, tokenizer, sources, references, compound_split=False,
-        translate=lambda texts: translate_texts(
-            model, tokenizer, texts, config["decoding"], progress=progress,
-            max_source_length=config["data"]["max_length"], truncated=truncated,
-        ),
-    )
-    seconds = time.time() - start
-    hypotheses = scores.pop("translations")
-    exact = scores.pop("exact_match")
-    result = {
-        "corpus": config["data"]["test"],
-        "sentences": len(pairs),
-        "exact_match": exact,
-        "seconds": seconds,
-        # Sources over data.max_length tokens, translated from their first part.
-        "truncated_sources": len(truncated),
-        "decoding": config["decoding"],
-        **scores,
-    }
-    Path(result_path or Path(output_dir) / "eval.json").write_text(json.dumps(result, indent=2, ensure_ascii=False))
-    samples = list(zip(sources, hypotheses, references))[:5]
-    return result, samples
+        return getattr(trained_run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

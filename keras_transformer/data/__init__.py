@@ -24,9 +24,9 @@ _EXPORTS = {
     "tokenizer": ("BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "SubwordTokenizer"),
     "pipeline": (
         "PipelineStats",
-        "default_bucket_boundaries",
         "make_dataset",
         "make_id_dataset",
     ),
+    "bucketing": ("default_bucket_boundaries",),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,173 @@
+"""The exported module's graph functions: what each SavedModel signature computes.
+
+`keras_transformer.export.saved_model` documents the signatures and drives
+the export; this module holds their TensorFlow graph code (tokenize, search,
+detokenize; forced-decoding scores; ids in, ids out), traced by Keras'
+`ExportArchive`. TensorFlow backend only.
+"""
+
+import tensorflow as tf
+
+from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.decoding import beam_search, greedy_search
+from keras_transformer.decoding.inputs import describe_target_limit, source_tokens_kept, target_length_limit
+from keras_transformer.decoding.scoring import score_translations
+from keras_transformer.export import warmup as warmup_lib
+
+SERVING_SIGNATURE = "serving_default"
+IDS_SIGNATURE = "translate_ids"
+N_BEST_SIGNATURE = "translate_n_best"
+SCORE_SIGNATURE = "score"
+TEXT_INPUT = "text"
+IDS_INPUT = "source_ids"
+
+
+class SignatureFunctions:
+    """The graph functions behind the signatures (traced by ExportArchive)."""
+
+    def __init__(self, model, tokenizer, beam_size, alpha, max_extra_length, max_input_length,
+                 max_output_length, jit_compile=False, limit_rule="fallback"):
+        self.limit_rule = limit_rule
+        self.jit_compile = jit_compile
+        # XLA specialises per shape: a few padded shapes, compiled once each.
+        self._xla_search = tf.function(self._search_ops, jit_compile=True, autograph=False,
+                                       reduce_retracing=True) if jit_compile else None
+        self.model = model
+        self.tokenizer = tokenizer
+        self.beam_size = beam_size
+        self.alpha = alpha
+        self.max_extra_length = max_extra_length
+        self.max_input_length = max_input_length
+        self.max_output_length = max_output_length
+        self.vocabulary_size = tokenizer.vocabulary_size
+
+    def source_ids(self, tokens):
+        """Ragged token ids (no specials) -> (batch, length) int32: tokens, EOS, pad.
+
+        Rows are cut to `max_input_length - 1` tokens so that, with EOS, no
+        source exceeds `max_input_length` (the training pipeline's convention).
+        """
+        tokens = tokens[:, : source_tokens_kept(self.max_input_length)]  # the one truncation rule
+        lengths = tf.cast(tokens.row_lengths(), tf.int32)
+        dense = tokens.to_tensor(default_value=PAD_ID)
+        # One more column so that the longest row has room for its EOS.
+        dense = tf.pad(dense, [[0, 0], [0, 1]], constant_values=PAD_ID)
+        columns = tf.range(tf.shape(dense)[1], dtype=tf.int32)
+        return tf.where(columns[tf.newaxis, :] == lengths[:, tf.newaxis], EOS_ID, dense)
+
+    def truncated(self, tokens):
+        """Per row of ragged token ids, whether `source_ids` cuts it (the one rule's test)."""
+        return tokens.row_lengths() > source_tokens_kept(self.max_input_length)
+
+    def _search_ops(self, source_ids):
+        """The search's ops, for the caller's graph (XLA layout when compiled with XLA)."""
+        options = dict(max_extra_length=self.max_extra_length, max_output_length=self.max_output_length,
+                       jit_compile=self.jit_compile, limit_rule=self.limit_rule)
+        if self.beam_size == 1:
+            result = greedy_search(self.model, source_ids, **options)
+        else:
+            result = beam_search(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
+                                 **options)
+        return tf.convert_to_tensor(result["ids"]), tf.convert_to_tensor(result["scores"])
+
+    def search(self, source_ids):
+        if not self.jit_compile:
+            return self._search_ops(source_ids)
+        # Pad the batch to a power of two rows and the width to a multiple
+        # of XLA_WIDTH_MULTIPLE (pad columns are masked; extra rows are
+        # EOS-only sources, dropped after), so a server compiles a handful of
+        # shapes, each warmed up by the export's warm-up records.
+        rows = tf.shape(source_ids)[0]
+        ids, scores = self._xla_search(warmup_lib.pad_for_xla(source_ids))
+        return ids[:rows], scores[:rows]
+
+    def search_tokens(self, tokens):
+        """Ragged token ids -> (ids, scores); a row without tokens gives no ids and score 0.
+
+        An empty or whitespace-only input has no tokens: like the in-process
+        `keras_transformer.decoding.translate`, it translates to "" (its row
+        is still searched with the batch, and the result discarded).
+        """
+        ids, scores = self.search(self.source_ids(tokens))
+        has_tokens = tokens.row_lengths() > 0
+        ids = tf.where(has_tokens[:, tf.newaxis], ids, PAD_ID)
+        scores = tf.where(has_tokens, scores, 0.0)
+        return ids, scores
+
+    def translate_text(self, text):
+        tokens = self.tokenizer.tokenize(text)
+        ids, scores = self.search_tokens(tokens)
+        translations = self.tokenizer.detokenize(ids)
+        # SentencePiece already replaces invalid byte sequences (byte-fallback
+        # pieces in a bad order) with U+FFFD; this keeps the guarantee explicit.
+        translations = tf.strings.unicode_transcode(
+            translations, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+        return {"translations": translations, "scores": scores, "truncated": self.truncated(tokens)}
+
+    def translate_n_best(self, text):
+        """The kept finished hypotheses of the beam search, best first: (batch, beam_size)."""
+        tokens = self.tokenizer.tokenize(text)
+        result = beam_search(
+            self.model, self.source_ids(tokens), beam_size=self.beam_size, alpha=self.alpha,
+            max_extra_length=self.max_extra_length, max_output_length=self.max_output_length, return_all_beams=True,
+            limit_rule=self.limit_rule,
+        )
+        ids = tf.convert_to_tensor(result["ids"])
+        batch, width = tf.shape(ids)[0], tf.shape(ids)[2]
+        translations = self.tokenizer.detokenize(tf.reshape(ids, [batch * self.beam_size, width]))
+        translations = tf.strings.unicode_transcode(
+            translations, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+        translations = tf.reshape(translations, [batch, self.beam_size])
+        # A slot is empty when the search finished fewer hypotheses, or the
+        # text has no tokens (translated to "" with score 0, as in process).
+        filled = (tf.convert_to_tensor(result["lengths"]) > 0) & (tokens.row_lengths() > 0)[:, tf.newaxis]
+        return {
+            "translations": tf.where(filled, translations, ""),
+            "scores": tf.where(filled, tf.convert_to_tensor(result["scores"]), 0.0),
+            "log_probs": tf.where(filled, tf.convert_to_tensor(result["log_probs"]), 0.0),
+            "counts": tf.reduce_sum(tf.cast(filled, tf.int32), axis=1),
+            "truncated": self.truncated(tokens),
+        }
+
+    def score(self, source, target):
+        """Forced decoding: log P(target | source), as `Translator.score`."""
+        source_tokens = self.tokenizer.tokenize(source)
+        source_ids = self.source_ids(source_tokens)
+        target_tokens = self.tokenizer.tokenize(target)
+        # A longer target is refused, never cut (a cut one is another sentence).
+        limits = (self.model, self.max_input_length, self.max_extra_length)
+        refuse = tf.debugging.assert_less_equal(
+            target_tokens.row_lengths(), tf.constant(target_length_limit(*limits), tf.int64),
+            message=f"score: a target holds more than {describe_target_limit(*limits)}; it is refused "
+                    "rather than scored cut. Target lengths in tokens, per row:",
+            summarize=16,
+        )
+        with tf.control_dependencies([refuse]):
+            target_ids = tf.identity(target_tokens.to_tensor(default_value=PAD_ID))
+        target_ids = tf.pad(target_ids, [[0, 0], [0, 1]], constant_values=PAD_ID)  # at least one column
+        scored = score_translations(self.model, source_ids, target_ids, alpha=self.alpha)
+        return {
+            "log_probs": tf.convert_to_tensor(scored["log_probs"]),
+            "scores": tf.convert_to_tensor(scored["scores"]),
+            "tokens": tf.cast(scored["lengths"], tf.int32),
+            "truncated": self.truncated(source_tokens),
+        }
+
+    def translate_ids(self, source_ids):
+        source_ids = tf.cast(source_ids, tf.int32)
+        # Pad, BOS and EOS are not content: drop them wherever a client put
+        # them (EOS is appended below); unknown ids become UNK instead of
+        # failing the embedding lookup.
+        keep = (source_ids != PAD_ID) & (source_ids != BOS_ID) & (source_ids != EOS_ID)
+        tokens = tf.ragged.boolean_mask(source_ids, keep)
+        in_range = (tokens >= 0) & (tokens < self.vocabulary_size)
+        tokens = tf.ragged.map_flat_values(
+            lambda values, valid: tf.where(valid, values, UNK_ID), tokens, in_range
+        )
+        ids, scores = self.search_tokens(tokens)
+        # The translation's tokens only: EOS and what follows become pad.
+        before_eos = tf.math.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1) == 0
+        ids = tf.where(before_eos, ids, PAD_ID)
+        return {"ids": ids, "scores": scores, "truncated": self.truncated(tokens)}
