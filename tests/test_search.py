@@ -33,6 +33,12 @@ def make_model(vocabulary_size=12, eos_scale=2.0, seed=3, **overrides):
     config.update(overrides)
     model = kt.Transformer(vocabulary_size=vocabulary_size, **config)
     model.build()
+    draw_weights(model, seed, eos_scale)
+    return model
+
+
+def draw_weights(model, seed, eos_scale):
+    """New random weights for `model` in place (same shapes: no recompilation)."""
     rng = np.random.default_rng(seed)
     weights = []
     for variable in model.weights:
@@ -49,7 +55,6 @@ def make_model(vocabulary_size=12, eos_scale=2.0, seed=3, **overrides):
     embeddings = to_numpy(model.target_embedding.embeddings).copy()
     embeddings[EOS] *= eos_scale
     model.target_embedding.embeddings.assign(embeddings)
-    return model
 
 
 def make_sources(vocabulary_size=12, lengths=(6, 1, 3, 5), seed=0):

@@ -17,7 +17,7 @@ from conftest import to_numpy
 from keras_transformer.decoding import beam_search, greedy_search
 from keras_transformer.decoding import beam as beam_module
 from test_search import (
-    BOS, EOS, EXTRA, PAD, as_numpy, full_log_probs, gnmt_penalty, limits_of, make_model, make_sources,
+    BOS, EOS, EXTRA, PAD, as_numpy, draw_weights, full_log_probs, gnmt_penalty, limits_of, make_model, make_sources,
     numpy_log_softmax, output_tokens,
 )
 
@@ -119,26 +119,6 @@ def full_pass_log_probs(model, source):
         return result
 
     return log_probs_of
-
-
-def draw_weights(model, seed, eos_scale):
-    """New random weights for `model` in place (same shapes: no recompilation)."""
-    rng = np.random.default_rng(seed)
-    weights = []
-    for variable in model.weights:
-        shape = tuple(variable.shape)
-        if "gamma" in variable.path:
-            value = 1.0 + 0.1 * rng.normal(size=shape)
-        elif len(shape) == 1:
-            value = 0.1 * rng.normal(size=shape)
-        else:
-            fan_in = shape[-1] if "embeddings" in variable.path else shape[0]
-            value = rng.normal(size=shape) / np.sqrt(fan_in)
-        weights.append(value.astype("float32"))
-    model.set_weights(weights)
-    embeddings = to_numpy(model.target_embedding.embeddings).copy()
-    embeddings[EOS] *= eos_scale
-    model.target_embedding.embeddings.assign(embeddings)
 
 
 @pytest.fixture(scope="module")
