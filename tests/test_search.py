@@ -265,6 +265,22 @@ def test_finished_hypotheses_are_not_extended_and_limits_hold(limit_rule, model,
         assert ended[filled].all()
 
 
+def test_top_k_keeps_ties_in_index_order():
+    """`top_k` against numpy's stable sort on rows full of ties and -inf
+    (what n-gram blocking and forced prefixes leave), k from 1 to the row's
+    width: under PyTorch it is built from torch.topk and sorts of k entries."""
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        rows, width = int(rng.integers(1, 5)), int(rng.integers(2, 30))
+        k = int(rng.integers(1, width + 1))
+        x = rng.integers(-3, 3, size=(rows, width)).astype("float32")
+        x[rng.random((rows, width)) < 0.25] = -np.inf
+        values, ids = candidates_module.top_k(keras.ops.convert_to_tensor(x), k)
+        expected = np.argsort(-x, axis=1, kind="stable")[:, :k]
+        np.testing.assert_array_equal(to_numpy(ids), expected)
+        np.testing.assert_array_equal(to_numpy(values), np.take_along_axis(x, expected, axis=1))
+
+
 @pytest.mark.parametrize("vocabulary_size", [1031, 8000])  # a prime (padded blocks), and blocks of 80
 @pytest.mark.parametrize("min_length", [0, 3])
 def test_blockwise_top_k_equals_a_full_sort(vocabulary_size, min_length):
