@@ -42,9 +42,10 @@ class _Constraints:
         tokens so far `history` (rows, buffer); None when nothing is banned."""
         if not self.active:
             return None
-        banned = ops.zeros((batch_size_of(history), self.vocabulary_size), dtype="bool")
         if self.no_repeat_ngram_size > 0:
-            banned = ops.logical_or(banned, self._repeated(step, history))
+            banned = self._repeated(step, history)
+        else:
+            banned = ops.zeros((batch_size_of(history), self.vocabulary_size), dtype="bool")
         if self.prefix is not None:
             # A forced token is exempt from blocking: while a row is forced,
             # every other token is banned, and only those.
@@ -78,6 +79,8 @@ class _Constraints:
             shifted = ops.pad(history, [[0, 0], [offset, 0]], constant_values=-1)[:, :width]
             last = ops.take(history, ops.maximum(step - 1 - offset, 0), axis=1)
             matches = ops.logical_and(matches, ops.equal(shifted, ops.expand_dims(last, 1)))
+        # EOS is never banned: its matches count for nothing (cheaper here than on (rows, V)).
+        matches = ops.logical_and(matches, ops.not_equal(following, self.eos_id))
         row_ids = ops.broadcast_to(ops.expand_dims(ops.arange(rows, dtype="int32"), 1), (rows, width))
         weights = ops.reshape(ops.cast(matches, "float32"), (-1,))
         if keras.backend.backend() == "torch":
@@ -89,5 +92,4 @@ class _Constraints:
         else:
             indices = ops.reshape(ops.stack([row_ids, following], axis=-1), (-1, 2))
             counts = ops.scatter(indices, weights, (rows, self.vocabulary_size))
-        repeated = ops.greater(counts, 0.0)
-        return ops.logical_and(repeated, ops.not_equal(ops.expand_dims(self.vocabulary, 0), self.eos_id))
+        return ops.greater(counts, 0.0)
