@@ -28,7 +28,6 @@ that live in another process (OpenNMT-tf in its own virtual environment) keep
 the same three verbs, carried out by a worker script.
 """
 
-import time
 
 SEARCH = {"beam_size": 4, "alpha": 0.6, "max_extra_length": 50, "batch_size": 64, "max_source_length": 128}
 
@@ -43,21 +42,9 @@ class Contender:
 
     def train_steps(self, model, batches, steps, warmup):
         """Keras contenders: `model.fit` over the cycled batches, timed from the end of the warm-up."""
-        import keras
+        from benchmarks._workloads import timed_fit
 
-        from benchmarks._workloads import cycled_dataset
-
-        class Clock(keras.callbacks.Callback):
-            def on_train_batch_end(self, batch, logs=None):
-                if batch == warmup - 1:
-                    self.start = time.perf_counter()
-
-            def on_train_end(self, logs=None):
-                self.end = time.perf_counter()
-
-        clock = Clock()
-        model.fit(cycled_dataset(batches), epochs=1, steps_per_epoch=warmup + steps, verbose=0, callbacks=[clock])
-        return timed_steps(clock.end - clock.start, batches, steps, warmup)
+        return timed_steps(timed_fit(model, batches, steps, warmup), batches, steps, warmup)
 
     def train_for(self, model, dataset, minutes):
         """Keras contenders: `model.fit` on `dataset` until the first step that ends past `minutes`."""
