@@ -80,7 +80,7 @@ def _beam(
         logits, decoder_state = decoder.step(decoder_state, beam.last_tokens, step)
         row_values, row_indices, normalizers = _top_k_and_logsumexp(
             logits, per_row, step, bos_id, eos_id, pad_id, min_length,
-            banned=constraints.banned(step, beam.live_tokens),
+            allowed=constraints.allowed(step, beam.live_tokens, logits),
         )
         if limit_rule == "force_eos":
             # At the limit a row extends by EOS alone, at its own log P.

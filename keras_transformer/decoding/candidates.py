@@ -87,46 +87,76 @@ def _block_length(vocabulary_size):
     return root
 
 
-def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length, banned=None):
+def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length, allowed=None):
     """Per row of (rows, V) float32 logits: the k largest logits of allowed
     tokens (best first, ties to the lower id, as `top_k`), their ids, and
-    logsumexp over all V logits. `banned` ((rows, V) booleans, from
-    `_Constraints`) excludes more tokens; it takes the plain path, since
-    the blockwise bound below counts on few banned ids.
+    logsumexp over all V logits. `allowed` (from `_Constraints.allowed`):
+    the logits with -inf at the tokens constraints ban; banning never leaves
+    a row without a finite candidate (EOS is allowed again).
 
-    Large vocabularies go blockwise: the row is cut into ~sqrt(V) blocks, and
-    the k best allowed tokens lie in the k + (number of banned ids) blocks
-    with the largest maxima (a block outside them has at least that many
-    blocks ahead, each holding a token that ranks above all of its own, of
-    which at most the banned ones are excluded). Those blocks, in id order,
-    go through an exact top-k. The block maxima also give logsumexp its
-    maximum. XLA's CPU top-k over whole rows took ~3.7 ms of a ~25 ms beam
+    Large vocabularies go blockwise (`_blockwise_top_k`), with bans too:
+    where it cannot be exact, a row with fewer than k allowed tokens, the
+    whole batch takes the plain path over full rows.
+    """
+    constrained = allowed is not None
+    allowed = logits if allowed is None else allowed
+    if logits.shape[-1] < BLOCKWISE_TOP_K_MIN_VOCABULARY:
+        values, ids = _plain_top_k(allowed, logits, k, step, bos_id, eos_id, pad_id, min_length, constrained)
+        return values, ids, ops.logsumexp(logits, axis=-1)
+    values, ids, row_maxima = _blockwise_top_k(allowed, k, step, bos_id, eos_id, pad_id, min_length)
+    if constrained:
+        row_maxima = ops.max(logits, axis=-1, keepdims=True)  # banned logits count in logsumexp
+        # k finite values: the k best allowed tokens lie in the chosen
+        # blocks, as without bans. Fewer: the -inf fillers and EOS reopened
+        # (`_keep_a_candidate`) need whole rows.
+        short = ops.any(ops.equal(values[:, -1], _NEG_INF))
+        values, ids = ops.cond(
+            short,
+            lambda: _plain_top_k(allowed, logits, k, step, bos_id, eos_id, pad_id, min_length, True),
+            lambda: (values, ids),
+        )
+    logsumexp = row_maxima[:, 0] + ops.log(ops.sum(ops.exp(logits - row_maxima), axis=-1))
+    return values, ids, logsumexp
+
+
+def _plain_top_k(allowed, logits, k, step, bos_id, eos_id, pad_id, min_length, constrained):
+    """`top_k` over whole rows of `allowed`, special tokens masked."""
+    vocabulary = ops.arange(logits.shape[-1], dtype="int32")
+    allowed = _mask_special_tokens(allowed, vocabulary, step, bos_id, eos_id, pad_id, min_length)
+    if constrained:
+        allowed = _keep_a_candidate(allowed, logits, eos_id)
+    return top_k(allowed, k)
+
+
+def _blockwise_top_k(allowed, k, step, bos_id, eos_id, pad_id, min_length):
+    """(values, ids, row maxima (rows, 1)) of `_plain_top_k` for rows with
+    at least k allowed tokens, without a top-k over whole rows.
+
+    The row is cut into ~sqrt(V) blocks, and the k best allowed tokens lie
+    in the k + (number of special tokens masked) blocks with the largest
+    maxima (a block outside them has at least that many blocks ahead, each
+    holding a token that ranks above all of its own, of which at most the
+    special ones are excluded; tokens banned by constraints are -inf in
+    `allowed` already, so they count in no maximum). Those blocks, in id
+    order, go through an exact top-k. The block maxima also give the row
+    maxima. XLA's CPU top-k over whole rows took ~3.7 ms of a ~25 ms beam
     step (128 rows of 8,000 logits); this reads each row once and runs the
     top-k over ~6% of it.
     """
-    vocabulary_size = logits.shape[-1]
-    if vocabulary_size < BLOCKWISE_TOP_K_MIN_VOCABULARY or banned is not None:
-        vocabulary = ops.arange(vocabulary_size, dtype="int32")
-        allowed = logits if banned is None else ops.where(banned, _NEG_INF, logits)
-        allowed = _mask_special_tokens(allowed, vocabulary, step, bos_id, eos_id, pad_id, min_length)
-        if banned is not None:
-            allowed = _keep_a_candidate(allowed, logits, eos_id)
-        values, ids = top_k(allowed, k)
-        return values, ops.cast(ids, "int32"), ops.logsumexp(logits, axis=-1)
-    rows = batch_size_of(logits)
+    vocabulary_size = allowed.shape[-1]
+    rows = batch_size_of(allowed)
     block = _block_length(vocabulary_size)
     count = -(-vocabulary_size // block)
-    padded = logits
+    padded = allowed
     if count * block > vocabulary_size:
         padded = ops.pad(
-            logits, [[0, 0], [0, count * block - vocabulary_size]], constant_values=_NEG_INF
+            allowed, [[0, 0], [0, count * block - vocabulary_size]], constant_values=_NEG_INF
         )
     blocks = ops.reshape(padded, (rows, count, block))
     block_maxima = ops.max(blocks, axis=-1)
     row_maxima = ops.max(block_maxima, axis=-1, keepdims=True)
-    logsumexp = row_maxima[:, 0] + ops.log(ops.sum(ops.exp(logits - row_maxima), axis=-1))
-    banned_count = 3 if min_length > 0 else 2  # pad, bos, and eos while too short
-    chosen = min(k + banned_count, count)
+    masked_count = 3 if min_length > 0 else 2  # pad, bos, and eos while too short
+    chosen = min(k + masked_count, count)
     _, block_ids = top_k(block_maxima, chosen)  # stable: of tied blocks, the earlier
     block_ids = ops.sort(ops.cast(block_ids, "int32"), axis=-1)  # id order: ties as top_k breaks them
     flat_block_ids = block_ids + ops.expand_dims(ops.arange(rows, dtype="int32") * count, 1)
@@ -137,4 +167,4 @@ def _top_k_and_logsumexp(logits, k, step, bos_id, eos_id, pad_id, min_length, ba
     candidates = _mask_special_tokens(candidates, candidate_ids, step, bos_id, eos_id, pad_id, min_length)
     values, positions = top_k(candidates, k)
     ids = ops.take_along_axis(candidate_ids, ops.cast(positions, "int32"), axis=1)
-    return values, ids, logsumexp
+    return values, ids, row_maxima

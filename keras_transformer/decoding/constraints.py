@@ -1,7 +1,6 @@
 """Constraints on the next token: a forced target prefix and repeated
 n-grams (`keras.ops` only)."""
 
-import keras
 from keras import ops
 
 from keras_transformer.models.incremental import batch_size_of
@@ -23,7 +22,7 @@ class _Constraints:
     def __init__(self, prefix_ids, no_repeat_ngram_size, beam_size, vocabulary_size, pad_id, eos_id):
         self.no_repeat_ngram_size = no_repeat_ngram_size
         self.vocabulary = ops.arange(vocabulary_size, dtype="int32")
-        self.vocabulary_size = vocabulary_size
+        self.pad_id = pad_id
         self.eos_id = eos_id
         self.prefix = None
         if prefix_ids is not None:
@@ -37,29 +36,41 @@ class _Constraints:
     def active(self):
         return self.prefix is not None or self.no_repeat_ngram_size > 0
 
-    def banned(self, step, history):
-        """(rows, V) booleans for the token at `step`, given each row's
-        tokens so far `history` (rows, buffer); None when nothing is banned."""
+    def allowed(self, step, history, logits):
+        """`logits` (rows, V) of the token at `step` with -inf at the banned
+        tokens, given each row's tokens so far `history` (rows, buffer);
+        None when nothing is banned.
+
+        Repeated n-grams ban at most one token per earlier position: a
+        scatter of that many -inf, not a (rows, V) mask (two full passes
+        over the logits, a third of n-gram blocking's cost under PyTorch).
+        """
         if not self.active:
             return None
-        if self.no_repeat_ngram_size > 0:
-            banned = self._repeated(step, history)
-        else:
-            banned = ops.zeros((batch_size_of(history), self.vocabulary_size), dtype="bool")
+        forcing = forced = None
         if self.prefix is not None:
-            # A forced token is exempt from blocking: while a row is forced,
-            # every other token is banned, and only those.
             width = ops.shape(self.prefix)[1]
-            forced = ops.take(self.prefix, ops.minimum(step, width - 1), axis=1)
-            forcing = ops.expand_dims(ops.less(step, self.prefix_lengths), 1)
+            forced = ops.take(self.prefix, ops.minimum(step, width - 1), axis=1)  # (rows,)
+            forcing = ops.less(step, self.prefix_lengths)  # (rows,)
+        allowed = logits
+        if self.no_repeat_ngram_size > 0:
+            banned_ids = self._repeated_ids(step, history, forcing, forced)
+            rows = batch_size_of(history)
+            row_ids = ops.broadcast_to(ops.expand_dims(ops.arange(rows, dtype="int32"), 1), ops.shape(banned_ids))
+            indices = ops.reshape(ops.stack([row_ids, banned_ids], axis=-1), (-1, 2))
+            updates = ops.full_like(ops.reshape(banned_ids, (-1,)), float("-inf"), dtype=logits.dtype)
+            allowed = ops.scatter_update(allowed, indices, updates)
+        if self.prefix is not None:
+            # While a row is forced, every token but the forced one is banned.
             other = ops.not_equal(ops.expand_dims(self.vocabulary, 0), ops.expand_dims(forced, 1))
-            banned = ops.where(forcing, other, banned)
-        return banned
+            allowed = ops.where(ops.logical_and(ops.expand_dims(forcing, 1), other), float("-inf"), allowed)
+        return allowed
 
-    def _repeated(self, step, history):
-        """Tokens that would repeat an n-gram: for each earlier position j
-        whose n - 1 tokens up to j equal the last n - 1 tokens, the token
-        at j + 1."""
+    def _repeated_ids(self, step, history, forcing, forced):
+        """(rows, buffer) ids of the tokens that would repeat an n-gram: for
+        each earlier position j whose n - 1 tokens up to j equal the last
+        n - 1 tokens, the token at j + 1; pad (banned anyway) elsewhere.
+        EOS, and a forced token while its row is forced, are never banned."""
         n = self.no_repeat_ngram_size
         rows = batch_size_of(history)
         width = ops.shape(history)[1]
@@ -79,17 +90,8 @@ class _Constraints:
             shifted = ops.pad(history, [[0, 0], [offset, 0]], constant_values=-1)[:, :width]
             last = ops.take(history, ops.maximum(step - 1 - offset, 0), axis=1)
             matches = ops.logical_and(matches, ops.equal(shifted, ops.expand_dims(last, 1)))
-        # EOS is never banned: its matches count for nothing (cheaper here than on (rows, V)).
         matches = ops.logical_and(matches, ops.not_equal(following, self.eos_id))
-        row_ids = ops.broadcast_to(ops.expand_dims(ops.arange(rows, dtype="int32"), 1), (rows, width))
-        weights = ops.reshape(ops.cast(matches, "float32"), (-1,))
-        if keras.backend.backend() == "torch":
-            # Keras' torch scatter loops in Python over every entry; one
-            # bincount over flat (row, token) indices does the same sum.
-            flat = ops.reshape(row_ids * self.vocabulary_size + following, (-1,))
-            counts = ops.reshape(ops.bincount(flat, weights=weights, minlength=rows * self.vocabulary_size),
-                                 (rows, self.vocabulary_size))
-        else:
-            indices = ops.reshape(ops.stack([row_ids, following], axis=-1), (-1, 2))
-            counts = ops.scatter(indices, weights, (rows, self.vocabulary_size))
-        return ops.greater(counts, 0.0)
+        if forcing is not None:
+            exempt = ops.logical_and(ops.expand_dims(forcing, 1), ops.equal(following, ops.expand_dims(forced, 1)))
+            matches = ops.logical_and(matches, ops.logical_not(exempt))
+        return ops.where(matches, following, self.pad_id)

@@ -78,10 +78,11 @@ def _greedy(
         logits, state = decoder.step(state, last_tokens, step)
         # log P(token) = logit - logsumexp(logits), over the whole vocabulary.
         normalizer = ops.logsumexp(logits, axis=-1)
-        banned = constraints.banned(step, tokens)
-        allowed = logits if banned is None else ops.where(banned, _NEG_INF, logits)
+        allowed = constraints.allowed(step, tokens, logits)
+        constrained = allowed is not None
+        allowed = logits if allowed is None else allowed
         allowed = _mask_special_tokens(allowed, vocabulary, step, bos_id, eos_id, pad_id, min_length)
-        if banned is not None:
+        if constrained:
             allowed = _keep_a_candidate(allowed, logits, eos_id)
         if limit_rule == "force_eos":
             allowed = _eos_only(allowed, logits, ops.greater_equal(step + 1, limits), eos_id)
