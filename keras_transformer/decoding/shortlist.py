@@ -225,7 +225,7 @@ class Shortlist:
 
     # -- queries ------------------------------------------------------------
 
-    def candidates(self, source_ids, extra_ids=None, multiple=128, pad_id=PAD_ID):
+    def candidates(self, source_ids, extra_ids=None, multiple=None, pad_id=PAD_ID):
         """The sorted target ids a batch may produce, and their count.
 
         Args:
@@ -234,12 +234,15 @@ class Shortlist:
             extra_ids: ids that must be kept too (a forced prefix's).
             multiple: the result is padded with `pad_id` to a multiple of
                 this many entries (fewer distinct shapes to compile); the
-                padding entries lie after the first `count`.
+                padding entries lie after the first `count`. Default: 128
+                for a target vocabulary of 2,048 pieces or more, else 8.
 
         Returns:
             (ids, count): int32 ids of length a multiple of `multiple`
             (capped at the target vocabulary), `count` of them real.
         """
+        if multiple is None:
+            multiple = 128 if self.target_vocabulary_size >= 2048 else 8
         _check_count("multiple", multiple, 1)
         source_ids = np.asarray(source_ids, np.int64).reshape(-1)
         if source_ids.size and (source_ids.min() < 0 or source_ids.max() >= self.source_vocabulary_size):

@@ -20,7 +20,8 @@ on logits where unlisted pieces are -inf would. Candidates are sorted
 ascending and always hold the special ids 0..3, so pad, BOS and EOS sit at
 their own ids in shortlist space, and ties between pieces break in the same
 order as in the full vocabulary. The list is padded to a multiple of 128
-entries (fewer shapes to compile); padding entries score -inf.
+entries (8 for vocabularies under 2,048: fewer shapes to compile); padding
+entries score -inf.
 
 The candidates live in non-trainable Keras variables of the stand-in, one
 stand-in per (model, K, space), so a compiled search (XLA, `jax.jit`)
@@ -138,7 +139,7 @@ def stand_in(model, size, space="shortlist"):
     return per_model[key]
 
 
-def search(search_function, model, shortlist, source_ids, prefix_ids=None, space="shortlist", multiple=128,
+def search(search_function, model, shortlist, source_ids, prefix_ids=None, space="shortlist", multiple=None,
            **options):
     """`search_function(model, source_ids, prefix_ids=..., **options)` (a
     `beam_search`, `greedy_search` or `sampling_search`) restricted to the
