@@ -64,10 +64,11 @@ def measure(run_dir, settings, limit):
         outputs = translator.translate(sources)
         return outputs, time.perf_counter() - start
 
+    metric = sacrebleu.BLEU()
     plain, plain_seconds = translate(None)
-    bleu = sacrebleu.corpus_bleu(plain, [references])
-    result["rows"].append({"shortlist": None, "bleu": bleu.score, "seconds": plain_seconds})
-    result["bleu_signature"] = str(sacrebleu.BLEU().get_signature())
+    result["rows"].append({"shortlist": None, "bleu": metric.corpus_score(plain, [references]).score,
+                           "seconds": plain_seconds})
+    result["bleu_signature"] = str(metric.get_signature())
     ids = list(training_id_pairs(tokenizer, train))
     source_size = getattr(model, "source_vocabulary_size", None) or model.vocabulary_size
     batch = config["decoding"]["batch_size"]
@@ -80,7 +81,7 @@ def measure(run_dir, settings, limit):
         counts = [shortlist.candidates(np.concatenate([source_ids[i] for i in order[s : s + batch]] + [[3]]))[1]
                   for s in range(0, len(order), batch)]
         outputs, seconds = translate(shortlist)
-        bleu = sacrebleu.corpus_bleu(outputs, [references])
+        bleu = metric.corpus_score(outputs, [references])
         changed = sum(a != b for a, b in zip(plain, outputs)) / len(plain)
         result["rows"].append({"shortlist": {"per_source": per_source, "frequent": frequent}, "bleu": bleu.score,
                                "changed_share": changed, "seconds": seconds,
