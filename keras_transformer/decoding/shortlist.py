@@ -53,6 +53,13 @@ SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
 _MAGIC = "keras-transformer shortlist 1"
 
 
+def _flat_ids(ids):
+    """Any array, or a list of rows of differing lengths, as one flat int64 array."""
+    if isinstance(ids, (list, tuple)) and any(isinstance(row, (list, tuple, np.ndarray)) for row in ids):
+        return np.concatenate([np.asarray(row, np.int64).reshape(-1) for row in ids] + [np.zeros(0, np.int64)])
+    return np.asarray(ids, np.int64).reshape(-1)
+
+
 def _check_count(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}.")
@@ -229,8 +236,9 @@ class Shortlist:
         """The sorted target ids a batch may produce, and their count.
 
         Args:
-            source_ids: the batch's source ids (any shape; pad and other
-                special ids add nothing).
+            source_ids: the batch's source ids (any shape, or rows of
+                differing lengths; pad and other special ids add nothing
+                unless the table lists pieces for them).
             extra_ids: ids that must be kept too (a forced prefix's).
             multiple: the result is padded with `pad_id` to a multiple of
                 this many entries (fewer distinct shapes to compile); the
@@ -244,14 +252,14 @@ class Shortlist:
         if multiple is None:
             multiple = 128 if self.target_vocabulary_size >= 2048 else 8
         _check_count("multiple", multiple, 1)
-        source_ids = np.asarray(source_ids, np.int64).reshape(-1)
+        source_ids = _flat_ids(source_ids)
         if source_ids.size and (source_ids.min() < 0 or source_ids.max() >= self.source_vocabulary_size):
             raise ValueError(f"source ids must lie in [0, {self.source_vocabulary_size}) (the shortlist's source "
                              f"vocabulary), got {source_ids.min()}..{source_ids.max()}.")
         rows = self.table[np.unique(source_ids)].reshape(-1)
         parts = [rows[rows >= 0], self.always]
         if extra_ids is not None:
-            extra = np.asarray(extra_ids, np.int64).reshape(-1)
+            extra = _flat_ids(extra_ids)
             if extra.size and (extra.min() < 0 or extra.max() >= self.target_vocabulary_size):
                 raise ValueError(f"extra ids must lie in [0, {self.target_vocabulary_size}), "
                                  f"got {extra.min()}..{extra.max()}.")
