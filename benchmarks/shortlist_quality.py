@@ -92,7 +92,7 @@ def measure(run_dir, settings, limit):
 
 def table_parts(record):
     """(what, header, rows) of a record's table (benchmarks/report.py's "shortlist-quality")."""
-    header = ["run", "shortlist (per source / frequent)", "candidates per batch (mean, share)", "BLEU",
+    header = ["run", "shortlist (per source, frequent)", "candidates per batch (mean, share)", "BLEU",
               "outputs changed"]
     rows = []
     for result in record["results"]:
@@ -102,7 +102,7 @@ def table_parts(record):
                 rows.append([name, "none", f"{result['vocabulary']} (100%)", f"{row['bleu']:.2f}", "-"])
             else:
                 s = row["shortlist"]
-                rows.append([name, f"{s['per_source']} / {s['frequent']}",
+                rows.append([name, f"{s['per_source']}, {s['frequent']}",
                              f"{row['candidates_mean']:.0f} ({100 * row['vocabulary_share_mean']:.0f}%)",
                              f"{row['bleu']:.2f}", f"{100 * row['changed_share']:.1f}%"])
     first = record["results"][0] if record["results"] else {}
