@@ -23,6 +23,8 @@ import os
 import numpy as np
 
 EOS, PAD = 3, 0
+# serve.py's corpus (the same path; not imported from serve.py, which imports this module).
+SHARED_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 
 
 def corpus_pairs(tokenizer, skip, count):
@@ -30,8 +32,6 @@ def corpus_pairs(tokenizer, skip, count):
     import glob
 
     from keras_transformer.data import read_jsonl
-
-    from benchmarks.serve import SHARED_DATA
 
     paths = sorted(glob.glob(os.path.join(SHARED_DATA, "*en_de*.jsonl.gz")))
     if not paths:
