@@ -9,7 +9,7 @@
         [--shortlist RUN_DIR/shortlist.txt]
     keras-transformer shortlist RUN_DIR [--per-source 50] [--frequent 100] [--output FILE]
     keras-transformer score RUN_DIR --source FILE --target FILE [--per-token] [--format jsonl]
-    keras-transformer export RUN_DIR [--base-dir DIR] [--name NAME]
+    keras-transformer export RUN_DIR [--base-dir DIR] [--name NAME] [--shortlist FILE]
     keras-transformer export RUN_DIR --format ctranslate2 [--quantization int8] [--output DIR]
     keras-transformer average-checkpoints CHECKPOINT_DIR --last 5 --output model.keras --run RUN_DIR
     keras-transformer attention RUN_DIR --text "..." --output attention.png
@@ -186,6 +186,9 @@ def build_parser():
                              "the shared embedding) quantizes activations at run time too, int8_weights "
                              "multiplies in float32 (with --format ctranslate2 the engine gets the int8 kernels "
                              "as they are); bfloat16: weights and compute in bfloat16 (SavedModel only)")
+    export.add_argument("--shortlist", metavar="FILE",
+                        help="bake a vocabulary shortlist (written by `keras-transformer shortlist`) into the "
+                             "plain variant")
     export.add_argument("--warmup-rows", type=int,
                         help="TF Serving warm-up records cover requests of up to this many rows (default 64): "
                              "with --jit-compile, one per padded (rows, length) shape the server will compile")

@@ -95,6 +95,20 @@ class ShortlistedModel:
                                             trainable=False, name="shortlist_positions")
             self._own.append(self.positions)
 
+    @classmethod
+    def of_tensors(cls, model, ids, positions):
+        """A stand-in in full space over given tensors (a graph's candidates,
+        `graph_stand_in`): `ids` (K,) the listed target ids, `positions`
+        (vocabulary,) each id's index in `ids`, or K when unlisted."""
+        self = cls.__new__(cls)
+        self.model, self.size, self.space = model, None, "full"
+        self.vocabulary_size = model.vocabulary_size
+        self.source_vocabulary_size = getattr(model, "source_vocabulary_size", None) or model.vocabulary_size
+        self.candidate_ids, self.positions = ids, positions
+        self.candidate_bias = ops.zeros(ops.shape(ids), dtype="float32")
+        self._own = []
+        return self
+
     def __getattr__(self, name):  # pad_id, max_length, positional_encoding, built, build, ...
         if name == "model":
             raise AttributeError(name)
@@ -137,6 +151,35 @@ def stand_in(model, size, space="shortlist"):
     if key not in per_model:
         per_model[key] = ShortlistedModel(model, size, space)
     return per_model[key]
+
+
+def graph_stand_in(model, shortlist, source_ids):
+    """A full-space stand-in whose candidates are computed from
+    `shortlist`'s table (constants of the graph being built) for
+    `source_ids`: what a SavedModel bakes in. The number of candidates is
+    known only when the graph runs, so the plain graph can run it, not XLA."""
+    vocabulary_size = model.vocabulary_size
+    rows = ops.take(ops.convert_to_tensor(shortlist.table), ops.reshape(ops.cast(source_ids, "int32"), (-1,)),
+                    axis=0)
+    listed = ops.concatenate([ops.reshape(rows, (-1,)), ops.convert_to_tensor(shortlist.always)], axis=0)
+    listed = ops.maximum(listed, 0)  # -1 (no piece) becomes pad, which is listed anyway
+    marks = ops.greater(ops.bincount(listed, minlength=vocabulary_size), 0)
+    ids = ops.cast(ops.reshape(ops.nonzero(marks)[0], (-1,)), "int32")  # ascending
+    count = ops.shape(ids)[0]
+    positions = ops.scatter_update(ops.full((vocabulary_size,), count, dtype="int32"), ops.expand_dims(ids, 1),
+                                   ops.arange(count, dtype="int32"))
+    return ShortlistedModel.of_tensors(model, ids, positions)
+
+
+def check_fits(shortlist, model):
+    """A ValueError unless `shortlist` was built for `model`'s vocabularies."""
+    source_size = getattr(model, "source_vocabulary_size", None) or model.vocabulary_size
+    if shortlist.target_vocabulary_size != model.vocabulary_size:
+        raise ValueError(f"the shortlist is for a target vocabulary of {shortlist.target_vocabulary_size} ids, "
+                         f"the model has {model.vocabulary_size}.")
+    if shortlist.source_vocabulary_size != source_size:
+        raise ValueError(f"the shortlist is for a source vocabulary of {shortlist.source_vocabulary_size} ids, "
+                         f"the model has {source_size}.")
 
 
 def search(search_function, model, shortlist, source_ids, prefix_ids=None, space="shortlist", multiple=None,

@@ -498,8 +498,9 @@ def test_no_cuda_noise_without_a_driver():
 
 
 def test_shortlist_command_and_translate_with_it(trained_run, tmp_path, capsys):
-    """`shortlist` writes a file from the training corpus; `translate --shortlist` gives the text
-    Translator gives with that list (a list smaller than the vocabulary: the shortlisted search runs)."""
+    """`shortlist` writes a file from the training corpus; `translate --shortlist` and the SavedModel of
+    `export --shortlist` give the text Translator gives with that list (a list smaller than the
+    vocabulary: the shortlisted search runs)."""
     from keras_transformer import runs
     from keras_transformer.decoding.shortlist import Shortlist
 
@@ -521,3 +522,12 @@ def test_shortlist_command_and_translate_with_it(trained_run, tmp_path, capsys):
     assert output.read_text(encoding="utf-8").splitlines() == expected
     with pytest.raises(SystemExit, match="--shortlist .*missing.txt: no such file"):
         cli.main(arguments + ["--shortlist", str(tmp_path / "missing.txt")])
+    # The SavedModel with the shortlist baked in gives the same text.
+    assert cli.main(["export", run, "--base-dir", str(tmp_path / "models"), "--shortlist", str(path),
+                     "--warmup-rows", "1"]) == 0
+    import tensorflow as tf
+
+    served = tf.saved_model.load(str(tmp_path / "models" / "translator" / "1")).signatures["serving_default"]
+    assert [t.decode("utf-8") for t in served(text=tf.constant(texts))["translations"].numpy()] == expected
+    with pytest.raises(SystemExit, match="plain variant only"):
+        cli.main(["export", run, "--shortlist", str(path), "--jit-compile"])
