@@ -527,7 +527,11 @@ def test_shortlist_command_and_translate_with_it(trained_run, tmp_path, capsys):
                      "--warmup-rows", "1"]) == 0
     import tensorflow as tf
 
-    served = tf.saved_model.load(str(tmp_path / "models" / "translator" / "1")).signatures["serving_default"]
-    assert [t.decode("utf-8") for t in served(text=tf.constant(texts))["translations"].numpy()] == expected
+    signatures = tf.saved_model.load(str(tmp_path / "models" / "translator" / "1")).signatures
+    served = signatures["serving_default"](text=tf.constant(texts))["translations"].numpy()
+    assert [t.decode("utf-8") for t in served] == expected
+    n_best = signatures["translate_n_best"](text=tf.constant(texts))["translations"].numpy()
+    for row, kept in zip(n_best, translator.translate(texts, n_best=2, distinct=False)):
+        assert [t.decode("utf-8") for t in row[: len(kept)]] == [h.translation for h in kept]
     with pytest.raises(SystemExit, match="plain variant only"):
         cli.main(["export", run, "--shortlist", str(path), "--jit-compile"])
