@@ -23,6 +23,7 @@ def script_table(module, marker):
 
 limit_rule_table = script_table("limit_rule", "limit-rule")
 torch_blocking_table = script_table("torch_blocking", "torch-blocking")
+shortlist_quality_table = script_table("shortlist_quality", "shortlist-quality")
 
 
 
@@ -46,6 +47,8 @@ def serve_profile_table(records, options):
 GENERATORS = {
     "serve": ("serve", serve_table),
     "serve-profile": ("serve_profile", serve_profile_table),
+    "serve-shortlist": ("serve_shortlist", serve_table),
+    "shortlist-quality": ("shortlist_quality", shortlist_quality_table),
     "serve-summary": ("serve", serve_summary),
     "train-throughput": ("train_throughput", throughput_table),
     "train-variants": ("train_variants", variants_table),

@@ -104,7 +104,7 @@ def ratio_text(value):
 # The references a serve table gives ratios to, each where its record has it: a record made with
 # `serve.py --no-in-process` has no "ours in process" row.
 SERVE_COLUMNS = (("ours in process, XLA", "vs ours XLA"), ("CTranslate2 float32", "vs CT2 float32"),
-                 ("CTranslate2 int8", "vs CT2 int8"))
+                 ("CTranslate2 int8", "vs CT2 int8"), ("CTranslate2 int8 + vmap", "vs CT2 int8 + vmap"))
 
 
 def serve_table(records, options):

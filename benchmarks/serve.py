@@ -61,7 +61,7 @@ sys.path.insert(0, ROOT)
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.data import SubwordTokenizer  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
-from benchmarks import _records  # noqa: E402
+from benchmarks import _records, _serve_shortlist  # noqa: E402
 
 SHARED_DATA = os.path.join(ROOT, "..", "shared", "data")
 EOS, PAD = 3, 0
@@ -84,9 +84,18 @@ def parse_args(argv=None):
                         help="also the SavedModel variants exported with this mode (repeatable)")
     parser.add_argument("--no-in-process", action="store_true",
                         help="leave out ours in process (the served variants and CTranslate2 only)")
-    parser.add_argument("--record", default=_records.default_path("serve"),
-                        help="JSON-lines file the run's record is appended to (default %(default)s)")
-    return parser.parse_args(argv)
+    parser.add_argument("--shortlist", action="store_true",
+                        help="the vocabulary shortlist A/B instead (benchmarks/_serve_shortlist.py): real sources, "
+                             "ours XLA with and without it, CTranslate2 int8 with and without it as its vmap")
+    parser.add_argument("--shortlist-per-source", type=int, default=50)
+    parser.add_argument("--shortlist-frequent", type=int, default=100)
+    parser.add_argument("--record", default=None,
+                        help="JSON-lines file the run's record is appended to (default: benchmarks/results/"
+                             "serve.jsonl, serve_shortlist.jsonl with --shortlist)")
+    args = parser.parse_args(argv)
+    if args.record is None:
+        args.record = _records.default_path("serve_shortlist" if args.shortlist else "serve")
+    return args
 
 
 def tokenizer_for(args):
@@ -245,14 +254,25 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     sources = rng.integers(4, tokenizer.vocabulary_size, size=(args.batch_size, args.source_tokens)).astype("int32")
     sources[:, -1] = EOS
-    record = _records.start("serve", argv, packages=("tensorflow", "keras", "ctranslate2"))
+    if args.shortlist:
+        shortlist, sources = _serve_shortlist.build(args, tokenizer)
+    record = _records.start("serve_shortlist" if args.shortlist else "serve", argv, packages=("tensorflow", "keras", "ctranslate2"))
     record["workload"] = {"preset": args.preset, "vocabulary": tokenizer.vocabulary_size, "tokenizer_corpus": origin,
                           "batch": args.batch_size, "source_tokens": args.source_tokens, "steps": args.steps,
                           "beam_size": args.beam_size, "alpha": args.alpha}
     record["seconds"] = {}
+    if args.shortlist:
+        record["workload"].update(sources="corpus pairs 20000+ (real sentences, cut)", shortlist=dict(
+            per_source=args.shortlist_per_source, frequent=args.shortlist_frequent,
+            built_from="the tokenizer's corpus pairs (first 20000)", candidates={}))
     with tempfile.TemporaryDirectory() as work:
         for search in args.searches.split(","):
-            contenders = contenders_for(search, model, tokenizer, sources, args, work)
+            if args.shortlist:
+                contenders, count = _serve_shortlist.contenders(search, model, tokenizer, shortlist, sources, args,
+                                                                work)
+                record["workload"]["shortlist"]["candidates"][search] = count
+            else:
+                contenders = contenders_for(search, model, tokenizer, sources, args, work)
             record["seconds"][search] = run_rounds(contenders, args)
     _records.finish(record)
     load = record["load_average"]

@@ -6,8 +6,10 @@
     keras-transformer translate RUN_DIR [--input FILE | --text "..."] [--output FILE]
         [--n-best N] [--scores] [--alignments] [--format jsonl] [--prefix FILE]
         [--search sampling --temperature T --top-k K --top-p P --seed S] [--no-repeat-ngram-size N]
+        [--shortlist RUN_DIR/shortlist.txt]
+    keras-transformer shortlist RUN_DIR [--per-source 50] [--frequent 100] [--output FILE]
     keras-transformer score RUN_DIR --source FILE --target FILE [--per-token] [--format jsonl]
-    keras-transformer export RUN_DIR [--base-dir DIR] [--name NAME]
+    keras-transformer export RUN_DIR [--base-dir DIR] [--name NAME] [--shortlist FILE]
     keras-transformer export RUN_DIR --format ctranslate2 [--quantization int8] [--output DIR]
     keras-transformer average-checkpoints CHECKPOINT_DIR --last 5 --output model.keras --run RUN_DIR
     keras-transformer attention RUN_DIR --text "..." --output attention.png
@@ -27,7 +29,8 @@ import sys
 # package imports Keras; setting them here would come too late.
 
 from keras_transformer.cli_commands import (
-    cmd_attention, cmd_average, cmd_evaluate, cmd_export, cmd_plot, cmd_prepare, cmd_score, cmd_train, cmd_translate,
+    cmd_attention, cmd_average, cmd_evaluate, cmd_export, cmd_plot, cmd_prepare, cmd_score, cmd_shortlist, cmd_train,
+    cmd_translate,
 )
 
 
@@ -143,6 +146,9 @@ def build_parser():
     translate.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold")
     translate.add_argument("--seed", type=int, help="sampling seed (same seed, same samples)")
     translate.add_argument("--no-repeat-ngram-size", type=int, help="forbid repeating any n-gram of this size")
+    translate.add_argument("--shortlist", metavar="FILE",
+                           help="score only the target pieces a vocabulary shortlist lists for each batch "
+                                "(written by `keras-transformer shortlist`)")
     _decoding_arguments(translate)
     translate.set_defaults(func=cmd_translate)
 
@@ -180,11 +186,21 @@ def build_parser():
                              "the shared embedding) quantizes activations at run time too, int8_weights "
                              "multiplies in float32 (with --format ctranslate2 the engine gets the int8 kernels "
                              "as they are); bfloat16: weights and compute in bfloat16 (SavedModel only)")
+    export.add_argument("--shortlist", metavar="FILE",
+                        help="bake a vocabulary shortlist (written by `keras-transformer shortlist`) into the "
+                             "plain variant")
     export.add_argument("--warmup-rows", type=int,
                         help="TF Serving warm-up records cover requests of up to this many rows (default 64): "
                              "with --jit-compile, one per padded (rows, length) shape the server will compile")
     _decoding_arguments(export)
     export.set_defaults(func=cmd_export)
+
+    shortlist = commands.add_parser("shortlist", help="build a vocabulary shortlist from the run's training corpus")
+    shortlist.add_argument("run_dir", help="the run's output_dir")
+    shortlist.add_argument("--output", help="the shortlist file (default RUN_DIR/shortlist.txt)")
+    shortlist.add_argument("--per-source", type=int, default=50, help="target pieces kept per source piece")
+    shortlist.add_argument("--frequent", type=int, default=100, help="most frequent target pieces always kept")
+    shortlist.set_defaults(func=cmd_shortlist)
 
     average = commands.add_parser("average-checkpoints", help="average the last N checkpoints into one model")
     average.add_argument("checkpoint_dir", help="directory of ckpt-*.weights.h5 files")

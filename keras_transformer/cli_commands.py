@@ -98,7 +98,7 @@ def _read_text_file(path, name):
 
 def _uses_toolkit(args):
     return bool(args.n_best or args.scores or args.alignments or args.prefix or args.format == "jsonl"
-                or args.search or args.no_repeat_ngram_size)
+                or args.search or args.no_repeat_ngram_size or args.shortlist)
 
 
 def _translation_records(args, translator, texts, prefixes):
@@ -157,6 +157,10 @@ def cmd_translate(args):
         if args.search == "sampling":
             options.update(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
         try:
+            if args.shortlist:
+                from keras_transformer.decoding.shortlist import Shortlist
+
+                options["shortlist"] = Shortlist.load(_existing_file(args.shortlist, "--shortlist"))
             translator = runs.make_translator(
                 model, tokenizer, config["decoding"], config["data"]["max_length"], **options
             )
@@ -172,6 +176,24 @@ def cmd_translate(args):
         )
     _report_truncated(len(truncated), len(texts), args.run_dir)
     _write_lines(args.output, lines)
+    return 0
+
+
+def _existing_file(path, option):
+    if not os.path.isfile(path):
+        raise SystemExit(f"error: {option} {path}: no such file")
+    return path
+
+
+def cmd_shortlist(args):
+    from keras_transformer.run_shortlist import build_run_shortlist
+
+    try:
+        shortlist, path = build_run_shortlist(args.run_dir, args.output, per_source=args.per_source,
+                                              frequent=args.frequent)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}")
+    print(f"{path}: {shortlist.table.shape[1]} target pieces per source piece, {len(shortlist.always)} always")
     return 0
 
 
@@ -228,6 +250,12 @@ def cmd_export(args):
                          "--quantization bfloat16 (the engine converts the float weights)")
     if args.format == "ctranslate2" and args.quantize and args.quantization not in (None, "int8"):
         raise SystemExit("error: --quantize gives int8 weights: export them with --quantization int8 (the default then)")
+    if args.shortlist and args.jit_compile:
+        raise SystemExit("error: --shortlist exports the plain variant only (without --jit-compile): a request's "
+                         "number of candidates is known only when the graph runs, which XLA cannot compile")
+    if args.format == "ctranslate2" and args.shortlist:
+        raise SystemExit("error: --shortlist applies to --format saved_model; CTranslate2 takes the same list as "
+                         "its vmap.txt (Shortlist.ctranslate2_vmap, use_vmap=True)")
     if args.format == "ctranslate2":
         quantization = args.quantization or ("int8" if args.quantize else "float32")
         path = runs.export_ctranslate2(args.run_dir, args.output, quantization=quantization,
@@ -235,7 +263,8 @@ def cmd_export(args):
     else:
         path = runs.export(args.run_dir, args.base_dir, name=args.name, version=args.version,
                            decoding=_decoding_overrides(args), jit_compile=args.jit_compile,
-                           warmup_rows=args.warmup_rows, quantize=args.quantize)
+                           warmup_rows=args.warmup_rows, quantize=args.quantize,
+                           shortlist=args.shortlist and _existing_file(args.shortlist, "--shortlist"))
     print(f"exported: {path}")
     return 0
 

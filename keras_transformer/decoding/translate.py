@@ -6,6 +6,7 @@ BOS/EOS) and `detokenize(list_of_id_lists)` (strings or bytes). The model may
 run on any Keras backend; the tokenizer runs eagerly outside the search.
 """
 
+import os
 import warnings
 from typing import NamedTuple, Optional
 
@@ -17,6 +18,8 @@ from keras_transformer.decoding.alignment import translation_alignments
 from keras_transformer.decoding.inputs import check_target_lengths, source_length_limit, truncate_source
 from keras_transformer.decoding.options import check_int
 from keras_transformer.decoding.scoring import score_translations
+from keras_transformer.decoding import shortlisted
+from keras_transformer.decoding.shortlist import Shortlist
 from keras_transformer.decoding.search import (
     beam_search,
     check_limit_rule,
@@ -91,6 +94,10 @@ class Translator:
         temperature, top_k, top_p, seed: the sampling search's options
             (`keras_transformer.decoding.sampling_search`); each batch draws
             with `seed` + its index, so a seed reproduces a whole call.
+        shortlist: a `keras_transformer.decoding.shortlist.Shortlist` (or
+            the path of its file): each batch scores only its candidate
+            target pieces (`keras_transformer.decoding.shortlisted`).
+            Default: the whole vocabulary.
     """
 
     def __init__(
@@ -113,6 +120,7 @@ class Translator:
         top_k=0,
         top_p=1.0,
         seed=None,
+        shortlist=None,
     ):
         for name, value in (("beam_size", beam_size), ("batch_size", batch_size), ("width_multiple", width_multiple)):
             check_int(name, value, 1)
@@ -147,6 +155,7 @@ class Translator:
         self.eos_id = getattr(tokenizer, "eos_id", EOS_ID)
         self.pad_id = getattr(tokenizer, "pad_id", PAD_ID)
         self.last_truncated = []
+        self.shortlist = Shortlist.load(shortlist) if isinstance(shortlist, (str, os.PathLike)) else shortlist
 
     # -- ids ----------------------------------------------------------------
 
@@ -163,12 +172,16 @@ class Translator:
             limit_rule=self.limit_rule,
         )
         if self.search == "greedy":
-            return greedy_search(self.model, source_ids, **options)
-        if self.search == "sampling":
-            seed = None if self.seed is None else self.seed + batch_index
-            return sampling_search(self.model, source_ids, seed=seed, **self.sampling, **options)
-        return beam_search(self.model, source_ids, beam_size=beam_size or self.beam_size, alpha=self.alpha,
-                           return_all_beams=all_beams, **options)
+            function = greedy_search
+        elif self.search == "sampling":
+            function = sampling_search
+            options.update(self.sampling, seed=None if self.seed is None else self.seed + batch_index)
+        else:
+            function = beam_search
+            options.update(beam_size=beam_size or self.beam_size, alpha=self.alpha, return_all_beams=all_beams)
+        if self.shortlist is not None:
+            return shortlisted.search(function, self.model, self.shortlist, source_ids, **options)
+        return function(self.model, source_ids, **options)
 
     def token_ids(self, texts):
         """Token ids of each text (no BOS/EOS), as lists."""

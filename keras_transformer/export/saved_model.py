@@ -207,6 +207,7 @@ def export_saved_model(
     check_ops=True,
     warmup_rows=warmup_lib.DEFAULT_WARMUP_ROWS,
     quantize=None,
+    shortlist=None,
     verbose=False,
 ):
     """Writes `model` and `tokenizer` as a SavedModel for TensorFlow Serving.
@@ -259,6 +260,12 @@ def export_saved_model(
             `keras_transformer.export.quantize`. A copy is quantized;
             `model` is unchanged. A model quantized already with
             `quantize_model` is exported as it is (leave this None).
+        shortlist: a `keras_transformer.decoding.shortlist.Shortlist` (or
+            its file's path), baked into the graph as constants: each
+            request scores only its candidate target pieces
+            (`keras_transformer.decoding.shortlisted.graph_stand_in`). The
+            plain variant only: the candidates' count is known only when
+            the graph runs, which XLA cannot compile.
         verbose: print the endpoints (Keras' export summary).
 
     Returns:
@@ -292,6 +299,16 @@ def export_saved_model(
     _check_compatible(model, tokenizer, max_input_length)
     warmup_lib.check_warmup_rows(warmup_rows, max_input_length, bool(jit_compile))
     quantize_lib.check_mode(quantize)
+    if shortlist is not None:
+        from keras_transformer.decoding import shortlisted
+        from keras_transformer.decoding.shortlist import Shortlist
+
+        if isinstance(shortlist, (str, os.PathLike)):
+            shortlist = Shortlist.load(shortlist)
+        shortlisted.check_fits(shortlist, model)
+        if jit_compile:
+            raise ValueError("a shortlist exports with the plain variant only (jit_compile=False): the number of "
+                             "a request's candidates is known only when the graph runs, which XLA cannot compile.")
     if not model.built:
         model.build()
     if quantize is not None:
@@ -310,7 +327,7 @@ def export_saved_model(
 
     translator = SignatureFunctions(
         model, tokenizer, beam_size, float(alpha), max_extra_length, max_input_length,
-        max_output_length, jit_compile=bool(jit_compile), limit_rule=limit_rule,
+        max_output_length, jit_compile=bool(jit_compile), limit_rule=limit_rule, shortlist=shortlist,
     )
     temp_dir = _make_temp_dir(model_dir)
     try:

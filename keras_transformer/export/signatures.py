@@ -9,7 +9,7 @@ detokenize; forced-decoding scores; ids in, ids out), traced by Keras'
 import tensorflow as tf
 
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from keras_transformer.decoding import beam_search, greedy_search
+from keras_transformer.decoding import beam_search, greedy_search, shortlisted
 from keras_transformer.decoding.inputs import describe_target_limit, source_tokens_kept, target_length_limit
 from keras_transformer.decoding.scoring import score_translations
 from keras_transformer.export import warmup as warmup_lib
@@ -26,8 +26,9 @@ class SignatureFunctions:
     """The graph functions behind the signatures (traced by ExportArchive)."""
 
     def __init__(self, model, tokenizer, beam_size, alpha, max_extra_length, max_input_length,
-                 max_output_length, jit_compile=False, limit_rule="fallback"):
+                 max_output_length, jit_compile=False, limit_rule="fallback", shortlist=None):
         self.limit_rule = limit_rule
+        self.shortlist = shortlist
         self.jit_compile = jit_compile
         # XLA specialises per shape: a few padded shapes, compiled once each.
         self._xla_search = tf.function(self._search_ops, jit_compile=True, autograph=False,
@@ -59,14 +60,21 @@ class SignatureFunctions:
         """Per row of ragged token ids, whether `source_ids` cuts it (the one rule's test)."""
         return tokens.row_lengths() > source_tokens_kept(self.max_input_length)
 
+    def _search_model(self, source_ids):
+        """The model, or with a shortlist its stand-in over this batch's candidates."""
+        if self.shortlist is None:
+            return self.model
+        return shortlisted.graph_stand_in(self.model, self.shortlist, source_ids)
+
     def _search_ops(self, source_ids):
         """The search's ops, for the caller's graph (XLA layout when compiled with XLA)."""
         options = dict(max_extra_length=self.max_extra_length, max_output_length=self.max_output_length,
                        jit_compile=self.jit_compile, limit_rule=self.limit_rule)
+        model = self._search_model(source_ids)
         if self.beam_size == 1:
-            result = greedy_search(self.model, source_ids, **options)
+            result = greedy_search(model, source_ids, **options)
         else:
-            result = beam_search(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
+            result = beam_search(model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
                                  **options)
         return tf.convert_to_tensor(result["ids"]), tf.convert_to_tensor(result["scores"])
 
@@ -108,8 +116,9 @@ class SignatureFunctions:
     def translate_n_best(self, text):
         """The kept finished hypotheses of the beam search, best first: (batch, beam_size)."""
         tokens = self.tokenizer.tokenize(text)
+        source_ids = self.source_ids(tokens)
         result = beam_search(
-            self.model, self.source_ids(tokens), beam_size=self.beam_size, alpha=self.alpha,
+            self._search_model(source_ids), source_ids, beam_size=self.beam_size, alpha=self.alpha,
             max_extra_length=self.max_extra_length, max_output_length=self.max_output_length, return_all_beams=True,
             limit_rule=self.limit_rule,
         )

@@ -141,18 +141,23 @@ class SharedEmbedding(keras.layers.Layer):
         # Keras routes a quantized layer's __call__ here; `call` reads the int8 form.
         return self.call(inputs, mode=mode)
 
-    def logits(self, outputs):
+    def logits(self, outputs, ids=None):
+        """The tied projection's logits; with `ids` (a 1-D int tensor),
+        only those vocabulary rows', in that order (a vocabulary shortlist)."""
         if self.quantization_mode == "int8":
-            return self._int8_logits(outputs)
-        kernel = ops.cast(self.embeddings, outputs.dtype)
-        return ops.matmul(outputs, ops.transpose(kernel))
+            return self._int8_logits(outputs, ids)
+        kernel = self.embeddings if ids is None else ops.take(self.embeddings, ids, axis=0)
+        return ops.matmul(outputs, ops.transpose(ops.cast(kernel, outputs.dtype)))
 
-    def _int8_logits(self, outputs):
-        scale = ops.cast(self.projection_scale, outputs.dtype)
+    def _int8_logits(self, outputs, ids=None):
+        kernel, scale = self.projection_kernel, self.projection_scale
+        if ids is not None:
+            kernel, scale = ops.take(kernel, ids, axis=1), ops.take(scale, ids, axis=0)
+        scale = ops.cast(scale, outputs.dtype)
         if self.inputs_quantizer is None:  # weight-only: a float product
-            return ops.matmul(outputs, ops.cast(self.projection_kernel, outputs.dtype)) / scale
+            return ops.matmul(outputs, ops.cast(kernel, outputs.dtype)) / scale
         quantized, outputs_scale = self.inputs_quantizer(outputs, axis=-1)
-        products = ops.matmul(quantized, self.projection_kernel)  # int8 x int8 -> int32
+        products = ops.matmul(quantized, kernel)  # int8 x int8 -> int32
         return ops.cast(products, outputs.dtype) / (ops.cast(outputs_scale, outputs.dtype) * scale)
 
     def quantize(self, mode=None, type_check=True, config=None):

@@ -235,6 +235,14 @@ class IncrementalDecoder:
         return ops.reshape(visible, (self.batch, 1, self.beams, -1)), (history,)
 
     def step(self, state, last_tokens, step):
+        hidden, state = self.hidden_step(state, last_tokens, step)
+        logits = self.model.target_embedding.logits(hidden)
+        return ops.cast(logits, "float32"), state
+
+    def hidden_step(self, state, last_tokens, step):
+        """`step` before the output projection: the decoder's (rows,
+        d_model) outputs and the new state (a vocabulary shortlist projects
+        them onto its own rows)."""
         model = self.model
         x = model.target_embedding(ops.expand_dims(last_tokens, 1))
         x = x + model.position_encoding(x, start_index=step)
@@ -270,8 +278,7 @@ class IncrementalDecoder:
             new_state += written
         if model.decoder.final_norm is not None:
             x = model.decoder.final_norm(x)
-        logits = model.target_embedding.logits(x)[:, 0]
-        return ops.cast(logits, "float32"), new_state + history
+        return x[:, 0], new_state + history
 
     def reorder(self, state, rows):
         """Row i takes over the slot history of row `rows[i]`; keys and values

@@ -495,3 +495,43 @@ def test_no_cuda_noise_without_a_driver():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0
     assert result.stderr.splitlines() == ["kept"], result.stderr
+
+
+def test_shortlist_command_and_translate_with_it(trained_run, tmp_path, capsys):
+    """`shortlist` writes a file from the training corpus; `translate --shortlist` and the SavedModel of
+    `export --shortlist` give the text Translator gives with that list (a list smaller than the
+    vocabulary: the shortlisted search runs)."""
+    from keras_transformer import runs
+    from keras_transformer.decoding.shortlist import Shortlist
+
+    work, _ = trained_run
+    run = str(work / "run")
+    path = tmp_path / "shortlist.txt"
+    assert cli.main(["shortlist", run, "--per-source", "2", "--frequent", "3", "--output", str(path)]) == 0
+    shortlist = Shortlist.load(path)
+    model, tokenizer, config = runs.load_run(run)
+    texts = ["one apple", "the red car", "we read the book"]
+    translator = runs.make_translator(model, tokenizer, config["decoding"], config["data"]["max_length"],
+                                      shortlist=shortlist)
+    expected = translator.translate(texts)
+    ids, count = shortlist.candidates(translator.source_ids(texts))
+    assert len(ids) < model.vocabulary_size and count > 4
+    output = tmp_path / "out.txt"
+    arguments = ["translate", run, "--output", str(output)] + [a for t in texts for a in ("--text", t)]
+    assert cli.main(arguments + ["--shortlist", str(path)]) == 0
+    assert output.read_text(encoding="utf-8").splitlines() == expected
+    with pytest.raises(SystemExit, match="--shortlist .*missing.txt: no such file"):
+        cli.main(arguments + ["--shortlist", str(tmp_path / "missing.txt")])
+    # The SavedModel with the shortlist baked in gives the same text.
+    assert cli.main(["export", run, "--base-dir", str(tmp_path / "models"), "--shortlist", str(path),
+                     "--warmup-rows", "1"]) == 0
+    import tensorflow as tf
+
+    signatures = tf.saved_model.load(str(tmp_path / "models" / "translator" / "1")).signatures
+    served = signatures["serving_default"](text=tf.constant(texts))["translations"].numpy()
+    assert [t.decode("utf-8") for t in served] == expected
+    n_best = signatures["translate_n_best"](text=tf.constant(texts))["translations"].numpy()
+    for row, kept in zip(n_best, translator.translate(texts, n_best=2, distinct=False)):
+        assert [t.decode("utf-8") for t in row[: len(kept)]] == [h.translation for h in kept]
+    with pytest.raises(SystemExit, match="plain variant only"):
+        cli.main(["export", run, "--shortlist", str(path), "--jit-compile"])
