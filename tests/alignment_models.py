@@ -5,7 +5,7 @@ anti-diagonal) from the shared reversal task (`reversal_task.py`).
 Training them takes minutes of eager PyTorch on CPU (about a second a step),
 so the backend-agnostic test (tests/test_alignments.py) loads weights
 trained once under TensorFlow and kept in tests/data/; the TensorFlow test
-(tests/tf/test_alignments.py) trains them afresh with `train`. After a
+(tests/tf/test_alignments_trained_afresh.py) trains them afresh with `train`. After a
 change of the model's variables, rewrite the files with
 
     KERAS_BACKEND=tensorflow python tests/alignment_models.py

@@ -2,7 +2,7 @@
 models of copying (true links: the diagonal) and reversing (the
 anti-diagonal) with weights trained once under TensorFlow and kept in
 tests/data/ (`alignment_models.py` writes them; eager PyTorch would take
-minutes to train them). tests/tf/test_alignments.py trains them afresh."""
+minutes to train them). tests/tf/test_alignments_trained_afresh.py trains them afresh."""
 
 import numpy as np
 import pytest

@@ -50,7 +50,7 @@ def easy_synthetic_run(tmp_path_factory):
     layers, 400 subwords, inputs up to 48 tokens; decoding beam 4, alpha
     0.6, 8 extra tokens) trained for 800 steps (minutes) on 6,000 pairs of
     the easy categories (seed 5), for the tests that need a model that
-    translates (test_ctranslate2, test_quantize); load it with
+    translates (test_ctranslate2, test_quantize*, test_finetune); load it with
     `runs.load_run`, and write nothing into it.
 
     Trained once per test run: pytest-xdist workers share the directory

@@ -238,13 +238,16 @@ def test_console_script_runs():
 
 def test_export_command_writes_a_versioned_saved_model(trained_run, tmp_path):
     work, _ = trained_run
-    assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path), "--beam-size", "2",
+    # Flags other than the run's decoding (beam 2, limit rule "fallback"); greedy also has fewer signatures to trace.
+    assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path), "--beam-size", "1",
                      "--limit-rule", "force_eos"]) == 0
     assert (tmp_path / "translator" / "1" / "saved_model.pb").is_file()
     info = json.loads((tmp_path / "translator" / "1" / "assets.extra" / "keras_transformer_export.json").read_text())
-    assert info["search"]["limit_rule"] == "force_eos" and info["search"]["beam_size"] == 2
+    assert info["search"]["limit_rule"] == "force_eos" and info["search"]["beam_size"] == 1
     assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path)]) == 0
     assert (tmp_path / "translator" / "2" / "saved_model.pb").is_file()  # next version, nothing overwritten
+    info = json.loads((tmp_path / "translator" / "2" / "assets.extra" / "keras_transformer_export.json").read_text())
+    assert info["search"]["limit_rule"] == "fallback" and info["search"]["beam_size"] == 2  # the run's decoding
 
 
 def test_console_script_prints_only_its_own_error(tmp_path):

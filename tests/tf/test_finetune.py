@@ -1,6 +1,13 @@
-"""Fine-tuning a trained run on a second domain (`train --init-from`)."""
+"""Fine-tuning a trained run on a second domain (`train --init-from`).
+
+The trained run is tests/tf/conftest.py's easy_synthetic_run (noun phrases,
+modal verbs, perfect tense, times; 800 steps, trained once per test run and
+shared with test_ctranslate2 and test_quantize*); the second domain is
+numbers and dates, which it never saw.
+"""
 
 import json
+import re
 import shutil
 
 import h5py
@@ -14,23 +21,28 @@ from keras_transformer.training import NoamSchedule
 from keras_transformer.training.progress import PROGRESS_FILE, read_best, read_records
 from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
 
+# easy_synthetic_run's model and vocabulary: a run initialised from it has the same.
 MODEL = "{preset: tiny, d_model: 64, d_ff: 256, num_heads: 4, num_encoder_layers: 2, num_decoder_layers: 2}"
+VOCABULARY_SIZE = 400
+DECODING = {"beam_size": 1, "max_extra_length": 10}
 
 
 VALIDATION_SENTENCES = 20
 
 
-def write_config(path, output_dir, train, test, steps, warmup=150, valid=None):
-    """A run's config; with `valid`, it validates (BLEU/chrF) every 200 steps on its first 20 sentences."""
-    validation = (f", validate_every_steps: 200, validation_sentences: {VALIDATION_SENTENCES}" if valid else "")
+def write_config(path, output_dir, train, test, steps, warmup=150, valid=None, validate_every=None):
+    """A run's config; with `valid`, it validates (BLEU/chrF) every `validate_every` steps on its first
+    20 sentences, and its model.keras stays the last weights (not the best validated ones)."""
+    validation = (f", validate_every_steps: {validate_every}, validation_sentences: {VALIDATION_SENTENCES}, "
+                  "final_model: average" if valid else "")
     path.write_text(
         f"""output_dir: {output_dir}
 model: {MODEL}
 data: {{train: {train}, test: {test}, {f"valid: {valid}, " if valid else ""}source_key: en, target_key: de,
-       vocabulary_size: 300, max_length: 48}}
+       vocabulary_size: {VOCABULARY_SIZE}, max_length: 48}}
 training: {{tokens_per_batch: 2048, epochs: 50, max_steps: {steps}, warmup_steps: {warmup},
            save_every_steps: 1000, average_last: 1{validation}}}
-decoding: {{beam_size: 1, max_extra_length: 10}}
+decoding: {{beam_size: {DECODING["beam_size"]}, max_extra_length: {DECODING["max_extra_length"]}}}
 """
     )
     return path
@@ -38,57 +50,54 @@ decoding: {{beam_size: 1, max_extra_length: 10}}
 
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory):
-    """Domain A's (numbers, dates) and domain B's (modal verbs, perfect tense) train and test files."""
+    """Domain B's (numbers, dates) train and test files."""
     work = tmp_path_factory.mktemp("finetune")
-    for name, categories in (("a", ("numbers", "dates")), ("b", ("modal_verbs", "perfect_tense"))):
-        train, test = make_splits(3000, 60, seed=2, categories=categories)
-        write_jsonl(work / f"{name}-train.jsonl.gz", train)
-        write_jsonl(work / f"{name}-test.jsonl.gz", test)
+    train, test = make_splits(3000, 60, seed=2, categories=("numbers", "dates"))
+    write_jsonl(work / "b-train.jsonl.gz", train)
+    write_jsonl(work / "b-test.jsonl.gz", test)
     return work
 
 
 @pytest.fixture(scope="module")
-def domains(corpora):
-    """A run trained on domain A (validated at steps 200 and 400 on A's test
-    sentences), and domain B's files."""
-    work = corpora
-    config = write_config(work / "a.yaml", work / "run-a", work / "a-train.jsonl.gz", work / "a-test.jsonl.gz", 400,
-                          valid=work / "a-test.jsonl.gz")
-    assert cli.main(["train", "--config", str(config)]) == 0
-    return work
+def domains(corpora, easy_synthetic_run):
+    """(domain B's directory, the trained run of the first domain: read it, write nothing into it)."""
+    return corpora, easy_synthetic_run[0]
 
 
 _BLEU_ON_B = {}
 
 
 def bleu_on_b(work, run):
-    """BLEU of a run's model.keras on domain B's test file; each run's once a module
-    (both fine-tuning tests read run-b's: one evaluation, about half a minute)."""
+    """BLEU of a run's model.keras on domain B's test file, decoded as DECODING (the fine-tuned runs'
+    own); each run's once a module. The result goes to `work`, not into the run."""
     if run not in _BLEU_ON_B:
-        result, _ = runs.evaluate(run, corpus=str(work / "b-test.jsonl.gz"), progress=False)
+        result, _ = runs.evaluate(run, corpus=str(work / "b-test.jsonl.gz"), progress=False, decoding=DECODING,
+                                  result_path=work / f"eval-{run.name}.json")
         _BLEU_ON_B[run] = result["bleu"]
     return _BLEU_ON_B[run]
 
 
 B_STEPS, B_WARMUP = 250, 50
+B_VALIDATE_EVERY = 125
 # How far the fine-tuned run must stay ahead of the from-scratch control (BLEU).
 SCRATCH_MARGIN = 10.0
 
 
 @pytest.fixture(scope="module")
 def fine_tuned(domains):
-    """Run A fine-tuned on domain B for 250 steps (run-b)."""
-    work = domains
+    """The first domain's run fine-tuned on domain B for 250 steps (run-b),
+    validated at steps 125 and 250 on B's first 20 test sentences."""
+    work, source = domains
     config = write_config(work / "b.yaml", work / "run-b", work / "b-train.jsonl.gz", work / "b-test.jsonl.gz",
-                          B_STEPS, warmup=B_WARMUP)
-    assert cli.main(["train", "--config", str(config), "--init-from", str(work / "run-a")]) == 0
+                          B_STEPS, warmup=B_WARMUP, valid=work / "b-test.jsonl.gz", validate_every=B_VALIDATE_EVERY)
+    assert cli.main(["train", "--config", str(config), "--init-from", str(source)]) == 0
     return work / "run-b"
 
 
 @pytest.fixture(scope="module")
 def from_scratch(corpora):
     """The control: the same 250 steps and schedule on domain B from a fresh
-    model (and B's own tokenizer), as one would train without run A."""
+    model (and B's own tokenizer), as one would train without the first run."""
     work = corpora
     config = write_config(work / "b-scratch.yaml", work / "run-b-scratch", work / "b-train.jsonl.gz",
                           work / "b-test.jsonl.gz", B_STEPS, warmup=B_WARMUP)
@@ -97,11 +106,11 @@ def from_scratch(corpora):
 
 
 def test_fine_tuning_on_a_second_domain_raises_its_bleu(domains, fine_tuned):
-    work = domains
-    before = bleu_on_b(work, work / "run-a")
-    # The run-a tokenizer came along, byte for byte.
-    assert (fine_tuned / "tokenizer.model").read_bytes() == (work / "run-a" / "tokenizer.model").read_bytes()
-    assert json.loads((fine_tuned / "config.json").read_text())["training"]["init_from"] == str(work / "run-a")
+    work, source = domains
+    before = bleu_on_b(work, source)
+    # The first run's tokenizer came along, byte for byte.
+    assert (fine_tuned / "tokenizer.model").read_bytes() == (source / "tokenizer.model").read_bytes()
+    assert json.loads((fine_tuned / "config.json").read_text())["training"]["init_from"] == str(source)
     after = bleu_on_b(work, fine_tuned)
     print(f"domain B BLEU: {before:.1f} before fine-tuning, {after:.1f} after")
     assert after > before + 10
@@ -109,28 +118,29 @@ def test_fine_tuning_on_a_second_domain_raises_its_bleu(domains, fine_tuned):
 
 def test_fine_tuning_beats_the_same_steps_from_scratch(domains, fine_tuned, from_scratch):
     """The control for the gain above: 250 steps on B alone, from a fresh model."""
-    work = domains
+    work, _ = domains
     after, scratch = bleu_on_b(work, fine_tuned), bleu_on_b(work, from_scratch)
-    print(f"domain B BLEU after {B_STEPS} steps: {after:.1f} fine-tuned from run A, {scratch:.1f} from scratch")
+    print(f"domain B BLEU after {B_STEPS} steps: {after:.1f} fine-tuned from the first run, {scratch:.1f} from scratch")
     assert after > scratch + SCRATCH_MARGIN
 
 
-def test_logged_validation_scores_are_sacrebleus_on_the_same_sentences_and_outputs(domains):
-    """Run A validated at steps 200 and 400. Its best validated weights
-    retranslate the validation subset (A's first 20 test sentences) with the
+def test_logged_validation_scores_are_sacrebleus_on_the_same_sentences_and_outputs(domains, fine_tuned):
+    """run-b validated at steps 125 and 250. Its best validated weights
+    retranslate the validation subset (B's first 20 test sentences) with the
     validation decoding, and sacreBLEU scores them here: the logged BLEU and
     chrF of that step must be those scores."""
     import gzip
 
     import sacrebleu
 
-    run = domains / "run-a"
+    work, _ = domains
+    run = fine_tuned
     best = read_best(run)
     validations = {r["step"]: r for r in read_records(run / PROGRESS_FILE) if "valid_bleu" in r}
-    assert sorted(validations) == [200, 400] and best["step"] in validations
+    assert sorted(validations) == [B_VALIDATE_EVERY, B_STEPS] and best["step"] in validations
     model, tokenizer, config = runs.load_run(run)
     model.load_weights(best["weights"])
-    with gzip.open(domains / "a-test.jsonl.gz", "rt", encoding="utf-8") as stream:
+    with gzip.open(work / "b-test.jsonl.gz", "rt", encoding="utf-8") as stream:
         records = [json.loads(line) for line in stream][:VALIDATION_SENTENCES]
     sources, references = [r["en"].strip() for r in records], [r["de"].strip() for r in records]
     decoding = dict(config["decoding"], beam_size=config["training"]["validation_beam_size"])
@@ -146,7 +156,7 @@ def test_logged_validation_scores_are_sacrebleus_on_the_same_sentences_and_outpu
 
 
 def test_init_from_refuses_a_different_tokenizer_or_model(domains, tmp_path):
-    work = domains
+    work, source = domains
     # The run directory already has another tokenizer: both files are named.
     config = write_config(tmp_path / "c.yaml", tmp_path / "run-c", work / "b-train.jsonl.gz",
                           work / "b-test.jsonl.gz", 2)
@@ -154,29 +164,29 @@ def test_init_from_refuses_a_different_tokenizer_or_model(domains, tmp_path):
     SubwordTokenizer.train(["ein Apfel", "two apples", "drei Häuser"], vocabulary_size=30,
                            hard_vocab_limit=False).save(str(tmp_path / "run-c" / "tokenizer.model"))
     with pytest.raises(runs.RunError, match=r"tokenizer mismatch: .*run-c/tokenizer.model differs from "
-                                            r".*run-a/tokenizer.model"):
-        runs.train(runs.config_lib.resolve([config], assignments=[f"training.init_from={work / 'run-a'}"]))
+                                            + re.escape(str(source / "tokenizer.model"))):
+        runs.train(runs.config_lib.resolve([config], assignments=[f"training.init_from={source}"]))
     # Another architecture: the differing keys are named.
     config = write_config(tmp_path / "d.yaml", tmp_path / "run-d", work / "b-train.jsonl.gz",
                           work / "b-test.jsonl.gz", 2)
     with pytest.raises(runs.RunError, match=r"d_model 32 here, 64 in .*model.keras"):
         runs.train(runs.config_lib.resolve(
-            [config], assignments=[f"training.init_from={work / 'run-a'}", "model.d_model=32"]))
+            [config], assignments=[f"training.init_from={source}", "model.d_model=32"]))
     with pytest.raises(runs.RunError, match="no model at"):
         runs.train(runs.config_lib.resolve([config], assignments=[f"training.init_from={tmp_path}"]))
 
 
 # -- training.init_optimizer ------------------------------------------------------
-# Run A is the source: its only checkpoint, ckpt-400 (written at its last step),
-# holds Adam's moments and iterations 400. (A 6-step run of its own cost this
-# module a minute or more of tracing and training.)
-SOURCE_STEPS, WARMUP = 400, 150
+# The first domain's run is the source: its only checkpoint, ckpt-800 (written
+# at its last step), holds Adam's moments and iterations 800. (A 6-step run of
+# its own cost this module a minute or more of tracing and training.)
+SOURCE_STEPS, WARMUP = 800, 150
 
 
 @pytest.fixture(scope="module")
 def short_run(domains):
-    """Run A, as the source run of the init_optimizer tests."""
-    run = domains / "run-a"
+    """The first domain's run, as the source run of the init_optimizer tests (read only)."""
+    _, run = domains
     assert sorted(p.name for p in (run / "checkpoints").glob("ckpt-*")) == [f"ckpt-{SOURCE_STEPS:09d}.weights.h5"]
     return run
 

@@ -76,8 +76,8 @@ def translations(trained, int8_model):
             "int8": translator(int8_model, tokenizer).translate(sources)}
 
 
-def export(model, tokenizer, base, jit_compile=False, **options):
-    return export_saved_model(model, tokenizer, base, beam_size=BEAM, alpha=ALPHA, max_extra_length=EXTRA,
+def export(model, tokenizer, base, jit_compile=False, beam_size=BEAM, **options):
+    return export_saved_model(model, tokenizer, base, beam_size=beam_size, alpha=ALPHA, max_extra_length=EXTRA,
                               max_input_length=MAX_INPUT, jit_compile=jit_compile, warmup_rows=8, **options)
 
 
@@ -123,14 +123,18 @@ def test_int8_export_round_trip_and_op_check(variant, int8_exports, int8_model):
 
 def test_int8_check_rejects_a_float_export(trained, tmp_path):
     model, tokenizer, _ = trained
-    float_dir = export(model, tokenizer, tmp_path, check_ops=False)
+    # The trained float model's SavedModel with greedy search: the same float
+    # weights as a beam export, which the check reads first and refuses on,
+    # for fewer signatures to trace (no n-best).
+    float_dir = export(model, tokenizer, tmp_path, check_ops=False, beam_size=1)
     with pytest.raises(ValueError, match="no int8 variable"):
         check_int8_export(float_dir)
 
 
 def test_weight_only_mode_is_checked_as_such(trained, int8_exports, tmp_path):
     model, tokenizer, _ = trained
-    weights_dir = export(model, tokenizer, tmp_path, quantize="int8_weights")
+    # Greedy search (fewer signatures to trace): the products checked are the model's layers', as in a beam export.
+    weights_dir = export(model, tokenizer, tmp_path, quantize="int8_weights", beam_size=1)
     assert check_int8_export(weights_dir, "int8_weights")["int8_products"] == 0
     with pytest.raises(ValueError, match="no int8 x int8 product"):
         check_int8_export(weights_dir, "int8")
