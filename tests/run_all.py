@@ -10,7 +10,9 @@ Each run spreads its test files over worker processes (pytest-xdist,
 single-threaded tracing, compiling and subprocess start-up, so two workers
 on two cores save a third of the time (tests/tf: 1262 s -> 853 s). `KT_TEST_WORKERS=N` picks N
 (0: no workers, in process); the default is the machine's cores, at most 4
-(each worker holds its own TensorFlow).
+(each worker holds its own TensorFlow). The torch run is one process on one
+thread: it runs beside the others rather than after them (its output is
+printed when it ends), using the core it would leave idle.
 
 Prints one closing line that totals every run, and exits non-zero if any run
 failed (a run that collects no test counts as a failure: it means the suite
@@ -49,23 +51,67 @@ def main(extra_args):
     failed_runs = []
     report_dir = ROOT / ".pytest_reports"
     report_dir.mkdir(exist_ok=True)
-    for index, (backend, paths, spread) in enumerate(RUNS):
-        report = report_dir / f"run{index}-{backend}.xml"
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
+    runs = [Run(index, backend, paths, parallel if spread else [], report_dir, extra_args)
+            for index, (backend, paths, spread) in enumerate(RUNS)]
+    # The one-process run (torch, one thread) keeps one core busy and leaves the
+    # other idle: with workers, it runs beside the others instead of after them,
+    # its output printed when it ends.
+    beside = [run for run in runs if not run.parallel] if workers else []
+    for run in beside:
+        run.start(log=report_dir / f"run{run.index}-{run.backend}.log")
+    for run in runs:
+        if run not in beside:
+            run.start()
+        run.finish(totals, failed_runs)
+    if failed_runs:
+        print("failed runs: " + "; ".join(failed_runs))
+    print(f"total: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped")
+    return 1 if failed_runs or totals["failed"] else 0
+
+
+class Run:
+    """One pytest process over `paths` under one Keras backend."""
+
+    def __init__(self, index, backend, paths, parallel, report_dir, extra_args):
+        self.index, self.backend, self.paths, self.parallel = index, backend, paths, parallel
+        self.report = report_dir / f"run{index}-{backend}.xml"
+        self.command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        f"--junitxml={self.report}", *parallel, *paths, *extra_args]
+        self.env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
         if backend == "torch":
             # The torch tests' models are tiny: eager PyTorch gains nothing from a
             # second OpenMP thread, and its threads wait on each other whenever a
             # core is busy elsewhere (test_search_references' 8 standard-beam cases:
             # 20 s on one thread, 97 s on the default two, on a shared 2-core machine).
-            env.setdefault("OMP_NUM_THREADS", "1")
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   f"--junitxml={report}", *(parallel if spread else []), *paths, *extra_args]
-        print(f"\n=== KERAS_BACKEND={backend} pytest {' '.join(paths)}", flush=True)
-        start = time.time()
-        code = subprocess.call(command, cwd=ROOT, env=env)
-        print(f"=== {backend} {' '.join(paths)}: exit {code} in {time.time() - start:.0f}s", flush=True)
-        if report.exists():
-            suite = ElementTree.parse(report).getroot()
+            self.env.setdefault("OMP_NUM_THREADS", "1")
+        self.log = None
+
+    @property
+    def title(self):
+        return f"KERAS_BACKEND={self.backend} pytest {' '.join(self.paths)}"
+
+    def start(self, log=None):
+        self.log = log
+        if log is None:
+            print(f"\n=== {self.title}", flush=True)
+            self.process = subprocess.Popen(self.command, cwd=ROOT, env=self.env)
+        else:
+            print(f"\n=== {self.title}: started beside the others, output in {log}", flush=True)
+            with open(log, "wb") as output:
+                self.process = subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdout=output,
+                                                stderr=subprocess.STDOUT)
+        self.started = time.time()
+
+    def finish(self, totals, failed_runs):
+        code = self.process.wait()
+        seconds = time.time() - self.started
+        if self.log is not None:
+            print(f"\n=== {self.title} (ran beside the others)", flush=True)
+            sys.stdout.write(self.log.read_text(encoding="utf-8", errors="replace"))
+        took = f"ended within {seconds:.0f}s" if self.log is not None else f"in {seconds:.0f}s"
+        print(f"=== {self.backend} {' '.join(self.paths)}: exit {code} {took}", flush=True)
+        if self.report.exists():
+            suite = ElementTree.parse(self.report).getroot()
             suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
             tests, failures = int(suite.get("tests")), int(suite.get("failures"))
             errors, skipped = int(suite.get("errors")), int(suite.get("skipped"))
@@ -73,12 +119,7 @@ def main(extra_args):
             totals["skipped"] += skipped
             totals["passed"] += tests - failures - errors - skipped
         if code != 0:
-            failed_runs.append(f"{backend}:{' '.join(paths)} (exit {code})")
-    if failed_runs:
-        print("failed runs: " + "; ".join(failed_runs))
-    print(f"total: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped")
-    return 1 if failed_runs or totals["failed"] else 0
-
+            failed_runs.append(f"{self.backend}:{' '.join(self.paths)} (exit {code})")
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
