@@ -188,7 +188,11 @@ def build_parser():
                              "as they are); bfloat16: weights and compute in bfloat16 (SavedModel only)")
     export.add_argument("--shortlist", metavar="FILE",
                         help="bake a vocabulary shortlist (written by `keras-transformer shortlist`) into the "
-                             "plain variant")
+                             "SavedModel: each request scores only its candidate target pieces")
+    export.add_argument("--shortlist-size", type=int, metavar="N",
+                        help="with --shortlist and --jit-compile: the compiled list's fixed size (a request whose "
+                             "candidates exceed it takes the full search); default: the list's always-kept "
+                             "pieces plus 100 source pieces' lists, to a multiple of 128")
     export.add_argument("--warmup-rows", type=int,
                         help="TF Serving warm-up records cover requests of up to this many rows (default 64): "
                              "with --jit-compile, one per padded (rows, length) shape the server will compile")

@@ -250,9 +250,9 @@ def cmd_export(args):
                          "--quantization bfloat16 (the engine converts the float weights)")
     if args.format == "ctranslate2" and args.quantize and args.quantization not in (None, "int8"):
         raise SystemExit("error: --quantize gives int8 weights: export them with --quantization int8 (the default then)")
-    if args.shortlist and args.jit_compile:
-        raise SystemExit("error: --shortlist exports the plain variant only (without --jit-compile): a request's "
-                         "number of candidates is known only when the graph runs, which XLA cannot compile")
+    if args.shortlist_size is not None and not (args.shortlist and args.jit_compile):
+        raise SystemExit("error: --shortlist-size is the XLA variant's fixed list size: it needs --shortlist and "
+                         "--jit-compile (the plain variant takes each request's list as it is)")
     if args.format == "ctranslate2" and args.shortlist:
         raise SystemExit("error: --shortlist applies to --format saved_model; CTranslate2 takes the same list as "
                          "its vmap.txt (Shortlist.ctranslate2_vmap, use_vmap=True)")
@@ -264,7 +264,8 @@ def cmd_export(args):
         path = runs.export(args.run_dir, args.base_dir, name=args.name, version=args.version,
                            decoding=_decoding_overrides(args), jit_compile=args.jit_compile,
                            warmup_rows=args.warmup_rows, quantize=args.quantize,
-                           shortlist=args.shortlist and _existing_file(args.shortlist, "--shortlist"))
+                           shortlist=args.shortlist and _existing_file(args.shortlist, "--shortlist"),
+                           shortlist_size=args.shortlist_size)
     print(f"exported: {path}")
     return 0
 

@@ -22,14 +22,15 @@ def _with_decoding(output_dir, decoding):
 
 
 def export(output_dir, base_dir=None, *, name="translator", version=None, decoding=None, jit_compile=False,
-           check_ops=True, warmup_rows=None, quantize=None, shortlist=None):
+           check_ops=True, warmup_rows=None, quantize=None, shortlist=None, shortlist_size=None):
     """Exports the run's model and tokenizer as a SavedModel for TF Serving, with
     its decoding settings (`decoding` overrides some) and, as the input limit,
     the longest source seen in training (`data.max_length`). `base_dir`
     defaults to RUN/export; `warmup_rows` (default 64) bounds the requests
     the TF Serving warm-up records cover; `quantize` ("int8", "int8_weights",
-    "bfloat16") exports lower-precision weights; `shortlist` (a file, the
-    plain variant only) bakes a vocabulary shortlist in; returns the version directory."""
+    "bfloat16") exports lower-precision weights; `shortlist` (a file) bakes a
+    vocabulary shortlist in, `shortlist_size` its fixed size in the XLA
+    variant; returns the version directory."""
     from keras_transformer.export import export_saved_model
     from keras_transformer.export.warmup import DEFAULT_WARMUP_ROWS
 
@@ -41,7 +42,7 @@ def export(output_dir, base_dir=None, *, name="translator", version=None, decodi
         max_input_length=config["data"]["max_length"], limit_rule=settings["limit_rule"],
         jit_compile=jit_compile, check_ops=check_ops,
         warmup_rows=DEFAULT_WARMUP_ROWS if warmup_rows is None else warmup_rows, quantize=quantize,
-        shortlist=shortlist,
+        shortlist=shortlist, shortlist_size=shortlist_size,
     )
 
 

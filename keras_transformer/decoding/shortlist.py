@@ -51,6 +51,9 @@ from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
 _MAGIC = "keras-transformer shortlist 1"
+# The XLA SavedModel's fixed list holds by default the always-kept pieces and
+# this many source pieces' lists (`Shortlist.default_size`).
+DEFAULT_SIZE_SOURCE_PIECES = 100
 
 
 def _flat_ids(ids):
@@ -58,6 +61,12 @@ def _flat_ids(ids):
     if isinstance(ids, (list, tuple)) and any(isinstance(row, (list, tuple, np.ndarray)) for row in ids):
         return np.concatenate([np.asarray(row, np.int64).reshape(-1) for row in ids] + [np.zeros(0, np.int64)])
     return np.asarray(ids, np.int64).reshape(-1)
+
+
+def default_multiple(target_vocabulary_size):
+    """Lists are padded to a multiple of this many entries: 128, or 8 for a
+    vocabulary under 2,048 pieces (fewer shapes to compile)."""
+    return 128 if target_vocabulary_size >= 2048 else 8
 
 
 def _check_count(name, value, minimum):
@@ -96,6 +105,36 @@ class Shortlist:
     @property
     def source_vocabulary_size(self):
         return self.table.shape[0]
+
+    @classmethod
+    def coerce(cls, shortlist):
+        """`shortlist` as a Shortlist: one as it is, a file's path loaded, None as None."""
+        if isinstance(shortlist, (str, os.PathLike)):
+            return cls.load(shortlist)
+        if shortlist is not None and not isinstance(shortlist, cls):
+            raise TypeError(f"`shortlist` must be a Shortlist or its file's path, got {type(shortlist).__name__}.")
+        return shortlist
+
+    def default_size(self):
+        """The fixed candidate count of the XLA SavedModel variant unless
+        given (`export_saved_model(shortlist_size=...)`): the always-kept
+        pieces plus the lists of `DEFAULT_SIZE_SOURCE_PIECES` source pieces,
+        were none shared, to a multiple of `default_multiple`, at most the
+        vocabulary. For the 50-per-source, 100-frequent list of a 32,000
+        piece vocabulary: 104 + 100 x 50 -> 5,120, which holds the union of
+        16 real sentences of 32 pieces (4,834 in serve.py's shortlist
+        record); a larger batch's union may exceed it (the exact fallback)."""
+        multiple = default_multiple(self.target_vocabulary_size)
+        wanted = len(self.always) + DEFAULT_SIZE_SOURCE_PIECES * self.table.shape[1]
+        return min(-(-wanted // multiple) * multiple, self.target_vocabulary_size)
+
+    def check_size(self, size):
+        """`size` if it can hold the always-kept pieces and one more, else a ValueError naming `shortlist_size`."""
+        minimum = len(self.always) + 1
+        if isinstance(size, bool) or not isinstance(size, int) or size < minimum:
+            raise ValueError(f"`shortlist_size` must be an int >= {minimum} (the list's {len(self.always)} "
+                             f"always-kept pieces, special ids included, and one more), got {size!r}.")
+        return size
 
     # -- building -----------------------------------------------------------
 
@@ -250,7 +289,7 @@ class Shortlist:
             (capped at the target vocabulary), `count` of them real.
         """
         if multiple is None:
-            multiple = 128 if self.target_vocabulary_size >= 2048 else 8
+            multiple = default_multiple(self.target_vocabulary_size)
         _check_count("multiple", multiple, 1)
         source_ids = _flat_ids(source_ids)
         if source_ids.size and (source_ids.min() < 0 or source_ids.max() >= self.source_vocabulary_size):

@@ -96,16 +96,19 @@ class ShortlistedModel:
             self._own.append(self.positions)
 
     @classmethod
-    def of_tensors(cls, model, ids, positions):
-        """A stand-in in full space over given tensors (a graph's candidates,
-        `graph_stand_in`): `ids` (K,) the listed target ids, `positions`
-        (vocabulary,) each id's index in `ids`, or K when unlisted."""
+    def of_tensors(cls, model, ids, positions=None, bias=None, size=None):
+        """A stand-in over given tensors (a graph's candidates): `ids` (K,)
+        the listed target ids. In full space (`graph_stand_in`),
+        `positions` (vocabulary,) each id's index in `ids`, or K when
+        unlisted; in shortlist space (`static_graph_stand_in`), `size` the
+        static K and `bias` (K,) 0 for real entries, -inf for padding."""
         self = cls.__new__(cls)
-        self.model, self.size, self.space = model, None, "full"
-        self.vocabulary_size = model.vocabulary_size
+        self.model, self.size = model, size
+        self.space = "full" if size is None else "shortlist"
+        self.vocabulary_size = model.vocabulary_size if size is None else size
         self.source_vocabulary_size = getattr(model, "source_vocabulary_size", None) or model.vocabulary_size
         self.candidate_ids, self.positions = ids, positions
-        self.candidate_bias = ops.zeros(ops.shape(ids), dtype="float32")
+        self.candidate_bias = ops.zeros(ops.shape(ids), dtype="float32") if bias is None else bias
         self._own = []
         return self
 
@@ -169,6 +172,32 @@ def graph_stand_in(model, shortlist, source_ids):
     positions = ops.scatter_update(ops.full((vocabulary_size,), count, dtype="int32"), ops.expand_dims(ids, 1),
                                    ops.arange(count, dtype="int32"))
     return ShortlistedModel.of_tensors(model, ids, positions)
+
+
+def static_graph_stand_in(model, shortlist, source_ids, size):
+    """(stand-in, count): a shortlist-space stand-in over exactly `size`
+    candidates computed from `shortlist`'s table (constants of the graph
+    being built) for `source_ids`, with static shapes only, so XLA compiles
+    it: the batch's sorted union (special ids at 0..3), then pad entries
+    scoring -inf. `count` (a scalar tensor) is the union's true size; where
+    it exceeds `size` the list is cut, and the caller must run the full
+    search instead (what the XLA SavedModel variant does)."""
+    vocabulary_size = model.vocabulary_size
+    rows = ops.take(ops.convert_to_tensor(shortlist.table), ops.reshape(ops.cast(source_ids, "int32"), (-1,)),
+                    axis=0)
+    listed = ops.concatenate([ops.reshape(rows, (-1,)), ops.convert_to_tensor(shortlist.always)], axis=0)
+    listed = ops.maximum(listed, 0)  # -1 (no piece) becomes pad, which is listed anyway
+    hits = ops.scatter(ops.expand_dims(listed, 1), ops.ones_like(listed), (vocabulary_size,))
+    marks = ops.cast(ops.greater(hits, 0), "int32")
+    count = ops.sum(marks)
+    position = ops.cumsum(marks) - 1  # each listed id's index in the ascending list
+    kept = ops.logical_and(ops.greater(marks, 0), ops.less(position, size))
+    # Kept ids land at their index; the rest in one spare slot, dropped.
+    slots = ops.where(kept, position, size)
+    values = ops.where(kept, ops.arange(vocabulary_size, dtype="int32"), 0)
+    ids = ops.scatter(ops.expand_dims(slots, 1), values, (size + 1,))[:size]
+    bias = ops.where(ops.less(ops.arange(size, dtype="int32"), count), 0.0, float("-inf"))
+    return ShortlistedModel.of_tensors(model, ids, bias=ops.cast(bias, "float32"), size=size), count
 
 
 def check_fits(shortlist, model):

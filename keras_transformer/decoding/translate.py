@@ -6,7 +6,6 @@ BOS/EOS) and `detokenize(list_of_id_lists)` (strings or bytes). The model may
 run on any Keras backend; the tokenizer runs eagerly outside the search.
 """
 
-import os
 import warnings
 from typing import NamedTuple, Optional
 
@@ -155,7 +154,7 @@ class Translator:
         self.eos_id = getattr(tokenizer, "eos_id", EOS_ID)
         self.pad_id = getattr(tokenizer, "pad_id", PAD_ID)
         self.last_truncated = []
-        self.shortlist = Shortlist.load(shortlist) if isinstance(shortlist, (str, os.PathLike)) else shortlist
+        self.shortlist = Shortlist.coerce(shortlist)
 
     # -- ids ----------------------------------------------------------------
 

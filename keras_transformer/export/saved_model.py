@@ -208,6 +208,7 @@ def export_saved_model(
     warmup_rows=warmup_lib.DEFAULT_WARMUP_ROWS,
     quantize=None,
     shortlist=None,
+    shortlist_size=None,
     verbose=False,
 ):
     """Writes `model` and `tokenizer` as a SavedModel for TensorFlow Serving.
@@ -262,10 +263,16 @@ def export_saved_model(
             `quantize_model` is exported as it is (leave this None).
         shortlist: a `keras_transformer.decoding.shortlist.Shortlist` (or
             its file's path), baked into the graph as constants: each
-            request scores only its candidate target pieces
-            (`keras_transformer.decoding.shortlisted.graph_stand_in`). The
-            plain variant only: the candidates' count is known only when
-            the graph runs, which XLA cannot compile.
+            request scores only its candidate target pieces. The plain
+            variant computes the batch's list as it is
+            (`keras_transformer.decoding.shortlisted.graph_stand_in`); the
+            XLA variant pads it to `shortlist_size` entries (static shapes)
+            and, for a batch whose list is longer, runs the full search
+            instead (exact; `static_graph_stand_in`).
+        shortlist_size: the XLA variant's fixed candidate count with a
+            shortlist: an int above the list's always-kept pieces; None:
+            `Shortlist.default_size()`. At least the vocabulary: every
+            request takes the full search.
         verbose: print the endpoints (Keras' export summary).
 
     Returns:
@@ -299,16 +306,18 @@ def export_saved_model(
     _check_compatible(model, tokenizer, max_input_length)
     warmup_lib.check_warmup_rows(warmup_rows, max_input_length, bool(jit_compile))
     quantize_lib.check_mode(quantize)
+    if shortlist_size is not None and (shortlist is None or not jit_compile):
+        raise ValueError("`shortlist_size` is the XLA variant's fixed shortlist size: it needs `shortlist` and "
+                         "jit_compile=True (the plain variant takes each batch's list as it is).")
     if shortlist is not None:
         from keras_transformer.decoding import shortlisted
         from keras_transformer.decoding.shortlist import Shortlist
 
-        if isinstance(shortlist, (str, os.PathLike)):
-            shortlist = Shortlist.load(shortlist)
+        shortlist = Shortlist.coerce(shortlist)
         shortlisted.check_fits(shortlist, model)
         if jit_compile:
-            raise ValueError("a shortlist exports with the plain variant only (jit_compile=False): the number of "
-                             "a request's candidates is known only when the graph runs, which XLA cannot compile.")
+            shortlist_size = (shortlist.default_size() if shortlist_size is None
+                              else shortlist.check_size(shortlist_size))
     if not model.built:
         model.build()
     if quantize is not None:
@@ -328,6 +337,7 @@ def export_saved_model(
     translator = SignatureFunctions(
         model, tokenizer, beam_size, float(alpha), max_extra_length, max_input_length,
         max_output_length, jit_compile=bool(jit_compile), limit_rule=limit_rule, shortlist=shortlist,
+        shortlist_size=shortlist_size,
     )
     temp_dir = _make_temp_dir(model_dir)
     try:
@@ -427,6 +437,9 @@ def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, qu
             "max_output_length": translator.max_output_length,
             "limit_rule": translator.limit_rule,
             "jit_compile": translator.jit_compile,
+            "shortlist": None if translator.shortlist is None else {
+                "settings": translator.shortlist.settings, "always": len(translator.shortlist.always),
+                "size": translator.shortlist_size},
         },
         "quantization": quantization,
         "warmup": {"path": warmup_lib.WARMUP_PATH, "rows": warmup_rows,

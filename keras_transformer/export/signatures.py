@@ -26,9 +26,11 @@ class SignatureFunctions:
     """The graph functions behind the signatures (traced by ExportArchive)."""
 
     def __init__(self, model, tokenizer, beam_size, alpha, max_extra_length, max_input_length,
-                 max_output_length, jit_compile=False, limit_rule="fallback", shortlist=None):
+                 max_output_length, jit_compile=False, limit_rule="fallback", shortlist=None, shortlist_size=None):
         self.limit_rule = limit_rule
         self.shortlist = shortlist
+        # The XLA variant's fixed candidate count (static shapes); None without a shortlist or XLA.
+        self.shortlist_size = shortlist_size
         self.jit_compile = jit_compile
         # XLA specialises per shape: a few padded shapes, compiled once each.
         self._xla_search = tf.function(self._search_ops, jit_compile=True, autograph=False,
@@ -68,9 +70,25 @@ class SignatureFunctions:
 
     def _search_ops(self, source_ids):
         """The search's ops, for the caller's graph (XLA layout when compiled with XLA)."""
+        if self.shortlist_size is None or self.shortlist_size >= self.model.vocabulary_size:
+            return self._run_search(self._search_model(source_ids) if self.shortlist_size is None else self.model,
+                                    source_ids)
+        # XLA with a shortlist: the batch's candidates padded to the fixed
+        # size, or, when their union exceeds it, the full search (exact, never
+        # a cut list). Both searches are branches of one program per padded
+        # shape, so the warm-up records that compile it compile the fallback.
+        model, count = shortlisted.static_graph_stand_in(self.model, self.shortlist, source_ids,
+                                                         self.shortlist_size)
+
+        def listed():
+            ids, scores = self._run_search(model, source_ids)
+            return tf.gather(model.candidate_ids, ids), scores  # shortlist positions -> target ids
+
+        return tf.cond(count <= self.shortlist_size, listed, lambda: self._run_search(self.model, source_ids))
+
+    def _run_search(self, model, source_ids):
         options = dict(max_extra_length=self.max_extra_length, max_output_length=self.max_output_length,
                        jit_compile=self.jit_compile, limit_rule=self.limit_rule)
-        model = self._search_model(source_ids)
         if self.beam_size == 1:
             result = greedy_search(model, source_ids, **options)
         else:
