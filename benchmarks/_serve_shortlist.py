@@ -13,8 +13,11 @@ Contenders, like for like:
 - ours in process, XLA (`beam_search`/`greedy_search`, `jit_compile=True`),
   without the shortlist, with it searching in shortlist space, and with it
   scattering into full -inf rows (`keras_transformer.decoding.shortlisted`);
-- the SavedModel's plain variant (`translate_ids`), exported without and
-  with the shortlist baked in (`export_saved_model(shortlist=...)`);
+- the SavedModel's plain and XLA variants (`translate_ids`; `--variants`
+  picks them), exported without and with the shortlist baked in
+  (`export_saved_model(shortlist=...)`; the XLA variant's list padded to
+  `--shortlist-size`, default `Shortlist.default_size()`), in float32 and
+  each `--quantize` precision; `--no-in-process` leaves ours in process out;
 - CTranslate2 int8 and float32 without a vocabulary map, and int8 with the
   same shortlist as its `vmap.txt` (`use_vmap=True`): the only CTranslate2
   contender that runs with a vocabulary map is named "+ vmap".
@@ -99,21 +102,30 @@ def contenders(search, model, tokenizer, shortlist, sources, args, work):
     padded = len(shortlist.candidates(sources)[0])
     print(f"# {search}: {count} candidate pieces for the batch (padded to {padded}) of "
           f"{tokenizer.vocabulary_size}")
-    result = {
+    result = {} if args.no_in_process else {
         "ours in process, XLA": ours(None),
         "ours in process, XLA + shortlist (shortlist space)": ours("shortlist"),
         "ours in process, XLA + shortlist (full -inf rows)": ours("full"),
     }
     from keras_transformer.export import export_saved_model
 
-    for with_shortlist in (False, True):  # the plain variant (stock TF Serving), the list baked in or not
-        export_dir = export_saved_model(
-            model, tokenizer, os.path.join(work, f"{search}-plain-{with_shortlist}"), beam_size=beam,
-            alpha=args.alpha, max_extra_length=max_extra, max_input_length=args.source_tokens, warmup_rows=8,
-            shortlist=shortlist if with_shortlist else None)
-        signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
-        name = "SavedModel plain variant" + (" + shortlist" if with_shortlist else "")
-        result[name] = lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
+    size = args.shortlist_size or shortlist.default_size()
+    if count > size:
+        print(f"# the batch's {count} candidates exceed the XLA variant's list of {size}: it takes the full search")
+    for quantize in [None, *args.quantize]:
+        for variant in args.variants.split(","):
+            jit_compile = variant == "XLA"
+            for with_shortlist in (False, True):  # the list baked in or not
+                export_dir = export_saved_model(
+                    model, tokenizer, os.path.join(work, f"{search}-{variant}-{quantize}-{with_shortlist}"),
+                    beam_size=beam, alpha=args.alpha, max_extra_length=max_extra,
+                    max_input_length=args.source_tokens, warmup_rows=8, jit_compile=jit_compile,
+                    quantize=quantize, shortlist=shortlist if with_shortlist else None,
+                    shortlist_size=size if with_shortlist and jit_compile else None)
+                signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
+                name = (f"SavedModel {variant} variant" + (f", {quantize}" if quantize else "")
+                        + (" + shortlist" if with_shortlist else ""))
+                result[name] = lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
     if args.no_ctranslate2:
         return result, count
     import ctranslate2

@@ -89,6 +89,10 @@ def parse_args(argv=None):
                              "ours XLA with and without it, CTranslate2 int8 with and without it as its vmap")
     parser.add_argument("--shortlist-per-source", type=int, default=50)
     parser.add_argument("--shortlist-frequent", type=int, default=100)
+    parser.add_argument("--shortlist-size", type=int, default=None,
+                        help="with --shortlist: the XLA variant's fixed list size (default Shortlist.default_size())")
+    parser.add_argument("--variants", default="plain,XLA",
+                        help="with --shortlist: the SavedModel variants timed, without and with the list")
     parser.add_argument("--record", default=None,
                         help="JSON-lines file the run's record is appended to (default: benchmarks/results/"
                              "serve.jsonl, serve_shortlist.jsonl with --shortlist)")
@@ -264,7 +268,8 @@ def main(argv=None):
     if args.shortlist:
         record["workload"].update(sources="corpus pairs 20000+ (real sentences, cut)", shortlist=dict(
             per_source=args.shortlist_per_source, frequent=args.shortlist_frequent,
-            built_from="the tokenizer's corpus pairs (first 20000)", candidates={}))
+            built_from="the tokenizer's corpus pairs (first 20000)", candidates={},
+            xla_size=args.shortlist_size or shortlist.default_size()))
     with tempfile.TemporaryDirectory() as work:
         for search in args.searches.split(","):
             if args.shortlist:
