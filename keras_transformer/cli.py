@@ -9,7 +9,7 @@
         [--shortlist RUN_DIR/shortlist.txt]
     keras-transformer shortlist RUN_DIR [--per-source 50] [--frequent 100] [--output FILE]
     keras-transformer score RUN_DIR --source FILE --target FILE [--per-token] [--format jsonl]
-    keras-transformer export RUN_DIR [--base-dir DIR] [--name NAME] [--shortlist FILE]
+    keras-transformer export RUN_DIR [--base-dir DIR] [--name NAME] [--shortlist FILE [--jit-compile --shortlist-size N]]
     keras-transformer export RUN_DIR --format ctranslate2 [--quantization int8] [--output DIR]
     keras-transformer average-checkpoints CHECKPOINT_DIR --last 5 --output model.keras --run RUN_DIR
     keras-transformer attention RUN_DIR --text "..." --output attention.png

@@ -53,6 +53,24 @@ def test_file_round_trip_is_byte_identical_and_bad_files_name_the_line(tmp_path)
         Shortlist.load(first)
 
 
+def test_default_size_and_the_one_coercion(tmp_path):
+    # Always-kept pieces (the 4 special ids here) + 100 lists of the table's width (3), to the multiple.
+    table = np.full((10, 3), 5, np.int32)
+    assert Shortlist(table, [], 5000).default_size() == 384  # 304 -> a multiple of 128 (5,000 pieces)
+    assert Shortlist(table, [], 1000).default_size() == 304  # a multiple of 8 under 2,048 pieces
+    assert Shortlist(table, [], 200).default_size() == 200  # at most the vocabulary
+    shortlist = Shortlist(table, [7], 200)
+    assert shortlist.check_size(6) == 6
+    with pytest.raises(ValueError, match="`shortlist_size` must be an int >= 6 .*got 5"):
+        shortlist.check_size(5)
+    path = tmp_path / "list.txt"
+    shortlist.save(path)
+    assert Shortlist.coerce(str(path)).table.tolist() == table.tolist() and Shortlist.coerce(shortlist) is shortlist
+    assert Shortlist.coerce(None) is None
+    with pytest.raises(TypeError, match="`shortlist` must be a Shortlist or its file's path, got int"):
+        Shortlist.coerce(5)
+
+
 @pytest.fixture(scope="module")
 def model():
     return make_model(vocabulary_size=VOCABULARY, eos_scale=0.3)
