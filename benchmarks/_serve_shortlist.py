@@ -17,7 +17,8 @@ Contenders, like for like:
   picks them), exported without and with the shortlist baked in
   (`export_saved_model(shortlist=...)`; the XLA variant's list padded to
   `--shortlist-size`, default `Shortlist.default_size()`), in float32 and
-  each `--quantize` precision; `--no-in-process` leaves ours in process out;
+  each `--quantize` precision, or `VARIANT:PRECISION` entries for some;
+  `--no-in-process` leaves ours in process out;
 - CTranslate2 int8 and float32 without a vocabulary map, and int8 with the
   same shortlist as its `vmap.txt` (`use_vmap=True`): the only CTranslate2
   contender that runs with a vocabulary map is named "+ vmap".
@@ -78,6 +79,21 @@ def build(args, tokenizer):
     return shortlist, held_out_sources(tokenizer, 20000, args.batch_size, args.source_tokens)
 
 
+def exports(args):
+    """[(variant, precision or None)] of `--variants`: "plain" / "XLA" in float32
+    and every `--quantize` precision, or "VARIANT:PRECISION" for one."""
+    pairs = []
+    for entry in args.variants.split(","):
+        variant, _, precision = entry.partition(":")
+        if variant not in ("plain", "XLA") or precision not in ("", "float32", *args.quantize):
+            raise SystemExit(f"--variants: {entry!r} is not plain or XLA[:float32 or a --quantize precision]")
+        if precision:
+            pairs.append((variant, None if precision == "float32" else precision))
+        else:
+            pairs += [(variant, quantize) for quantize in [None, *args.quantize]]
+    return pairs
+
+
 def contenders(search, model, tokenizer, shortlist, sources, args, work):
     import keras
     import tensorflow as tf
@@ -112,20 +128,19 @@ def contenders(search, model, tokenizer, shortlist, sources, args, work):
     size = args.shortlist_size or shortlist.default_size()
     if count > size:
         print(f"# the batch's {count} candidates exceed the XLA variant's list of {size}: it takes the full search")
-    for quantize in [None, *args.quantize]:
-        for variant in args.variants.split(","):
-            jit_compile = variant == "XLA"
-            for with_shortlist in (False, True):  # the list baked in or not
-                export_dir = export_saved_model(
-                    model, tokenizer, os.path.join(work, f"{search}-{variant}-{quantize}-{with_shortlist}"),
-                    beam_size=beam, alpha=args.alpha, max_extra_length=max_extra,
-                    max_input_length=args.source_tokens, warmup_rows=8, jit_compile=jit_compile,
-                    quantize=quantize, shortlist=shortlist if with_shortlist else None,
-                    shortlist_size=size if with_shortlist and jit_compile else None)
-                signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
-                name = (f"SavedModel {variant} variant" + (f", {quantize}" if quantize else "")
-                        + (" + shortlist" if with_shortlist else ""))
-                result[name] = lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
+    for variant, quantize in exports(args):
+        jit_compile = variant == "XLA"
+        for with_shortlist in (False, True):  # the list baked in or not
+            export_dir = export_saved_model(
+                model, tokenizer, os.path.join(work, f"{search}-{variant}-{quantize}-{with_shortlist}"),
+                beam_size=beam, alpha=args.alpha, max_extra_length=max_extra,
+                max_input_length=args.source_tokens, warmup_rows=8, jit_compile=jit_compile,
+                quantize=quantize, shortlist=shortlist if with_shortlist else None,
+                shortlist_size=size if with_shortlist and jit_compile else None)
+            signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
+            name = (f"SavedModel {variant} variant" + (f", {quantize}" if quantize else "")
+                    + (" + shortlist" if with_shortlist else ""))
+            result[name] = lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
     if args.no_ctranslate2:
         return result, count
     import ctranslate2

@@ -92,7 +92,8 @@ def parse_args(argv=None):
     parser.add_argument("--shortlist-size", type=int, default=None,
                         help="with --shortlist: the XLA variant's fixed list size (default Shortlist.default_size())")
     parser.add_argument("--variants", default="plain,XLA",
-                        help="with --shortlist: the SavedModel variants timed, without and with the list")
+                        help="with --shortlist: the SavedModel exports timed, each without and with the list: plain "
+                             "or XLA (float32 and every --quantize precision), or VARIANT:PRECISION for one")
     parser.add_argument("--record", default=None,
                         help="JSON-lines file the run's record is appended to (default: benchmarks/results/"
                              "serve.jsonl, serve_shortlist.jsonl with --shortlist)")
