@@ -377,7 +377,7 @@ def gpu_table(records, options):
             peers = {time: seconds for time, seconds, _ in
                      figures.get((part, preset, batch, length, f"CTranslate2 {search}", "int8_float16"), [])}
             ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
-            decode_rows.append([preset, contender, precision, f"{batch / median:,.0f}",
+            decode_rows.append([preset, contender, precision, str(batch), f"{batch / median:,.0f}",
                                 f"{median / runs[0][2]['steps'] * 1000:.2f}",
                                 f"{statistics.median(ratios):.2f}x" if ratios else "-", str(len(runs))])
     first, last = records[0], records[-1]
@@ -395,7 +395,7 @@ def gpu_table(records, options):
     text += ("\n\nDecoding (ours, `jax.jit`, and CTranslate2 where a record has it; sentences of 32 tokens, "
              "exactly the fixed number of tokens each; each run's median over its rounds, the median over runs; "
              "the ratio to CTranslate2 int8_float16 is the median of same-run ratios, same search):\n\n")
-    text += markdown_table(["model", "search", "precision", "sentences/s", "ms per step",
+    text += markdown_table(["model", "search", "precision", "sources", "sentences/s", "ms per step",
                             "vs CTranslate2 int8_float16, same search", "runs"], decode_rows)
     return text
 
