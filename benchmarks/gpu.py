@@ -349,7 +349,8 @@ def main():
                     print(f"  {kind:7} {precision:15} {args.decode_batch / best:9.1f} sentences/s  "
                           f"{best / args.decode_steps * 1000:6.2f} ms per step (best of "
                           f"{len(result['seconds'])})", flush=True)
-    print(f"\nrecord: {_records.append(args.record, _records.finish(record))}")
+    print()
+    _records.save(args.record, _records.finish(record))
 
 
 if __name__ == "__main__":
