@@ -163,27 +163,32 @@ def signed(value):
 
 
 def table_parts(record):
-    """(what, header, rows) of a record's table (benchmarks/report.py's "quantize-quality")."""
-    header = ["run", "weights", "sentences", "BLEU", "vs float32", "outputs identical to float32"]
+    """(what, header, rows) of a record's table (benchmarks/report.py's "quantize-quality"): one row
+    per run, one column per contender, each cell "BLEU (difference to float32; share identical)"."""
+    names = []
+    for result in record["results"]:
+        names += [row["name"] for row in result["rows"] if row["name"] not in names]
     rows = []
     for result in record["results"]:
-        name = os.path.basename(result["run"].rstrip("/"))
+        cells = {}
         for row in result["rows"]:
-            if row["name"] == REFERENCE:
-                difference, identical = "-", "-"
-            else:
-                difference, identical = signed(row["bleu_vs_float32"]), percent(row["identical_to_float32"])
-            engine = row.get("vs_engine_float32")
-            if engine:  # the engine's int8 against its own float32 too
-                difference += f" ({signed(engine['bleu'])} vs CT2 float32)"
-                identical += f" ({percent(engine['identical'])} vs CT2 float32)"
-            rows.append([name, row["name"], str(result["sentences"]), f"{row['bleu']:.2f}", difference, identical])
+            cell = f"{row['bleu']:.2f}"
+            if row["name"] != REFERENCE:
+                cell += f" ({signed(row['bleu_vs_float32'])}; {percent(row['identical_to_float32'])} same"
+                engine = row.get("vs_engine_float32")
+                if engine:  # the engine's int8 against its own float32 too
+                    cell += f"; vs CT2 float32 {signed(engine['bleu'])}, {percent(engine['identical'])} same"
+                cell += ")"
+            cells[row["name"]] = cell
+        rows.append([os.path.basename(result["run"].rstrip("/")), str(result["sentences"])]
+                    + [cells.get(name, "-") for name in names])
     first = record["results"][0] if record["results"] else {}
     decoding = first.get("decoding", {})
     what = (f"each run's test split, its decoding settings (beam {decoding.get('beam_size')}, alpha "
-            f"{decoding.get('alpha')}); in process through Translator unless CT2 (CTranslate2); "
-            f"sacreBLEU {first.get('bleu_signature', '-')}")
-    return what, header, rows
+            f"{decoding.get('alpha')}); in process through Translator unless CTranslate2; sacreBLEU "
+            f"{first.get('bleu_signature', '-')}; each cell: BLEU (its difference to float32's; the share of "
+            "outputs identical to float32's)")
+    return what, ["run", "sentences"] + names, rows
 
 
 def main(argv=None):
