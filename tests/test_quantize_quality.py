@@ -15,16 +15,16 @@ from benchmarks import quantize_quality  # noqa: E402
 
 
 def test_compare_scores_bleu_its_difference_and_identical_outputs_by_hand():
-    outputs = ["a b c d e", "p q r s"]
-    float32_outputs = ["a b c d e", "p q r t"]
-    references = ["a b c d f", "p q r s"]
+    outputs = ["a b c d e", "p q r s", "u v w x"]
+    float32_outputs = ["a b c d e", "p q r t", "u v w x"]
+    references = ["a b c d f", "p q r s", "u v w x"]
     found = quantize_quality.compare(outputs, float32_outputs, references, reference_bleu=80.0)
-    # Matches over the corpus: 1-grams 8/9, 2-grams 6/7, 3-grams 4/5, 4-grams 2/3; 9 words against 9
+    # Matches over the corpus: 1-grams 12/13, 2-grams 9/10, 3-grams 6/7, 4-grams 3/4; 13 words against 13
     # (no brevity penalty): BLEU = 100 x geometric mean.
-    bleu = 100 * (8 / 9 * 6 / 7 * 4 / 5 * 2 / 3) ** 0.25
+    bleu = 100 * (12 / 13 * 9 / 10 * 6 / 7 * 3 / 4) ** 0.25
     assert found["bleu"] == pytest.approx(bleu, abs=1e-3)
     assert found["bleu_vs_float32"] == pytest.approx(bleu - 80.0, abs=2e-3)
-    assert found["identical_to_float32"] == 0.5  # the first output only
+    assert found["identical_to_float32"] == 0.6667  # the first and the third outputs
     assert "tok:13a" in found["bleu_signature"]
     assert quantize_quality.compare(outputs, outputs, references)["bleu_vs_float32"] is None
     with pytest.raises(ValueError, match="as many"):
