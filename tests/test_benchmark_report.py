@@ -312,8 +312,11 @@ def test_opennmt_rate_is_total_tokens_over_total_time():
     assert rate["tokens_per_s"] == pytest.approx(1680.0)  # the mean of the two rates would say 1200
 
 
-def gpu_record(time, ours_seconds, torch_seconds, decode_seconds, gpu="Test GPU", batch=10):
+def gpu_record(time, ours_seconds, torch_seconds, decode_seconds, gpu="Test GPU", batch=10, ct2_seconds=None):
     train = dict(part="train", preset="base", precision="float32", batch=batch, length=10)
+    peers = [] if ct2_seconds is None else [
+        dict(part="decode", preset="base", contender="CTranslate2 greedy", precision="int8_float16", batch=8,
+             steps=4, seconds=ct2_seconds, vocabulary=1)]
     return {
         "benchmark": "gpu", "time": time, "commit": "abc1234", "command": "python benchmarks/gpu.py",
         "machine": {"cpus": 16, "gpus": [gpu]},
@@ -323,6 +326,7 @@ def gpu_record(time, ours_seconds, torch_seconds, decode_seconds, gpu="Test GPU"
             dict(part="decode", preset="base", contender="ours greedy", precision="float32", batch=8, steps=4,
                  seconds=decode_seconds, parameters=1),
             dict(train, contender="ours", precision="mixed_bfloat16", error="out of memory"),
+            *peers,
         ],
     }
 
@@ -338,7 +342,7 @@ def test_gpu_table_from_fixtures_matches_hand_computed_figures():
         # ours: median step 0.1 s -> 100 tokens / 0.1 = 1,000 tokens/s; torch 0.2 s: ratio 2.0
         gpu_record("t1", [0.1, 0.3, 0.05], [0.2], [0.5, 0.25]),
         # ours: 0.125 s -> 800 tokens/s; torch 0.2 s: ratio 1.6 (median of 2.0 and 1.6: 1.8)
-        gpu_record("t2", [0.125], [0.2], [1.0]),
+        gpu_record("t2", [0.125], [0.2], [1.0], ct2_seconds=[0.5, 0.6, 0.7]),
     ]
     table = report.gpu_table(records, {})
     rows = gpu_rows(table)
@@ -351,7 +355,10 @@ def test_gpu_table_from_fixtures_matches_hand_computed_figures():
     # Decoding: each run's median over its rounds, not its best (0.375 s of 0.5 and 0.25; 1.0 s),
     # their median 0.6875 s: 8 / 0.6875 = 11.6 -> "12"; per step 0.6875 / 4 = 171.875 ms.
     # (The best of the rounds would give 0.625 s: "13" and 156.25 ms.)
-    assert "| base | ours greedy | float32 | 12 | 171.88 | 2 |" in table
+    # CTranslate2 int8_float16 ran in t2 only: 0.6 s (median of its rounds) against ours' 1.0 s in that
+    # run -> 0.60x (a ratio of medians over all runs would say 0.6 / 0.6875 = 0.87x); its own row: 8 / 0.6.
+    assert "| base | ours greedy | float32 | 12 | 171.88 | 0.60x | 2 |" in table
+    assert "| base | CTranslate2 greedy | int8_float16 | 13 | 150.00 | 1.00x | 1 |" in table
     # A failed contender is left out, not shown as a figure.
     assert "mixed_bfloat16" not in table
 
