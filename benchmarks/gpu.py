@@ -418,7 +418,8 @@ def main():
                 print(f"  {contender:18} {precision:15} {args.decode_batch / median:9.1f} sentences/s  "
                       f"{median / args.decode_steps * 1000:6.2f} ms per step (median of "
                       f"{len(result['seconds'])})", flush=True)
-    print(f"\nrecord: {_records.append(args.record, _records.finish(record))}")
+    print()
+    _records.save(args.record, _records.finish(record))
 
 
 if __name__ == "__main__":

@@ -254,8 +254,7 @@ def main(argv=None):
                                              if key not in ("child", "record", "export_base")}}
     record["runs"] = runs
     _records.finish(record)
-    _records.append(args.record, record)
-    print(f"record appended to {args.record}")
+    _records.save(args.record, record)
     return 0
 
 
