@@ -574,3 +574,18 @@ def test_limit_rule_table_from_a_fixture():
                     "| po | greedy | finish | 3.04 | 19.94 | 42 (52.5%) | 42 (52.5%) | 0 | 1.30 |"]
     assert "after 2345 steps; 80 or 200 sentences a split, the first 200 pairs of each;" in text
     assert "outputs up to source + 50 tokens" in text and "`python benchmarks/limit_rule.py /runs/pt`" in text
+
+
+def test_serve_mix_table_from_a_fixture_record():
+    run = dict(load_s=1.0, latencies_s=[1.0, 2.0, 9.0], rows=[1, 2, 3], sentences=6, stream_s=12.0,
+               p50_s=2.0, p99_s=8.86, max_s=9.0, sentences_per_s=0.5)
+    record = {"benchmark": "serve_mix", "time": "t", "commit": "abc1234", "command": "python benchmarks/serve_mix.py",
+              "machine": {"cpus": 2}, "workload": dict(preset="tiny", beam_size=4, requests=3, max_input_length=64,
+                                                       seed=0),
+              "runs": {"xla/warm": dict(run, warmup_records=16, warmup_s=120.4),
+                       "xla/cold": dict(run, warmup_records=0, warmup_s=0)}}
+    table = report.GENERATORS["serve-mix"][1]([record], {})
+    # p99 / p50 = 8.86 / 2.0 = 4.43 -> "4.4x"; a cold start has no warm-up records.
+    assert "| xla | warm | 16 records, 120 s | 2.00 | 8.86 | 4.4x | 9.00 | 0.5 |" in table
+    assert "| xla | cold | none | 2.00 | 8.86 | 4.4x | 9.00 | 0.5 |" in table
+    assert "3 requests of 1 to 64 sentences, input limit 64 tokens" in table
