@@ -1,6 +1,6 @@
 """benchmarks/report.py's table generators by marker name: those of _report_tables.py, and those
 built here for the scripts whose records carry their own table shape (limit_rule.py,
-torch_blocking.py: `table_parts(record)`) and for serve_profile.py's record (that script imports
+torch_blocking.py, shortlist_quality.py, quantize_quality.py, serve_mix.py: `table_parts(record)`) and for serve_profile.py's record (that script imports
 TensorFlow, so its table is built here)."""
 
 import importlib
@@ -24,6 +24,8 @@ def script_table(module, marker):
 limit_rule_table = script_table("limit_rule", "limit-rule")
 torch_blocking_table = script_table("torch_blocking", "torch-blocking")
 shortlist_quality_table = script_table("shortlist_quality", "shortlist-quality")
+quantize_quality_table = script_table("quantize_quality", "quantize-quality")
+serve_mix_table = script_table("serve_mix", "serve-mix")
 
 
 
@@ -49,6 +51,7 @@ GENERATORS = {
     "serve-profile": ("serve_profile", serve_profile_table),
     "serve-shortlist": ("serve_shortlist", serve_table),
     "shortlist-quality": ("shortlist_quality", shortlist_quality_table),
+    "quantize-quality": ("quantize_quality", quantize_quality_table),
     "serve-summary": ("serve", serve_summary),
     "train-throughput": ("train_throughput", throughput_table),
     "train-variants": ("train_variants", variants_table),
@@ -59,4 +62,5 @@ GENERATORS = {
     "data-scale": ("data_scale", data_scale_table),
     "limit-rule": ("limit_rule", limit_rule_table),
     "torch-blocking": ("torch_blocking", torch_blocking_table),
+    "serve-mix": ("serve_mix", serve_mix_table),
 }

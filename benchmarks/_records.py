@@ -274,6 +274,17 @@ def append(path, record):
     return path
 
 
+def save(path, record):
+    """Appends `record` to `path` (see `append`) and prints where, relative to the repository root
+    when inside it; does nothing for an empty path (a script's `--record ''`). Returns the path or None."""
+    if not path:
+        return None
+    path = append(path, record)
+    shown = os.path.relpath(path, ROOT) if path.resolve().is_relative_to(ROOT) else str(path)
+    print(f"# record appended to {shown}", flush=True)
+    return path
+
+
 def read(path):
     """The records of a JSON-lines file; a line that is not JSON is an error naming the file and line."""
     records = []

@@ -373,8 +373,13 @@ def gpu_table(records, options):
             ])
         else:
             median = statistics.median(seconds for _, seconds, _ in runs)
-            decode_rows.append([preset, contender, precision, f"{batch / median:,.0f}",
-                                f"{median / runs[0][2]['steps'] * 1000:.2f}", str(len(runs))])
+            search = contender.split()[-1]  # greedy or beam4
+            peers = {time: seconds for time, seconds, _ in
+                     figures.get((part, preset, batch, length, f"CTranslate2 {search}", "int8_float16"), [])}
+            ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
+            decode_rows.append([preset, contender, precision, str(batch), f"{batch / median:,.0f}",
+                                f"{median / runs[0][2]['steps'] * 1000:.2f}",
+                                f"{statistics.median(ratios):.2f}x" if ratios else "-", str(len(runs))])
     first, last = records[0], records[-1]
     gpus = last["machine"].get("gpus") or [last["machine"].get("gpu", "unknown GPU")]
     text = (f"{len(records)} invocations of `benchmarks/gpu.py` ({first['time']} to {last['time']}; commits "
@@ -387,9 +392,11 @@ def gpu_table(records, options):
         ["model", "batch (pairs x tokens)", "contender", "precision", "ms/step", "target tokens/s",
          "vs the paper's 8 P100s", "vs torch.compile, same precision", "vs torch eager, same precision",
          "of bf16 peak", "runs"], train_rows)
-    text += ("\n\nDecoding (ours, `jax.jit`; sentences of 32 tokens, exactly the fixed number of tokens each; "
-             "each run's median over its rounds, the median over runs):\n\n")
-    text += markdown_table(["model", "search", "precision", "sentences/s", "ms per step", "runs"], decode_rows)
+    text += ("\n\nDecoding (ours, `jax.jit`, and CTranslate2 where a record has it; sentences of 32 tokens, "
+             "exactly the fixed number of tokens each; each run's median over its rounds, the median over runs; "
+             "the ratio to CTranslate2 int8_float16 is the median of same-run ratios, same search):\n\n")
+    text += markdown_table(["model", "search", "precision", "sources", "sentences/s", "ms per step",
+                            "vs CTranslate2 int8_float16, same search", "runs"], decode_rows)
     return text
 
 

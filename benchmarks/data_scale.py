@@ -190,7 +190,7 @@ def main(argv=None):
         record["extrapolated_36m_prepare_seconds"] = tb + (36_000_000 - b) * (tb - ta) / (b - a)
         print(f"extrapolated: 36M pairs prepared in about {record['extrapolated_36m_prepare_seconds'] / 60:.0f} "
               "minutes", flush=True)
-    print(f"record -> {_records.append(args.output, _records.finish(record))}")
+    _records.save(args.output, _records.finish(record))
 
 
 if __name__ == "__main__":

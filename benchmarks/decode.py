@@ -379,9 +379,7 @@ def run_contenders(contenders, args, opennmt_note, record):
                **rounds[name], "same_output_as_ours_xla": same_output[name]}
         for name, kind, _ in contenders}
     _records.finish(record)
-    if args.record:
-        _records.append(args.record, record)
-        print(f"# record appended to {os.path.relpath(args.record, ROOT)}")
+    _records.save(args.record, record)
 
 
 if __name__ == "__main__":

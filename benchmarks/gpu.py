@@ -34,14 +34,21 @@ did a base step (25k + 25k tokens) in about 0.4 s and a big step in about
 1.0 s (section 5.2), i.e. about 62,500 and 25,000 target tokens/s.
 
 Decoding: ours, `greedy_search` and `beam_search` (4 beams, alpha 0.6) under
-`jax.jit`, random base-model weights, `--decode-batch` sources of 32 tokens,
-exactly 50 generated tokens each (EOS forbidden), float32 and bfloat16. No
-peer is timed here: the GPU machine has no TensorFlow, KerasHub or
-CTranslate2 GPU build.
+`jax.jit` (the XLA path; the GPU machine has no TensorFlow, so no
+SavedModel), random base-model weights, `--decode-batch` sources of 32
+tokens (the last one EOS), exactly `--decode-steps` generated tokens each
+(EOS forbidden until then), float32 (TF32 products), `mixed_bfloat16` and
+`mixed_float16`. The peer: CTranslate2's CUDA build (`pip install
+ctranslate2`) running the same weights (`export.ctranslate2.model_spec`,
+converted at load to each `--ct2-compute-types`: float16, int8_float16,
+...), the same sources (31 pieces; the engine appends EOS), the same fixed
+length (`min_decoding_length` = `max_decoding_length`), beam 4 with length
+penalty 0.6 or greedy, one batch of `--decode-batch` sentences.
 
     KERAS_BACKEND=jax python benchmarks/gpu.py                 # everything
     KERAS_BACKEND=jax python benchmarks/gpu.py --part train --presets base
-    KERAS_BACKEND=jax python benchmarks/gpu.py --part decode
+    KERAS_BACKEND=jax python benchmarks/gpu.py --part decode --presets base \
+        --ct2-compute-types float16 int8_float16
     KERAS_BACKEND=jax python benchmarks/gpu.py --part train --presets base \
         --contenders ours torch.compile torch.compile-max-autotune torch
 
@@ -201,6 +208,15 @@ def train_torch(args, precision, mode=None):
     return times, sum(t.numel() for t in model.parameters())
 
 
+def decode_source(args):
+    """`--decode-batch` random sources of 32 tokens, the last one EOS (as a tokenizer's sources end)."""
+    import numpy as np
+
+    source = np.random.default_rng(0).integers(4, VOCABULARY, (args.decode_batch, 32)).astype("int32")
+    source[:, -1] = EOS
+    return source
+
+
 def decode_ours(args, precision, kind):
     import jax
     import keras
@@ -209,12 +225,12 @@ def decode_ours(args, precision, kind):
     import keras_transformer as kt
     from keras_transformer.decoding import beam_search, greedy_search
 
-    if precision == "mixed_bfloat16":
-        keras.config.set_dtype_policy("mixed_bfloat16")
+    if precision.startswith("mixed_"):
+        keras.config.set_dtype_policy(precision)
     else:
         jax.config.update("jax_default_matmul_precision", "tensorfloat32")
     model = kt.Transformer.from_preset(args.preset, vocabulary_size=VOCABULARY)
-    source = np.random.default_rng(0).integers(4, VOCABULARY, (args.decode_batch, 32)).astype("int32")
+    source = decode_source(args)
     fixed = dict(max_output_length=args.decode_steps, min_length=args.decode_steps)
 
     def run():
@@ -235,6 +251,46 @@ def decode_ours(args, precision, kind):
     return times, int(model.count_params())
 
 
+def decode_ctranslate2(args, compute_type, kind):
+    """CTranslate2 on the GPU with the weights ours would have (same seed), the same sources and length."""
+    import tempfile
+
+    import ctranslate2
+    import keras
+
+    import keras_transformer as kt
+    from keras_transformer.export.ctranslate2 import model_spec
+    from keras_transformer.special_tokens import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE
+
+    model = kt.Transformer.from_preset(args.preset, vocabulary_size=VOCABULARY)
+    pieces = [PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE] + [f"p{i}" for i in range(4, VOCABULARY)]
+    spec = model_spec(model, pieces=pieces)
+    spec.validate()
+    spec.optimize(quantization=None)  # float32 on disk; converted to `compute_type` at load
+    directory = tempfile.mkdtemp(prefix="gpu-ct2-")
+    spec.save(directory)
+    del model
+    keras.backend.clear_session()
+    translator = ctranslate2.Translator(directory, device=args.ct2_device, compute_type=compute_type)
+    tokens = [[pieces[t] for t in row[:-1]] for row in decode_source(args)]  # the engine appends EOS
+    options = dict(beam_size=4 if kind == "beam4" else 1, length_penalty=0.6 if kind == "beam4" else 0.0,
+                   min_decoding_length=args.decode_steps, max_decoding_length=args.decode_steps,
+                   max_batch_size=len(tokens), suppress_sequences=[[PAD_PIECE], [BOS_PIECE]])
+
+    def run():
+        return translator.translate_batch(tokens, **options)
+
+    results = run()  # warm-up
+    lengths = {len(r.hypotheses[0]) for r in results}
+    assert lengths == {args.decode_steps}, f"every sentence must generate exactly the fixed length: {lengths}"
+    times = []
+    for _ in range(args.decode_rounds):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return times, len(pieces)
+
+
 def worker(args):
     kind, contender, precision = args.worker.split(":")
     if kind == "train":
@@ -245,6 +301,12 @@ def worker(args):
         warmup, times = times[:args.warmup], times[args.warmup:]
         mode = "XLA (jit)" if contender == "ours" else TORCH_MODES[contender] or "eager"
         result = {"seconds": times, "parameters": parameters, "warmup_seconds": warmup, "mode": mode, **COMPILED}
+    elif kind == "decode-ct2":
+        times, vocabulary = decode_ctranslate2(args, precision, contender)
+        import ctranslate2
+
+        result = {"seconds": times, "vocabulary": vocabulary, "ctranslate2": ctranslate2.__version__,
+                  "device": args.ct2_device}
     else:
         times, parameters = decode_ours(args, precision, contender)
         result = {"seconds": times, "parameters": parameters}
@@ -255,7 +317,7 @@ def run_worker(args, spec):
     command = [sys.executable, __file__, "--worker", spec] + [
         f"--{name.replace('_', '-')}={getattr(args, name)}"
         for name in ("preset", "batch", "length", "steps", "warmup", "decode_batch", "decode_steps",
-                     "decode_rounds")
+                     "decode_rounds", "ct2_device")
     ]
     env = dict(os.environ, KERAS_BACKEND="jax", XLA_PYTHON_CLIENT_MEM_FRACTION="0.9",
                TF_CPP_MIN_LOG_LEVEL="2")
@@ -290,6 +352,10 @@ def main():
     parser.add_argument("--decode-batch", type=int, default=128)
     parser.add_argument("--decode-steps", type=int, default=50)
     parser.add_argument("--decode-rounds", type=int, default=5)
+    parser.add_argument("--decode-kinds", nargs="+", choices=("greedy", "beam4"), default=["greedy", "beam4"])
+    parser.add_argument("--ct2-compute-types", nargs="*", default=[],
+                        help="CTranslate2 contenders in decoding (e.g. float16 int8_float16); none by default")
+    parser.add_argument("--ct2-device", default="cuda", help="CTranslate2's device (cpu for a dry run)")
     parser.add_argument("--peak-tflops", type=float, default=DENSE_BF16_PEAK_TFLOPS,
                         help="the GPU's dense bf16 peak (H100 SXM and H200: 989)")
     parser.add_argument("--record", default=_records.default_path("gpu"))
@@ -303,7 +369,7 @@ def main():
         return worker(args)
 
     os.environ.setdefault("KERAS_BACKEND", "jax")  # named in the recorded command
-    record = _records.start("gpu", packages=("jax", "keras", "torch"))
+    record = _records.start("gpu", packages=("jax", "keras", "torch", "ctranslate2"))
     if args.commit:
         record["commit"] = args.commit
     record["results"] = []
@@ -335,21 +401,25 @@ def main():
                           f"({result['parameters'] / 1e6:.1f}M parameters){compiled}", flush=True)
         if args.part in ("decode", "all"):
             print(f"\n{preset}: decoding {args.decode_batch} sentences of 32 tokens, exactly "
-                  f"{args.decode_steps} tokens each (ours, jax.jit)", flush=True)
-            for precision in args.precisions:
-                for kind in ("greedy", "beam4"):
-                    result = run_worker(args, f"decode:{kind}:{precision}")
-                    entry = dict(part="decode", preset=preset, contender=f"ours {kind}", precision=precision,
-                                 batch=args.decode_batch, steps=args.decode_steps, **result)
-                    record["results"].append(entry)
-                    if "error" in result:
-                        print(f"  {kind:7} {precision:15} failed: {result['error']}", flush=True)
-                        continue
-                    best = min(result["seconds"])
-                    print(f"  {kind:7} {precision:15} {args.decode_batch / best:9.1f} sentences/s  "
-                          f"{best / args.decode_steps * 1000:6.2f} ms per step (best of "
-                          f"{len(result['seconds'])})", flush=True)
-    print(f"\nrecord: {_records.append(args.record, _records.finish(record))}")
+                  f"{args.decode_steps} tokens each (ours: jax.jit; CTranslate2 on {args.ct2_device})", flush=True)
+            workers = [(f"decode:{kind}:{precision}", f"ours {kind}", precision)
+                       for precision in args.precisions for kind in args.decode_kinds]
+            workers += [(f"decode-ct2:{kind}:{compute_type}", f"CTranslate2 {kind}", compute_type)
+                        for compute_type in args.ct2_compute_types for kind in args.decode_kinds]
+            for spec, contender, precision in workers:
+                result = run_worker(args, spec)
+                entry = dict(part="decode", preset=preset, contender=contender, precision=precision,
+                             batch=args.decode_batch, steps=args.decode_steps, **result)
+                record["results"].append(entry)
+                if "error" in result:
+                    print(f"  {contender:18} {precision:15} failed: {result['error']}", flush=True)
+                    continue
+                median = statistics.median(result["seconds"])
+                print(f"  {contender:18} {precision:15} {args.decode_batch / median:9.1f} sentences/s  "
+                      f"{median / args.decode_steps * 1000:6.2f} ms per step (median of "
+                      f"{len(result['seconds'])})", flush=True)
+    print()
+    _records.save(args.record, _records.finish(record))
 
 
 if __name__ == "__main__":

@@ -224,7 +224,7 @@ def main(argv=None):
                        "training": config["training"], "decoding": config["decoding"],
                        "max_source_length": config["data"]["max_length"]},
                   limit=args.limit, searches=searches, jit_compile=args.jit_compile, results=results)
-    print(f"record -> {_records.append(args.output, _records.finish(record))}")
+    _records.save(args.output, _records.finish(record))
     return 0
 
 

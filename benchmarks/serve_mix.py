@@ -174,6 +174,22 @@ def run_stream(export_dir, warm, count, seed):
     }
 
 
+def table_parts(record):
+    """(what, header, rows) of a record's table in benchmarks/README.md (`table:serve-mix`)."""
+    workload = record["workload"]
+    what = (f"{workload['preset']} preset, random weights, beam {workload['beam_size']}, {workload['requests']} "
+            f"requests of 1 to 64 sentences, input limit {workload['max_input_length']} tokens, seed "
+            f"{workload['seed']}; each variant and start in its own process")
+    rows = []
+    for name, run in record["runs"].items():
+        variant, start = name.split("/")
+        warmup = f"{run['warmup_records']} records, {run['warmup_s']:.0f} s" if run["warmup_records"] else "none"
+        rows.append([variant, start, warmup, f"{run['p50_s']:.2f}", f"{run['p99_s']:.2f}",
+                     f"{run['p99_s'] / run['p50_s']:.1f}x", f"{run['max_s']:.2f}", f"{run['sentences_per_s']:.1f}"])
+    header = ["variant", "start", "warm-up", "p50 s", "p99 s", "p99 / p50", "max s", "sentences/s"]
+    return what, header, rows
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", choices=("tiny", "base", "big"), default="tiny")
@@ -254,8 +270,7 @@ def main(argv=None):
                                              if key not in ("child", "record", "export_base")}}
     record["runs"] = runs
     _records.finish(record)
-    _records.append(args.record, record)
-    print(f"record appended to {args.record}")
+    _records.save(args.record, record)
     return 0
 
 

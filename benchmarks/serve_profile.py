@@ -149,9 +149,7 @@ def main(argv=None):
     load = record["load_average"]
     print(f"# {record['machine']['cpu']}, {os.cpu_count()} CPUs, load average {load['before'][0]:.1f} before, "
           f"{load['after'][0]:.1f} after; TensorFlow {tf.__version__}; commit {record['commit']}")
-    if args.record:
-        _records.append(args.record, record)
-        print(f"# record appended to {os.path.relpath(args.record, ROOT)}")
+    _records.save(args.record, record)
 
 
 if __name__ == "__main__":

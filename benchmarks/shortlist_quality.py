@@ -123,9 +123,7 @@ def main(argv=None):
         print("| " + " | ".join(row) + " |")
     print(f"# commit {record['commit']}, load {record['load_average']['before'][0]:.1f} before, "
           f"{record['load_average']['after'][0]:.1f} after")
-    if args.record:
-        _records.append(args.record, record)
-        print(f"# record appended to {os.path.relpath(args.record, ROOT)}")
+    _records.save(args.record, record)
 
 
 if __name__ == "__main__":

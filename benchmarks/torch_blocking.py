@@ -102,11 +102,11 @@ def main(argv=None):
                             "steps": args.steps, "vocabulary_size": args.vocabulary_size,
                             "beam_size": args.beam_size},
                   reference="no blocking", rounds=rounds)
-    _records.append(args.record, _records.finish(record))
+    _records.finish(record)
     for n in sizes[1:]:
         ratio = statistics.median(r[names[n]] / r["no blocking"] for r in rounds)
         print(f"{names[n]}: {ratio:.2f}x the search without blocking (median of same-round ratios; goal <= 1.2x)")
-    print(f"record appended to {args.record}")
+    _records.save(args.record, record)
 
 
 if __name__ == "__main__":

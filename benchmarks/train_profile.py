@@ -217,9 +217,7 @@ def main():
     })
     _records.finish(record)
     print("\n" + report.profile_table([record], {}))
-    if args.record:
-        _records.append(args.record, record)
-        print(f"record appended to {os.path.relpath(args.record, ROOT)}")
+    _records.save(args.record, record)
 
 
 if __name__ == "__main__":

@@ -334,9 +334,7 @@ def main():
         "rounds": rounds, "results": results,
     })
     _records.finish(record)
-    if args.record:
-        _records.append(args.record, record)
-        print(f"record appended to {os.path.relpath(args.record, ROOT)}")
+    _records.save(args.record, record)
 
 
 if __name__ == "__main__":

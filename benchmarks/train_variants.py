@@ -231,9 +231,7 @@ def main():
     _records.finish(record)
     # The table the documentation shows, medians and same-round ratios from the rounds above.
     print("\n" + report.variants_table([record], {}))
-    if args.record:
-        _records.append(args.record, record)
-        print(f"record appended to {os.path.relpath(args.record, ROOT)}")
+    _records.save(args.record, record)
 
 
 if __name__ == "__main__":

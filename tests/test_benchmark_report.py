@@ -312,8 +312,11 @@ def test_opennmt_rate_is_total_tokens_over_total_time():
     assert rate["tokens_per_s"] == pytest.approx(1680.0)  # the mean of the two rates would say 1200
 
 
-def gpu_record(time, ours_seconds, torch_seconds, decode_seconds, gpu="Test GPU", batch=10):
+def gpu_record(time, ours_seconds, torch_seconds, decode_seconds, gpu="Test GPU", batch=10, ct2_seconds=None):
     train = dict(part="train", preset="base", precision="float32", batch=batch, length=10)
+    peers = [] if ct2_seconds is None else [
+        dict(part="decode", preset="base", contender="CTranslate2 greedy", precision="int8_float16", batch=8,
+             steps=4, seconds=ct2_seconds, vocabulary=1)]
     return {
         "benchmark": "gpu", "time": time, "commit": "abc1234", "command": "python benchmarks/gpu.py",
         "machine": {"cpus": 16, "gpus": [gpu]},
@@ -323,6 +326,7 @@ def gpu_record(time, ours_seconds, torch_seconds, decode_seconds, gpu="Test GPU"
             dict(part="decode", preset="base", contender="ours greedy", precision="float32", batch=8, steps=4,
                  seconds=decode_seconds, parameters=1),
             dict(train, contender="ours", precision="mixed_bfloat16", error="out of memory"),
+            *peers,
         ],
     }
 
@@ -338,7 +342,7 @@ def test_gpu_table_from_fixtures_matches_hand_computed_figures():
         # ours: median step 0.1 s -> 100 tokens / 0.1 = 1,000 tokens/s; torch 0.2 s: ratio 2.0
         gpu_record("t1", [0.1, 0.3, 0.05], [0.2], [0.5, 0.25]),
         # ours: 0.125 s -> 800 tokens/s; torch 0.2 s: ratio 1.6 (median of 2.0 and 1.6: 1.8)
-        gpu_record("t2", [0.125], [0.2], [1.0]),
+        gpu_record("t2", [0.125], [0.2], [1.0], ct2_seconds=[0.5, 0.6, 0.7]),
     ]
     table = report.gpu_table(records, {})
     rows = gpu_rows(table)
@@ -351,7 +355,10 @@ def test_gpu_table_from_fixtures_matches_hand_computed_figures():
     # Decoding: each run's median over its rounds, not its best (0.375 s of 0.5 and 0.25; 1.0 s),
     # their median 0.6875 s: 8 / 0.6875 = 11.6 -> "12"; per step 0.6875 / 4 = 171.875 ms.
     # (The best of the rounds would give 0.625 s: "13" and 156.25 ms.)
-    assert "| base | ours greedy | float32 | 12 | 171.88 | 2 |" in table
+    # CTranslate2 int8_float16 ran in t2 only: 0.6 s (median of its rounds) against ours' 1.0 s in that
+    # run -> 0.60x (a ratio of medians over all runs would say 0.6 / 0.6875 = 0.87x); its own row: 8 / 0.6.
+    assert "| base | ours greedy | float32 | 8 | 12 | 171.88 | 0.60x | 2 |" in table
+    assert "| base | CTranslate2 greedy | int8_float16 | 8 | 13 | 150.00 | 1.00x | 1 |" in table
     # A failed contender is left out, not shown as a figure.
     assert "mixed_bfloat16" not in table
 
@@ -567,3 +574,18 @@ def test_limit_rule_table_from_a_fixture():
                     "| po | greedy | finish | 3.04 | 19.94 | 42 (52.5%) | 42 (52.5%) | 0 | 1.30 |"]
     assert "after 2345 steps; 80 or 200 sentences a split, the first 200 pairs of each;" in text
     assert "outputs up to source + 50 tokens" in text and "`python benchmarks/limit_rule.py /runs/pt`" in text
+
+
+def test_serve_mix_table_from_a_fixture_record():
+    run = dict(load_s=1.0, latencies_s=[1.0, 2.0, 9.0], rows=[1, 2, 3], sentences=6, stream_s=12.0,
+               p50_s=2.0, p99_s=8.86, max_s=9.0, sentences_per_s=0.5)
+    record = {"benchmark": "serve_mix", "time": "t", "commit": "abc1234", "command": "python benchmarks/serve_mix.py",
+              "machine": {"cpus": 2}, "workload": dict(preset="tiny", beam_size=4, requests=3, max_input_length=64,
+                                                       seed=0),
+              "runs": {"xla/warm": dict(run, warmup_records=16, warmup_s=120.4),
+                       "xla/cold": dict(run, warmup_records=0, warmup_s=0)}}
+    table = report.GENERATORS["serve-mix"][1]([record], {})
+    # p99 / p50 = 8.86 / 2.0 = 4.43 -> "4.4x"; a cold start has no warm-up records.
+    assert "| xla | warm | 16 records, 120 s | 2.00 | 8.86 | 4.4x | 9.00 | 0.5 |" in table
+    assert "| xla | cold | none | 2.00 | 8.86 | 4.4x | 9.00 | 0.5 |" in table
+    assert "3 requests of 1 to 64 sentences, input limit 64 tokens" in table
