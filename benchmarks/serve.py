@@ -296,9 +296,8 @@ def main(argv=None):
           f"{args.beam_size} alpha {args.alpha}, greedy")
     for search, seconds in record["seconds"].items():
         table(search, seconds, args.batch_size)
-    if args.record:
-        _records.append(args.record, record)
-        print(f"\n# record appended to {os.path.relpath(args.record, ROOT)}")
+    print()
+    _records.save(args.record, record)
 
 
 if __name__ == "__main__":
