@@ -348,24 +348,24 @@ def export_saved_model(
         archive.track(tokenizer)
         # The first endpoint becomes serving_default as well; naming it so
         # avoids a duplicate signature.
-        archive.add_endpoint(
-            SERVING_SIGNATURE,
+        _add_endpoint(
+            archive, SERVING_SIGNATURE,
             translator.translate_text,
             input_signature=[tf.TensorSpec([None], tf.string, name=TEXT_INPUT)],
         )
-        archive.add_endpoint(
-            IDS_SIGNATURE,
+        _add_endpoint(
+            archive, IDS_SIGNATURE,
             translator.translate_ids,
             input_signature=[tf.TensorSpec([None, None], tf.int32, name=IDS_INPUT)],
         )
         if beam_size > 1:
-            archive.add_endpoint(
-                N_BEST_SIGNATURE,
+            _add_endpoint(
+                archive, N_BEST_SIGNATURE,
                 translator.translate_n_best,
                 input_signature=[tf.TensorSpec([None], tf.string, name=TEXT_INPUT)],
             )
-        archive.add_endpoint(
-            SCORE_SIGNATURE,
+        _add_endpoint(
+            archive, SCORE_SIGNATURE,
             translator.score,
             input_signature=[tf.TensorSpec([None], tf.string, name="source"),
                              tf.TensorSpec([None], tf.string, name="target")],
@@ -403,6 +403,28 @@ def export_saved_model(
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
     return version_dir
+
+
+def _add_endpoint(archive, name, function, input_signature):
+    """`archive.add_endpoint(name, function, input_signature=...)`, with
+    `function` traced once instead of twice.
+
+    Keras' `ExportArchive` traces each endpoint to list its variables, then
+    `tf.saved_model.save` traces every `tf.function` it saves again (its
+    cache key holds the save options): each signature's search would be
+    traced twice, the larger part of an export's time. The endpoint here
+    traces `function` on its first call; its second trace only calls that
+    first trace.
+    """
+    traced = []
+
+    def endpoint(*inputs):
+        if not traced:
+            traced.append(tf.function(function, input_signature=input_signature,
+                                      autograph=False).get_concrete_function())
+        return traced[0](*inputs)
+
+    archive.add_endpoint(name, endpoint, input_signature=input_signature)
 
 
 def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, quantization=None):
