@@ -285,6 +285,16 @@ def save(path, record):
     return path
 
 
+def print_table(record, table_parts):
+    """Prints a finished record's table (`table_parts(record)`: what, header, rows) and its commit and load."""
+    from benchmarks._report_tables import markdown_table
+
+    what, header, rows, *_ = table_parts(record)
+    print(f"\n{what}\n\n{markdown_table(header, rows)}")
+    load = record["load_average"]
+    print(f"# commit {record['commit']}, load {load['before'][0]:.1f} before, {load['after'][0]:.1f} after")
+
+
 def read(path):
     """The records of a JSON-lines file; a line that is not JSON is an error naming the file and line."""
     records = []

@@ -200,12 +200,7 @@ def main(argv=None):
     record["limit"] = args.limit
     record["results"] = [measure(run, args.limit, not args.no_ctranslate2) for run in args.runs]
     _records.finish(record)
-    what, header, rows = table_parts(record)
-    print(f"\n{what}\n")
-    for row in [header, ["---"] * len(header)] + rows:
-        print("| " + " | ".join(row) + " |")
-    print(f"# commit {record['commit']}, load {record['load_average']['before'][0]:.1f} before, "
-          f"{record['load_average']['after'][0]:.1f} after")
+    _records.print_table(record, table_parts)
     _records.save(args.record, record)
 
 

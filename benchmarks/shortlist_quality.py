@@ -117,12 +117,7 @@ def main(argv=None):
     record = _records.start("shortlist_quality", argv, packages=("tensorflow", "keras", "sacrebleu"))
     record["results"] = [measure(run, settings, args.limit) for run in args.runs]
     _records.finish(record)
-    what, header, rows = table_parts(record)
-    print(f"\n{what}\n")
-    for row in [header, ["---"] * len(header)] + rows:
-        print("| " + " | ".join(row) + " |")
-    print(f"# commit {record['commit']}, load {record['load_average']['before'][0]:.1f} before, "
-          f"{record['load_average']['after'][0]:.1f} after")
+    _records.print_table(record, table_parts)
     _records.save(args.record, record)
 
 
