@@ -13,28 +13,15 @@ a list equals Translator's text in test_cli's shortlist test.)"""
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-import keras
 import pytest
+from served_model import SENTENCES, build_model, run_served_child, train_tokenizer
 
-import keras_transformer as kt
-from keras_transformer.data import SubwordTokenizer
 from keras_transformer.decoding import Translator
 from keras_transformer.decoding.shortlist import Shortlist
 from keras_transformer.export import export_saved_model
 
-ROOT = Path(__file__).resolve().parents[2]
-
-SENTENCES = [
-    ("The small cat sees a dog.", "Die kleine Katze sieht einen Hund."),
-    ("The big dog runs quickly.", "Der große Hund läuft schnell."),
-    ("A red house is old.", "Ein rotes Haus ist alt."),
-    ("The woman reads a book.", "Die Frau liest ein Buch."),
-    ("The children play in the garden.", "Die Kinder spielen im Garten."),
-]
 OPTIONS = dict(beam_size=1, max_extra_length=4)  # greedy: the cheapest export and compile; the list is the same
 MAX_INPUT_LENGTH = 16  # one width bucket (16) ...
 WARMUP_ROWS = 8  # ... and one row bucket (8): one XLA program
@@ -49,17 +36,12 @@ def _no_reseed():
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    tokenizer = SubwordTokenizer.train(SENTENCES * 4, 400, byte_fallback=True, hard_vocab_limit=False, seed=1)
-    return SubwordTokenizer.load(tokenizer.save(tmp_path_factory.mktemp("tokenizer") / "spm.model"))
+    return train_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    keras.utils.set_random_seed(3)
-    model = kt.Transformer(vocabulary_size=tokenizer.vocabulary_size, d_model=16, num_heads=2, d_ff=32,
-                           num_encoder_layers=1, num_decoder_layers=1, dropout=0.0)
-    model.build()
-    return model
+    return build_model(tokenizer.vocabulary_size)
 
 
 @pytest.fixture(scope="module")
@@ -83,20 +65,14 @@ PAST = [source for source, _ in SENTENCES]
 
 # The served side: warm-up replay, LISTED, PAST, and the programs compiled meanwhile.
 SERVER_SCRIPT = r'''
-import json, os, sys
-sys.path.insert(0, sys.argv[3])
 from benchmarks.serve_mix import SessionServer
-
-export_dir, dump_dir = sys.argv[1:3]
-def programs():
-    return len({name.split(".")[0] for name in os.listdir(dump_dir) if name.startswith("module_")}) if os.path.isdir(dump_dir) else 0
 
 server = SessionServer(export_dir)
 counts = {"start": programs()}
 server.warm_up()
 counts["warm"] = programs()
 texts = {}
-for name, batch in json.loads(sys.argv[4]).items():
+for name, batch in json.loads(argument).items():
     served = server.predict("serving_default", {"text": [t.encode() for t in batch]})["translations"]
     texts[name] = [t.decode() for t in served]
 counts["served"] = programs()
@@ -109,14 +85,7 @@ def server(model, tokenizer, shortlist, tmp_path_factory):
     """(export directory, the child's {"counts", "texts"})."""
     work = tmp_path_factory.mktemp("xla")
     export_dir = export(model, tokenizer, work / "models", shortlist, True, shortlist_size=SIZE)
-    script, dump = work / "server.py", work / "dump"
-    script.write_text(SERVER_SCRIPT)
-    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", XLA_FLAGS=f"--xla_dump_to={dump}")
-    completed = subprocess.run([sys.executable, str(script), export_dir, str(dump), str(ROOT),
-                                json.dumps({"listed": LISTED, "past": PAST})],
-                               env=environment, capture_output=True, text=True, timeout=400)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return export_dir, json.loads(completed.stdout.strip().splitlines()[-1])
+    return export_dir, run_served_child(SERVER_SCRIPT, work, export_dir, json.dumps({"listed": LISTED, "past": PAST}))
 
 
 @pytest.fixture(scope="module")

@@ -10,34 +10,23 @@ covered sizes compiles anything, and that one past them does.
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from served_model import ROOT, build_model, run_served_child, train_tokenizer
 
-import keras_transformer as kt
-from keras_transformer.data import SubwordTokenizer
 from keras_transformer.export import export_saved_model
 from keras_transformer.export import warmup as warmup_lib
 
-ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.serve_mix import SessionServer, read_warmup_records  # noqa: E402
 
 prediction_log_pb2 = pytest.importorskip("tensorflow_serving.apis.prediction_log_pb2")
 
-SENTENCES = [
-    ("The small cat sees a dog.", "Die kleine Katze sieht einen Hund."),
-    ("The big dog runs quickly.", "Der große Hund läuft schnell."),
-    ("A red house is old.", "Ein rotes Haus ist alt."),
-    ("The woman reads a book.", "Die Frau liest ein Buch."),
-    ("The children play in the garden.", "Die Kinder spielen im Garten."),
-]
 MAX_INPUT_LENGTH = 20  # width buckets 16 and 32
 WARMUP_ROWS = 12  # row buckets 8 and 16
 EXTRA = 4
@@ -53,17 +42,12 @@ def _no_reseed():
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    tokenizer = SubwordTokenizer.train(SENTENCES * 4, 400, byte_fallback=True, hard_vocab_limit=False, seed=1)
-    return SubwordTokenizer.load(tokenizer.save(tmp_path_factory.mktemp("tokenizer") / "spm.model"))
+    return train_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    keras.utils.set_random_seed(3)
-    model = kt.Transformer(vocabulary_size=tokenizer.vocabulary_size, d_model=16, num_heads=2, d_ff=32,
-                           num_encoder_layers=1, num_decoder_layers=1, dropout=0.0)
-    model.build()
-    return model
+    return build_model(tokenizer.vocabulary_size)
 
 
 def export(model, tokenizer, base, jit_compile):
@@ -195,14 +179,8 @@ def test_too_many_records_is_refused_only_for_the_xla_variant(model, tokenizer, 
 # A server process with XLA's dump on: how many programs were compiled after
 # the warm-up replay, after requests of every covered size, and after one request past them.
 COMPILES_SCRIPT = r'''
-import json, os, sys
-sys.path.insert(0, sys.argv[3])
 from benchmarks.serve_mix import SessionServer, read_warmup_records
 import numpy as np
-
-export_dir, dump_dir = sys.argv[1:3]
-def programs():
-    return len({name.split(".")[0] for name in os.listdir(dump_dir) if name.startswith("module_")}) if os.path.isdir(dump_dir) else 0
 
 server = SessionServer(export_dir)
 counts = {"start": programs()}
@@ -216,28 +194,21 @@ for signature, inputs in requests:
 counts["warm"] = programs()
 rng = np.random.default_rng(0)
 words = "the small cat sees a big dog and the woman reads a book in the garden".split()
-for rows in range(1, int(sys.argv[4]) + 1):
+for rows in range(1, int(argument) + 1):
     length = int(rng.integers(1, 40))
     texts = [" ".join(rng.choice(words, size=int(rng.integers(1, length + 1)))).encode() for _ in range(rows)]
     server.predict("serving_default", {"text": texts})
     ids = rng.integers(4, 50, size=(rows, int(rng.integers(1, 40)))).astype("int32")
     server.predict("translate_ids", {"source_ids": ids})
 counts["covered"] = programs()
-server.predict("translate_ids", {"source_ids": np.full((int(sys.argv[4]) + 5, 3), 7, "int32")})
+server.predict("translate_ids", {"source_ids": np.full((int(argument) + 5, 3), 7, "int32")})
 counts["past"] = programs()
 print(json.dumps(dict(counts, requests=len(requests), wrong_rows=wrong_rows)))
 '''
 
 
 def test_no_compile_after_warmup(xla_dir, tmp_path):
-    script = tmp_path / "compiles.py"
-    script.write_text(COMPILES_SCRIPT)
-    dump = tmp_path / "dump"
-    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", XLA_FLAGS=f"--xla_dump_to={dump}")
-    completed = subprocess.run([sys.executable, str(script), xla_dir, str(dump), str(ROOT), str(WARMUP_ROWS)],
-                               env=environment, capture_output=True, text=True, timeout=400)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    counts = json.loads(completed.stdout.strip().splitlines()[-1])
+    counts = run_served_child(COMPILES_SCRIPT, tmp_path, xla_dir, WARMUP_ROWS)
     # The replay ran every record, each answered one row per input row.
     assert counts["requests"] == len(read_warmup_records(xla_dir)) and counts["wrong_rows"] == []
     assert counts["start"] == 0
