@@ -285,10 +285,16 @@ def save(path, record):
     return path
 
 
+def markdown_table(header, rows, align=None):
+    """A Markdown table of string cells (`align`: the separator row's cells, "---" each by default)."""
+    align = align or ["---"] * len(header)
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def print_table(record, table_parts):
     """Prints a finished record's table (`table_parts(record)`: what, header, rows) and its commit and load."""
-    from benchmarks._report_tables import markdown_table
-
     what, header, rows, *_ = table_parts(record)
     print(f"\n{what}\n\n{markdown_table(header, rows)}")
     load = record["load_average"]

@@ -7,6 +7,8 @@ import re
 import statistics
 from collections import Counter, OrderedDict
 
+from benchmarks._records import markdown_table
+
 SERVE_REFERENCES = ("ours in process, XLA", "CTranslate2 float32")
 
 
@@ -59,13 +61,6 @@ def load_text(record):
 def caption(record, what):
     return (f"`{record['command']}`, commit {record.get('commit') or 'unknown'}, {record.get('time')}, "
             f"{machine_text(record)}, {load_text(record)} ({what}):")
-
-
-def markdown_table(header, rows, align=None):
-    align = align or ["---"] * len(header)
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- serve
