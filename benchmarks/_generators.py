@@ -1,6 +1,6 @@
 """benchmarks/report.py's table generators by marker name: those of _report_tables.py, and those
 built here for the scripts whose records carry their own table shape (limit_rule.py,
-torch_blocking.py, shortlist_quality.py, quantize_quality.py, serve_mix.py: `table_parts(record)`) and for serve_profile.py's record (that script imports
+torch_blocking.py, shortlist_quality.py, quantize_quality.py, serve_mix.py, decode_variants.py: `table_parts(record)`) and for serve_profile.py's record (that script imports
 TensorFlow, so its table is built here)."""
 
 import importlib
@@ -26,6 +26,7 @@ torch_blocking_table = script_table("torch_blocking", "torch-blocking")
 shortlist_quality_table = script_table("shortlist_quality", "shortlist-quality")
 quantize_quality_table = script_table("quantize_quality", "quantize-quality")
 serve_mix_table = script_table("serve_mix", "serve-mix")
+decode_variants_table = script_table("decode_variants", "decode-variants")
 
 
 
@@ -63,4 +64,5 @@ GENERATORS = {
     "limit-rule": ("limit_rule", limit_rule_table),
     "torch-blocking": ("torch_blocking", torch_blocking_table),
     "serve-mix": ("serve_mix", serve_mix_table),
+    "decode-variants": ("decode_variants", decode_variants_table),
 }

@@ -5,6 +5,7 @@ finished sentences could save on real text.
     KERAS_BACKEND=tensorflow python benchmarks/decode_variants.py --precision float32 --rounds 5
     KERAS_BACKEND=tensorflow python benchmarks/decode_variants.py --precision int8 --rounds 5
     KERAS_BACKEND=tensorflow python benchmarks/decode_variants.py --finished-rows ../runs/parallel_text
+    KERAS_BACKEND=tensorflow python benchmarks/decode_variants.py --compaction ../runs/parallel_text --rounds 5
 
 Speed (the default): `serve.py`'s workload (the `--preset`'s Transformer with
 seeded random weights and its EOS embedding row zeroed, so every sentence
@@ -33,15 +34,17 @@ calls every (graph, variant) once, the order reversed every other round. A
 variant's figure is the median over rounds of its rate over the shipped
 decoder's rate in the same round and graph.
 
-Finished rows (`--finished-rows RUN_DIR`): a trained run's model and
-tokenizer translate its test split as `Translator` batches it (sources
-sorted by length, `decoding.batch_size` per batch, padded to a multiple of
-8), with the run's beam size, alpha and max_extra_length, in the plain
-graph. The search loop is wrapped to count, per sentence, the steps it ran
-before it was done. The row-steps spent on sentences already done, over all
-row-steps, bound what dropping them could save: at any step, and at the
-search's phase boundaries (`decoding.phases.PHASE_CAPACITIES`), where the
-state is rebuilt anyway.
+Finished rows (`--finished-rows RUN_DIR`, `_decode_real_runs.py`): a trained
+run's model and tokenizer translate its test split as `Translator` batches it
+(sources sorted by length, `decoding.batch_size` per batch, padded to a
+multiple of 8), with the run's beam size, alpha and max_extra_length, in the
+plain graph; the search loop is wrapped to count, per sentence, the steps it
+ran before it was done. The steps spent on sentences already done, over all,
+bound what dropping them could save: at any step, and at the search's phase
+boundaries (`decoding.phases.PHASE_CAPACITIES`), where the state grows anyway.
+`--compaction RUN_DIR` times that: the shipped search against a prototype that
+drops done sentences at each phase boundary (`_compacting_search.py`, plain
+graph only), on the first `--sentences` test sentences, taking turns.
 
 Records go to benchmarks/results/decode_variants.jsonl; `report.py` builds
 the tables (`table_parts`).
@@ -246,97 +249,6 @@ def speed(args, record):
     })
 
 
-# --------------------------------------------------------------------------- finished rows
-
-
-def counting_loop(original, counts):
-    """A stand-in for `phases._while_loop_in_phases` that also counts, per sentence, the steps
-    run while it was not done; appends (steps run, counts) to `counts`."""
-    from keras import ops
-
-    def loop(cond, body, loop_state, decoder, buffer_length):
-        step, beam = loop_state
-
-        def counted_cond(step, packed, decoder_state):
-            return cond(step, packed[0], decoder_state)
-
-        def counted_body(step, packed, decoder_state):
-            beam, live = packed
-            live = live + ops.cast(ops.logical_not(beam.done), "int32")
-            step, beam, decoder_state = body(step, beam, decoder_state)
-            return step, (beam, live), decoder_state
-
-        live = ops.zeros(ops.shape(beam.done), dtype="int32")
-        step, (beam, live), decoder_state = original(counted_cond, counted_body, (step, (beam, live)), decoder,
-                                                     buffer_length)
-        counts.append((step, live))
-        return step, beam, decoder_state
-
-    return loop
-
-
-def phase_boundaries(buffer_length):
-    from keras_transformer.decoding.phases import _phase_capacities
-
-    return _phase_capacities(int(buffer_length))
-
-
-def finished_rows(args, record):
-    import numpy as np
-    import tensorflow as tf
-
-    from keras_transformer import runs
-    from keras_transformer.decoding import Translator, beam_search, phases
-    from keras_transformer.decoding.search import PHASE_CAPACITIES
-
-    model, tokenizer, config = runs.load_run(args.finished_rows)
-    decoding = config["decoding"]
-    texts = [source for source, _ in runs._read_pairs(config, "test")]
-    translator = Translator(model, tokenizer, beam_size=decoding["beam_size"], alpha=decoding["alpha"],
-                            max_extra_length=decoding["max_extra_length"], batch_size=decoding["batch_size"])
-    sources = translator.source_ids(texts)
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    counts = []
-    options = dict(beam_size=decoding["beam_size"], alpha=decoding["alpha"],
-                   max_extra_length=decoding["max_extra_length"], compile=False)
-
-    @tf.function(autograph=False, input_signature=[tf.TensorSpec((None, None), tf.int32)])
-    def run(source_ids):
-        original = phases._while_loop_in_phases
-        phases._while_loop_in_phases = counting_loop(original, counts)
-        try:
-            beam_search(model, source_ids, **options)
-        finally:
-            phases._while_loop_in_phases = original
-        return counts[-1]
-
-    total = live_total = at_boundaries = 0
-    batches = []
-    for start in range(0, len(order), translator.batch_size):
-        batch = translator._padded(order[start : start + translator.batch_size], sources, translator.width_multiple)
-        steps, live = (np.asarray(t) for t in run(tf.constant(batch)))
-        steps = int(steps)
-        buffer_length = batch.shape[1] + decoding["max_extra_length"]
-        boundaries = [c for c in phase_boundaries(buffer_length) if c < steps] + [steps]
-        # Dropped at the first boundary at or after it is done, a sentence still costs the steps up to there.
-        kept = [min(c for c in boundaries if c >= n) for n in live]
-        total += steps * len(live)
-        live_total += int(live.sum())
-        at_boundaries += int(sum(kept))
-        batches.append({"sentences": len(live), "width": int(batch.shape[1]), "steps": steps,
-                        "live_steps": live.tolist()})
-    record.update({
-        "kind": "finished-rows",
-        "workload": {"run": os.path.relpath(os.path.abspath(args.finished_rows), os.path.join(ROOT, "..")),
-                     "split": "test", "sentences": len(texts), "model": config["model"]["preset"],
-                     "batch_size": decoding["batch_size"], "beam_size": decoding["beam_size"],
-                     "alpha": decoding["alpha"], "max_extra_length": decoding["max_extra_length"],
-                     "phase_capacities": list(PHASE_CAPACITIES)},
-        "row_steps": {"all": total, "before_done": live_total, "kept_when_dropped_at_phase_boundaries": at_boundaries},
-        "batches": batches,
-    })
-
-
 # --------------------------------------------------------------------------- table
 
 
@@ -355,6 +267,21 @@ def table_parts(record):
                 "as Translator makes them; sentence-steps (x beam = row-steps) after a sentence is done")
         return what, ["dropped at", "steps on done sentences", "all steps", "most saved"], rows, \
             ["---", "---:", "---:", "---:"]
+    if record["kind"] == "compaction":
+        rounds, sentences = record["seconds"], workload["sentences"]
+        rows = []
+        for result in record["results"]:
+            rates = [sentences / r[result["name"]] for r in rounds]
+            ratios = [r["shipped"] / r[result["name"]] for r in rounds]
+            rows.append([result["name"], result["label"], f"{statistics.median(rates):.2f}",
+                         f"{min(rates):.2f}-{max(rates):.2f}", f"{statistics.median(ratios):.3f}x",
+                         f"{min(ratios):.3f}-{max(ratios):.3f}x"])
+        what = (f"{workload['run']}, the first {sentences} sentences of its {workload['split']} split "
+                f"({workload['model']} preset), beam {workload['beam_size']}, batches of {workload['batch_size']} "
+                f"as Translator makes them, {workload['graph']} graph; sentences/s, {len(rounds)} rounds taking "
+                f"turns; {record['same_outputs']} of {sentences} outputs identical to the shipped search's")
+        return what, ["variant", "what", "sentences/s (median)", "range", "vs shipped", "range"], rows, \
+            ["---", "---", "---:", "---:", "---:", "---:"]
     rounds, batch = record["seconds"], workload["batch"]
     rows = []
     for result in record["results"]:
@@ -391,6 +318,10 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--finished-rows", metavar="RUN_DIR",
                         help="instead: the row-steps spent on finished sentences, translating RUN_DIR's test split")
+    parser.add_argument("--compaction", metavar="RUN_DIR",
+                        help="instead: shipped beam search against dropping done sentences at phase boundaries, "
+                             "on RUN_DIR's test split (plain graph)")
+    parser.add_argument("--sentences", type=int, default=320, help="with --compaction: the first N test sentences")
     parser.add_argument("--record", default=None,
                         help="JSON-lines file the record is appended to (default benchmarks/results/"
                              "decode_variants.jsonl; '' for none)")
@@ -412,8 +343,10 @@ def main(argv=None):
 
     keras.utils.set_random_seed(0)
     record = _records.start("decode_variants", argv, packages=("tensorflow", "keras"))
-    if args.finished_rows:
-        finished_rows(args, record)
+    if args.finished_rows or args.compaction:
+        from benchmarks import _decode_real_runs
+
+        (_decode_real_runs.finished_rows if args.finished_rows else _decode_real_runs.compaction)(args, record)
     else:
         speed(args, record)
     _records.finish(record)
