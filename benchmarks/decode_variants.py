@@ -109,6 +109,10 @@ def int8_fused_project(attention, fused, h):
     return projected[..., :width], projected[..., width : 2 * width], projected[..., 2 * width :]
 
 
+def is_int8_fusion(fused):
+    return isinstance(fused, tuple) and isinstance(fused[0], str) and fused[0] == "int8"
+
+
 @contextlib.contextmanager
 def patched(variant):
     """`IncrementalDecoder` as `variant` changes it, restored on exit."""
@@ -127,7 +131,7 @@ def patched(variant):
 
             def project(self, index, attention, h):
                 fused = self.fused_projections[index]
-                if fused is not None and fused[0] == "int8":
+                if is_int8_fusion(fused):
                     return int8_fused_project(attention, fused[2], h)
                 return shipped_project(self, index, attention, h)
 
@@ -153,7 +157,7 @@ def describe(model, variant, jit_compile, sources):
         decoder = IncrementalDecoder(model, sources[:1], beam_size=2, buffer_length=3, jit_compile=jit_compile)
         keys = tuple(decoder.initial_state[0].shape)
     fused = decoder.fused_projections[0]
-    products = "three" if fused is None else ("one int8" if fused[0] == "int8" else "one")
+    products = "three" if fused is None else ("one int8" if is_int8_fusion(fused) else "one")
     return f"keys {keys}, {products} Q/K/V product(s)"
 
 
