@@ -26,7 +26,21 @@ torch_blocking_table = script_table("torch_blocking", "torch-blocking")
 shortlist_quality_table = script_table("shortlist_quality", "shortlist-quality")
 quantize_quality_table = script_table("quantize_quality", "quantize-quality")
 serve_mix_table = script_table("serve_mix", "serve-mix")
-decode_variants_table = script_table("decode_variants", "decode-variants")
+
+
+def decode_variants_table(records, options):
+    """decode_variants.py: one table of every record the marker selects (one kind: the float32 and
+    int8 speed records side by side), a caption line each."""
+    parts = importlib.import_module("benchmarks.decode_variants").table_parts
+    chosen = select(records, options, "table:decode-variants")
+    if len({record["kind"] for record in chosen}) > 1:
+        raise ValueError(f"table:decode-variants {options}: records of different kinds; pin one kind")
+    captions, rows = [], []
+    for record in chosen:
+        what, header, more, align = parts(record)
+        captions.append(caption(record, what))
+        rows += more
+    return "\n".join(captions) + "\n\n" + markdown_table(header, rows, align)
 
 
 

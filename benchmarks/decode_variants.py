@@ -284,7 +284,7 @@ def table_parts(record):
                 f"({workload['model']} preset), beam {workload['beam_size']}, batches of {workload['batch_size']} "
                 f"as Translator makes them, {workload['graph']} graph; sentences/s, {len(rounds)} rounds taking "
                 f"turns; {record['same_outputs']} of {sentences} outputs identical to the shipped search's")
-        return what, ["variant", "what", "sentences/s (median)", "range", "vs shipped", "range"], rows, \
+        return what, ["variant", "what", "sentences/s (median)", "range", "vs shipped", "ratio range"], rows, \
             ["---", "---", "---:", "---:", "---:", "---:"]
     rounds, batch = record["seconds"], workload["batch"]
     rows = []
@@ -301,7 +301,7 @@ def table_parts(record):
     what = (f"{workload['preset']} preset, {workload['vocabulary']}-piece vocabulary, {batch} sources x beam "
             f"{workload['beam_size']}, exactly {workload['steps']} tokens each; sentences/s, one process, "
             f"{len(rounds)} rounds taking turns; ratios are medians of same-round ratios to the shipped decoder")
-    header = ["precision", "graph", "variant", "what", "sentences/s (median)", "range", "vs shipped", "range",
+    header = ["precision", "graph", "variant", "what", "sentences/s (median)", "range", "vs shipped", "ratio range",
               "same ids"]
     return what, header, rows, ["---", "---", "---", "---", "---:", "---:", "---:", "---:", "---"]
 

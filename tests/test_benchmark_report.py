@@ -611,6 +611,10 @@ def test_decode_variants_tables_from_fixture_records():
     # Same-round ratios 2.0/1.6 = 1.25, 1.0, 2.0/2.5 = 0.8: median 1.0.
     assert "| int8 | XLA | shipped | ref | 8.00 | 4.00-8.00 | 1.000x | 1.000-1.000x | yes |" in text
     assert "| int8 | XLA | fused-int8-qkv | one | 6.40 | 4.00-10.00 | 1.000x | 0.800-1.250x | no |" in text
+    both = table([speed, dict(speed, time="t3", precision="float32"), finished], {"time": "t1|t3"})
+    assert both.count("| XLA | fused-int8-qkv |") == 2 and both.count("`python benchmarks/decode_variants.py`") == 2
+    with pytest.raises(ValueError, match="different kinds"):
+        table([speed, finished], {"commit": "abc"})
     text = table([speed, finished], {"time": "t2"})
     # 30 - 21 = 9 of 30 steps after their sentence was done; dropped at phase boundaries, 27 still run: 3 saved.
     assert "| any step | 9 | 30 | 30.0% |" in text and "| phase boundaries | 3 | 30 | 10.0% |" in text
