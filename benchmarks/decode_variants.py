@@ -5,7 +5,7 @@ finished sentences could save on real text.
     KERAS_BACKEND=tensorflow python benchmarks/decode_variants.py --precision float32 --graphs XLA,plain --rounds 6
     KERAS_BACKEND=tensorflow python benchmarks/decode_variants.py --precision int8 --rounds 6
     KERAS_BACKEND=tensorflow python benchmarks/decode_variants.py --finished-rows ../runs/parallel_text
-    KERAS_BACKEND=tensorflow python benchmarks/decode_variants.py --compaction ../runs/parallel_text --sentences 1000 --rounds 6
+    KERAS_BACKEND=tensorflow python benchmarks/decode_variants.py --compaction ../runs/parallel_text --sentences 512 --rounds 6
 
 Speed (the default): `serve.py`'s workload (the `--preset`'s Transformer with
 seeded random weights and its EOS embedding row zeroed, so every sentence
