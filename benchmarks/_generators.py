@@ -1,6 +1,6 @@
 """benchmarks/report.py's table generators by marker name: those of _report_tables.py, and those
 built here for the scripts whose records carry their own table shape (limit_rule.py,
-torch_blocking.py, shortlist_quality.py, quantize_quality.py, serve_mix.py: `table_parts(record)`) and for serve_profile.py's record (that script imports
+torch_blocking.py, shortlist_quality.py, quantize_quality.py, serve_mix.py, decode_variants.py: `table_parts(record)`) and for serve_profile.py's record (that script imports
 TensorFlow, so its table is built here)."""
 
 import importlib
@@ -26,6 +26,21 @@ torch_blocking_table = script_table("torch_blocking", "torch-blocking")
 shortlist_quality_table = script_table("shortlist_quality", "shortlist-quality")
 quantize_quality_table = script_table("quantize_quality", "quantize-quality")
 serve_mix_table = script_table("serve_mix", "serve-mix")
+
+
+def decode_variants_table(records, options):
+    """decode_variants.py: one table of every record the marker selects (one kind: the float32 and
+    int8 speed records side by side), a caption line each."""
+    parts = importlib.import_module("benchmarks.decode_variants").table_parts
+    chosen = select(records, options, "table:decode-variants")
+    if len({record["kind"] for record in chosen}) > 1:
+        raise ValueError(f"table:decode-variants {options}: records of different kinds; pin one kind")
+    captions, rows = [], []
+    for record in chosen:
+        what, header, more, align = parts(record)
+        captions.append(caption(record, what))
+        rows += more
+    return "\n".join(captions) + "\n\n" + markdown_table(header, rows, align)
 
 
 
@@ -63,4 +78,5 @@ GENERATORS = {
     "limit-rule": ("limit_rule", limit_rule_table),
     "torch-blocking": ("torch_blocking", torch_blocking_table),
     "serve-mix": ("serve_mix", serve_mix_table),
+    "decode-variants": ("decode_variants", decode_variants_table),
 }

@@ -589,3 +589,32 @@ def test_serve_mix_table_from_a_fixture_record():
     assert "| xla | warm | 16 records, 120 s | 2.00 | 8.86 | 4.4x | 9.00 | 0.5 |" in table
     assert "| xla | cold | none | 2.00 | 8.86 | 4.4x | 9.00 | 0.5 |" in table
     assert "3 requests of 1 to 64 sentences, input limit 64 tokens" in table
+
+
+def test_decode_variants_tables_from_fixture_records():
+    workload = dict(preset="base", vocabulary=32000, batch=16, source_tokens=32, steps=50, beam_size=4, alpha=0.6,
+                    graphs=["XLA"])
+    speed = {"benchmark": "decode_variants", "kind": "speed", "precision": "int8", "time": "t1", "commit": "abc",
+             "command": "python benchmarks/decode_variants.py", "machine": {"cpus": 2}, "workload": workload,
+             "checks": {"XLA / shipped: same ids as shipped": True, "XLA / fused-int8-qkv: same ids as shipped": False},
+             "seconds": [{"XLA / shipped": 2.0, "XLA / fused-int8-qkv": 1.6},
+                         {"XLA / shipped": 4.0, "XLA / fused-int8-qkv": 4.0},
+                         {"XLA / shipped": 2.0, "XLA / fused-int8-qkv": 2.5}],
+             "results": [{"name": "XLA / shipped", "label": "ref"}, {"name": "XLA / fused-int8-qkv", "label": "one"}]}
+    finished = {"benchmark": "decode_variants", "kind": "finished-rows", "time": "t2", "commit": "abc",
+                "command": "python benchmarks/decode_variants.py --finished-rows r", "machine": {"cpus": 2},
+                "workload": dict(run="runs/r", split="test", sentences=3, model="tiny", batch_size=64, beam_size=4),
+                "row_steps": {"all": 30, "before_done": 21, "kept_when_dropped_at_phase_boundaries": 27}}
+    table = report.GENERATORS["decode-variants"][1]
+    text = table([speed, finished], {"kind": "speed"})
+    # 16 sentences in 2.0, 4.0, 2.0 s: 8, 4, 8 sent/s; in 1.6, 4.0, 2.5 s: 10, 4, 6.4 sent/s.
+    # Same-round ratios 2.0/1.6 = 1.25, 1.0, 2.0/2.5 = 0.8: median 1.0.
+    assert "| int8 | XLA | shipped | ref | 8.00 | 4.00-8.00 | 1.000x | 1.000-1.000x | yes |" in text
+    assert "| int8 | XLA | fused-int8-qkv | one | 6.40 | 4.00-10.00 | 1.000x | 0.800-1.250x | no |" in text
+    both = table([speed, dict(speed, time="t3", precision="float32"), finished], {"time": "t1|t3"})
+    assert both.count("| XLA | fused-int8-qkv |") == 2 and both.count("`python benchmarks/decode_variants.py`") == 2
+    with pytest.raises(ValueError, match="different kinds"):
+        table([speed, finished], {"commit": "abc"})
+    text = table([speed, finished], {"time": "t2"})
+    # 30 - 21 = 9 of 30 steps after their sentence was done; dropped at phase boundaries, 27 still run: 3 saved.
+    assert "| any step | 9 | 30 | 30.0% |" in text and "| phase boundaries | 3 | 30 | 10.0% |" in text

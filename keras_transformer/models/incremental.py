@@ -52,8 +52,9 @@ class IncrementalDecoder:
     depth) tensor per layer for keys and one for values, where entry
     `position * beams + slot` holds what the row in `slot` wrote at
     `position` (with `jit_compile`, keys are stored (batch, heads, depth,
-    capacity * beams): XLA's CPU dot reads them about twice as fast as
-    operands it must transpose). `capacity` is the number of positions the
+    capacity * beams): XLA's CPU dot reads them faster than operands it must
+    transpose, about 5% of a base-size beam search in
+    `benchmarks/decode_variants.py`). `capacity` is the number of positions the
     state has room for: `buffer_length` in `initial_state`, fewer in
     `empty_state(capacity)`; `grow(state, capacity)` appends room at the end
     of every cache (and of the slot history), so entries keep their places.
