@@ -230,10 +230,19 @@ def search(search_function, model, shortlist, source_ids, prefix_ids=None, space
     ids, count = shortlist.candidates(source, prefix, multiple=multiple)
     if len(ids) >= model.vocabulary_size:
         return search_function(model, source_ids, prefix_ids=prefix_ids, **options)
+    return search_candidates(search_function, model, ids, count, source_ids, prefix, space, **options)
+
+
+def search_candidates(search_function, model, ids, count, source_ids, prefix=None, space="shortlist", **options):
+    """`search`'s restricted search on given candidates: `ids` (size,) target
+    ids sorted, the first `count` real (`Shortlist.candidates`), whatever
+    their number (`search` runs the plain search instead when they cover
+    the vocabulary); `prefix` numpy target ids or None."""
     shortlisted = stand_in(model, len(ids), space)
     shortlisted.assign(ids, count)
     if space == "full":
-        return search_function(shortlisted, source_ids, prefix_ids=prefix_ids, **options)
+        full_prefix = None if prefix is None else np.asarray(prefix).astype(np.int32)
+        return search_function(shortlisted, source_ids, prefix_ids=full_prefix, **options)
     if prefix is not None:
         positions = np.zeros(model.vocabulary_size, np.int64)
         positions[ids[:count]] = np.arange(count)
