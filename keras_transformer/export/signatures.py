@@ -35,6 +35,16 @@ class SignatureFunctions:
         # XLA specialises per shape: a few padded shapes, compiled once each.
         self._xla_search = tf.function(self._search_ops, jit_compile=True, autograph=False,
                                        reduce_retracing=True) if jit_compile else None
+        # The plain variant's search, one graph function that `translate_text`
+        # and `translate_ids` (and, with beams, `translate_n_best`) all call:
+        # traced once for the signatures instead of once inside each (a
+        # beam search's trace is about a third of a plain export's time).
+        # With beams it keeps every finished hypothesis: the best is their
+        # first (what beam_search returns without return_all_beams).
+        # Autograph off, as Keras' export traces.
+        self._plain_search = None if jit_compile else tf.function(
+            self._search_ops if beam_size == 1 else self._kept_hypotheses_ops,
+            input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
         self.model = model
         self.tokenizer = tokenizer
         self.beam_size = beam_size
@@ -96,9 +106,22 @@ class SignatureFunctions:
                                  **options)
         return tf.convert_to_tensor(result["ids"]), tf.convert_to_tensor(result["scores"])
 
+    def _kept_hypotheses_ops(self, source_ids):
+        """The kept finished hypotheses of the beam search, best first, (batch, beam_size, ...): the plain
+        variant's one search, and the XLA variant's n-best (in a plain graph)."""
+        result = beam_search(
+            self._search_model(source_ids), source_ids, beam_size=self.beam_size, alpha=self.alpha,
+            max_extra_length=self.max_extra_length, max_output_length=self.max_output_length, return_all_beams=True,
+            limit_rule=self.limit_rule,
+        )
+        return {key: tf.convert_to_tensor(value) for key, value in result.items()}
+
     def search(self, source_ids):
         if not self.jit_compile:
-            return self._search_ops(source_ids)
+            if self.beam_size == 1:
+                return self._plain_search(source_ids)
+            kept = self._plain_search(source_ids)
+            return kept["ids"][:, 0], kept["scores"][:, 0]
         # Pad the batch to a power of two rows and the width to a multiple
         # of XLA_WIDTH_MULTIPLE (pad columns are masked; extra rows are
         # EOS-only sources, dropped after), so a server compiles a handful of
@@ -135,12 +158,10 @@ class SignatureFunctions:
         """The kept finished hypotheses of the beam search, best first: (batch, beam_size)."""
         tokens = self.tokenizer.tokenize(text)
         source_ids = self.source_ids(tokens)
-        result = beam_search(
-            self._search_model(source_ids), source_ids, beam_size=self.beam_size, alpha=self.alpha,
-            max_extra_length=self.max_extra_length, max_output_length=self.max_output_length, return_all_beams=True,
-            limit_rule=self.limit_rule,
-        )
-        ids = tf.convert_to_tensor(result["ids"])
+        # The plain variant shares its search with translate_text; the XLA
+        # variant's n-best runs in a plain graph, as its own search.
+        result = self._kept_hypotheses_ops(source_ids) if self.jit_compile else self._plain_search(source_ids)
+        ids = result["ids"]
         batch, width = tf.shape(ids)[0], tf.shape(ids)[2]
         translations = self.tokenizer.detokenize(tf.reshape(ids, [batch * self.beam_size, width]))
         translations = tf.strings.unicode_transcode(
@@ -149,11 +170,11 @@ class SignatureFunctions:
         translations = tf.reshape(translations, [batch, self.beam_size])
         # A slot is empty when the search finished fewer hypotheses, or the
         # text has no tokens (translated to "" with score 0, as in process).
-        filled = (tf.convert_to_tensor(result["lengths"]) > 0) & (tokens.row_lengths() > 0)[:, tf.newaxis]
+        filled = (result["lengths"] > 0) & (tokens.row_lengths() > 0)[:, tf.newaxis]
         return {
             "translations": tf.where(filled, translations, ""),
-            "scores": tf.where(filled, tf.convert_to_tensor(result["scores"]), 0.0),
-            "log_probs": tf.where(filled, tf.convert_to_tensor(result["log_probs"]), 0.0),
+            "scores": tf.where(filled, result["scores"], 0.0),
+            "log_probs": tf.where(filled, result["log_probs"], 0.0),
             "counts": tf.reduce_sum(tf.cast(filled, tf.int32), axis=1),
             "truncated": self.truncated(tokens),
         }
