@@ -74,7 +74,6 @@ def assert_same_outputs(compacted, whole):
 SEARCHES = {
     "beam n-best": lambda m, s: beam_search(m, s, beam_size=3, alpha=0.6, max_extra_length=EXTRA,
                                             return_all_beams=True),
-    "beam finish rule": lambda m, s: beam_search(m, s, beam_size=2, max_extra_length=EXTRA, limit_rule="finish"),
     "beam constrained": lambda m, s: beam_search(m, s, beam_size=2, max_extra_length=EXTRA, prefix_ids=PREFIXES,
                                                  no_repeat_ngram_size=2, min_length=2, return_all_beams=True),
     "greedy constrained": lambda m, s: greedy_search(m, s, max_extra_length=EXTRA, prefix_ids=PREFIXES,
