@@ -62,82 +62,92 @@ def _beam(
     # one over the beam * per_row candidates.
     per_row = min(2 * beam_size, vocabulary_size)
     width = min(2 * beam_size, beam_size * per_row)
-    # The most favourable penalty a live hypothesis can still get: the one at its limit.
-    best_penalty = length_penalty(limits, alpha)
-    row_limits = ops.repeat(limits, beam_size, axis=0)  # (rows,)
-    limits = ops.expand_dims(limits, 1)  # (batch, 1) against (batch, candidates)
-    row_offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * beam_size, 1)
-    # Flat index of (beam, token) in a sentence's beam * vocabulary extensions.
-    beam_offsets = ops.reshape(
-        ops.tile(ops.arange(beam_size, dtype="int32") * vocabulary_size, (batch,)), (rows, 1)
-    )
     first_column = ops.equal(ops.arange(per_row, dtype="int32"), 0)
+    whole_limits = limits
 
-    def cond(step, beam, decoder_state):
-        return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(beam.done)))
-
-    def body(step, beam, decoder_state):
-        logits, decoder_state = decoder.step(decoder_state, beam.last_tokens, step)
-        row_values, row_indices, normalizers = _top_k_and_logsumexp(
-            logits, per_row, step, bos_id, eos_id, pad_id, min_length,
-            allowed=constraints.allowed(step, beam.live_tokens, logits),
+    def loop(decoder, sentences):
+        """cond and body over the sentences `sentences` (None: the whole batch)."""
+        limits = whole_limits if sentences is None else ops.take(whole_limits, sentences, axis=0)
+        sentence_constraints = constraints if sentences is None else constraints.select(sentences)
+        batch = batch_size_of(limits)
+        rows = batch * beam_size
+        # The most favourable penalty a live hypothesis can still get: the one at its limit.
+        best_penalty = length_penalty(limits, alpha)
+        row_limits = ops.repeat(limits, beam_size, axis=0)  # (rows,)
+        limits = ops.expand_dims(limits, 1)  # (batch, 1) against (batch, candidates)
+        row_offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * beam_size, 1)
+        # Flat index of (beam, token) in a sentence's beam * vocabulary extensions.
+        beam_offsets = ops.reshape(
+            ops.tile(ops.arange(beam_size, dtype="int32") * vocabulary_size, (batch,)), (rows, 1)
         )
-        if limit_rule == "force_eos":
-            # At the limit a row extends by EOS alone, at its own log P.
-            at_limit = ops.expand_dims(ops.greater_equal(step + 1, row_limits), 1)
-            eos_values = ops.where(first_column, ops.expand_dims(logits[:, eos_id], 1), neg_inf)
-            row_values = ops.where(at_limit, eos_values, row_values)
-            row_indices = ops.where(at_limit, ops.where(first_column, eos_id, row_indices), row_indices)
-        # A sentence that is done extends nothing (its dead beams are -inf already).
-        live = ops.where(ops.expand_dims(beam.done, 1), neg_inf, beam.live_log_probs)
-        offsets = ops.reshape(live, (rows,)) - normalizers
-        candidates = ops.reshape(row_values + ops.expand_dims(offsets, 1), (batch, beam_size * per_row))
-        candidate_ids = ops.reshape(row_indices + beam_offsets, (batch, beam_size * per_row))
-        log_probs, positions = top_k(candidates, width)
-        flat_ids = ops.take_along_axis(candidate_ids, ops.cast(positions, "int32"), axis=1)
-        parents = flat_ids // vocabulary_size
-        tokens = flat_ids % vocabulary_size
-        ends = ops.equal(tokens, eos_id)
-        if limit_rule == "finish":
-            ends = ops.logical_or(ends, ops.greater_equal(step + 1, limits))
-        # Every candidate's whole hypothesis: its parent's tokens and this one.
-        parent_rows = row_offsets + parents  # (batch, width)
-        hypotheses = ops.take(beam.live_tokens, ops.reshape(parent_rows, (-1,)), axis=0)
-        hypotheses = write_column(hypotheses, step, ops.reshape(tokens, (-1,)))
-        hypotheses = ops.reshape(hypotheses, (batch, width, -1))
 
-        # Finished: the best beam_size of the kept ones and those ending now
-        # (ties keep the earlier ones, which come first).
-        ending_scores = ops.where(ends, log_probs / length_penalty(step + 1, alpha), neg_inf)
-        pooled_scores = ops.concatenate([beam.finished_scores, ending_scores], axis=1)
-        finished_scores, picks = top_k(pooled_scores, beam_size)
-        finished_tokens = _take_rows(ops.concatenate([beam.finished_tokens, hypotheses], axis=1), picks)
-        finished_log_probs = _take_rows(
-            ops.concatenate([beam.finished_log_probs, ops.where(ends, log_probs, neg_inf)], axis=1), picks
-        )
-        ending_lengths = ops.broadcast_to(ops.reshape(step + 1, (1, 1)), ops.shape(tokens))
-        finished_lengths = _take_rows(ops.concatenate([beam.finished_lengths, ending_lengths], axis=1), picks)
+        def cond(step, beam, decoder_state):
+            return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(beam.done)))
 
-        # Live: the best beam_size of those that do not end. A sentence
-        # already done keeps its live set: under "fallback" the live
-        # hypotheses at the limit are its answer when none finished.
-        live_log_probs, picks = top_k(ops.where(ends, neg_inf, log_probs), beam_size)
-        live_rows = ops.reshape(_take_rows(parent_rows, picks), (rows,))
-        last_tokens = ops.reshape(_take_rows(tokens, picks), (rows,))
-        live_tokens = ops.reshape(_take_rows(hypotheses, picks), (rows, -1))
-        was_done = ops.repeat(beam.done, beam_size, axis=0)
-        live_tokens = ops.where(ops.expand_dims(was_done, 1), beam.live_tokens, live_tokens)
-        live_log_probs = ops.where(ops.expand_dims(beam.done, 1), beam.live_log_probs, live_log_probs)
-        decoder_state = decoder.reorder(decoder_state, live_rows)
+        def body(step, beam, decoder_state):
+            logits, decoder_state = decoder.step(decoder_state, beam.last_tokens, step)
+            row_values, row_indices, normalizers = _top_k_and_logsumexp(
+                logits, per_row, step, bos_id, eos_id, pad_id, min_length,
+                allowed=sentence_constraints.allowed(step, beam.live_tokens, logits),
+            )
+            if limit_rule == "force_eos":
+                # At the limit a row extends by EOS alone, at its own log P.
+                at_limit = ops.expand_dims(ops.greater_equal(step + 1, row_limits), 1)
+                eos_values = ops.where(first_column, ops.expand_dims(logits[:, eos_id], 1), neg_inf)
+                row_values = ops.where(at_limit, eos_values, row_values)
+                row_indices = ops.where(at_limit, ops.where(first_column, eos_id, row_indices), row_indices)
+            # A sentence that is done extends nothing (its dead beams are -inf already).
+            live = ops.where(ops.expand_dims(beam.done, 1), neg_inf, beam.live_log_probs)
+            offsets = ops.reshape(live, (rows,)) - normalizers
+            candidates = ops.reshape(row_values + ops.expand_dims(offsets, 1), (batch, beam_size * per_row))
+            candidate_ids = ops.reshape(row_indices + beam_offsets, (batch, beam_size * per_row))
+            log_probs, positions = top_k(candidates, width)
+            flat_ids = ops.take_along_axis(candidate_ids, ops.cast(positions, "int32"), axis=1)
+            parents = flat_ids // vocabulary_size
+            tokens = flat_ids % vocabulary_size
+            ends = ops.equal(tokens, eos_id)
+            if limit_rule == "finish":
+                ends = ops.logical_or(ends, ops.greater_equal(step + 1, limits))
+            # Every candidate's whole hypothesis: its parent's tokens and this one.
+            parent_rows = row_offsets + parents  # (batch, width)
+            hypotheses = ops.take(beam.live_tokens, ops.reshape(parent_rows, (-1,)), axis=0)
+            hypotheses = write_column(hypotheses, step, ops.reshape(tokens, (-1,)))
+            hypotheses = ops.reshape(hypotheses, (batch, width, -1))
 
-        # Done when no live hypothesis can beat the worst kept finished one
-        # (-inf while fewer than beam_size have finished), or at the limit.
-        bound = live_log_probs[:, 0] / best_penalty
-        done = ops.logical_or(beam.done, ops.greater_equal(finished_scores[:, -1], bound))
-        done = ops.logical_or(done, ops.greater_equal(step + 1, limits[:, 0]))
-        beam = BeamState(live_tokens, last_tokens, live_log_probs, finished_tokens, finished_scores,
-                         finished_log_probs, finished_lengths, done)
-        return step + 1, beam, decoder_state
+            # Finished: the best beam_size of the kept ones and those ending now
+            # (ties keep the earlier ones, which come first).
+            ending_scores = ops.where(ends, log_probs / length_penalty(step + 1, alpha), neg_inf)
+            pooled_scores = ops.concatenate([beam.finished_scores, ending_scores], axis=1)
+            finished_scores, picks = top_k(pooled_scores, beam_size)
+            finished_tokens = _take_rows(ops.concatenate([beam.finished_tokens, hypotheses], axis=1), picks)
+            finished_log_probs = _take_rows(
+                ops.concatenate([beam.finished_log_probs, ops.where(ends, log_probs, neg_inf)], axis=1), picks
+            )
+            ending_lengths = ops.broadcast_to(ops.reshape(step + 1, (1, 1)), ops.shape(tokens))
+            finished_lengths = _take_rows(ops.concatenate([beam.finished_lengths, ending_lengths], axis=1), picks)
+
+            # Live: the best beam_size of those that do not end. A sentence
+            # already done keeps its live set: under "fallback" the live
+            # hypotheses at the limit are its answer when none finished.
+            live_log_probs, picks = top_k(ops.where(ends, neg_inf, log_probs), beam_size)
+            live_rows = ops.reshape(_take_rows(parent_rows, picks), (rows,))
+            last_tokens = ops.reshape(_take_rows(tokens, picks), (rows,))
+            live_tokens = ops.reshape(_take_rows(hypotheses, picks), (rows, -1))
+            was_done = ops.repeat(beam.done, beam_size, axis=0)
+            live_tokens = ops.where(ops.expand_dims(was_done, 1), beam.live_tokens, live_tokens)
+            live_log_probs = ops.where(ops.expand_dims(beam.done, 1), beam.live_log_probs, live_log_probs)
+            decoder_state = decoder.reorder(decoder_state, live_rows)
+
+            # Done when no live hypothesis can beat the worst kept finished one
+            # (-inf while fewer than beam_size have finished), or at the limit.
+            bound = live_log_probs[:, 0] / best_penalty
+            done = ops.logical_or(beam.done, ops.greater_equal(finished_scores[:, -1], bound))
+            done = ops.logical_or(done, ops.greater_equal(step + 1, limits[:, 0]))
+            beam = BeamState(live_tokens, last_tokens, live_log_probs, finished_tokens, finished_scores,
+                             finished_log_probs, finished_lengths, done)
+            return step + 1, beam, decoder_state
+
+        return cond, body
 
     # Only the first beam is live at the start, so the first step's
     # candidates hold distinct tokens.
@@ -154,12 +164,16 @@ def _beam(
         finished_lengths=ops.zeros((batch, beam_size), dtype="int32"),
         done=ops.zeros((batch,), dtype="bool"),
     )
+    # Between phases, only the sentences not done go on (where shapes may change).
+    compaction = (phases.Compaction(beam_size, (True, True) + (False,) * 6, lambda state: state[1].done)
+                  if phases.compacts(jit_compile) else None)
     _, beam, _ = phases._while_loop_in_phases(
-        cond, body, (ops.convert_to_tensor(0, dtype="int32"), start), decoder, buffer_length
+        loop, (ops.convert_to_tensor(0, dtype="int32"), start), decoder, buffer_length, compaction
     )
     beam = BeamState(*beam)
     tokens, scores = beam.finished_tokens, beam.finished_scores
     log_probs, lengths = beam.finished_log_probs, beam.finished_lengths
+    limits = ops.expand_dims(whole_limits, 1)
     if limit_rule == "fallback":
         # A sentence none of whose hypotheses ended returns its live ones,
         # cut at the limit (tensor2tensor's rule).

@@ -1,6 +1,8 @@
 """Constraints on the next token: a forced target prefix and repeated
 n-grams (`keras.ops` only)."""
 
+import copy
+
 from keras import ops
 
 from keras_transformer.models.incremental import batch_size_of
@@ -21,6 +23,7 @@ class _Constraints:
 
     def __init__(self, prefix_ids, no_repeat_ngram_size, beam_size, vocabulary_size, pad_id, eos_id):
         self.no_repeat_ngram_size = no_repeat_ngram_size
+        self.beam_size = beam_size
         self.vocabulary = ops.arange(vocabulary_size, dtype="int32")
         self.pad_id = pad_id
         self.eos_id = eos_id
@@ -31,6 +34,20 @@ class _Constraints:
                 prefix = ops.repeat(prefix, beam_size, axis=0)
             self.prefix = prefix
             self.prefix_lengths = ops.sum(ops.cast(ops.not_equal(prefix, pad_id), "int32"), axis=1)
+
+    def select(self, sentences):
+        """These constraints for the sentences `sentences` (int32 indices into
+        the batch) only: their rows of the prefix (sentence-major beams)."""
+        if self.prefix is None:
+            return self
+        selected = copy.copy(self)
+        rows = sentences
+        if self.beam_size > 1:
+            beams = ops.arange(self.beam_size, dtype="int32")
+            rows = ops.reshape(ops.expand_dims(sentences * self.beam_size, 1) + beams, (-1,))
+        selected.prefix = ops.take(self.prefix, rows, axis=0)
+        selected.prefix_lengths = ops.take(self.prefix_lengths, rows, axis=0)
+        return selected
 
     @property
     def active(self):

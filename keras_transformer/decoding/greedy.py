@@ -71,47 +71,63 @@ def _greedy(
     batch = batch_size_of(source_ids)
     vocabulary = ops.arange(model.vocabulary_size, dtype="int32")
 
-    def cond(step, tokens, last_tokens, finished, scores, lengths, state):
-        return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(finished)))
+    def loop(decoder, sentences):
+        """cond and body over the sentences `sentences` (None: the whole batch)."""
+        sentence_limits = limits if sentences is None else ops.take(limits, sentences, axis=0)
+        sentence_constraints = constraints if sentences is None else constraints.select(sentences)
+        sentence_uniforms = uniforms
+        if uniforms is not None and sentences is not None:
+            sentence_uniforms = ops.take(uniforms, sentences, axis=0)
 
-    def body(step, tokens, last_tokens, finished, scores, lengths, state):
-        logits, state = decoder.step(state, last_tokens, step)
-        # log P(token) = logit - logsumexp(logits), over the whole vocabulary.
-        normalizer = ops.logsumexp(logits, axis=-1)
-        allowed = constraints.allowed(step, tokens, logits)
-        constrained = allowed is not None
-        allowed = logits if allowed is None else allowed
-        allowed = _mask_special_tokens(allowed, vocabulary, step, bos_id, eos_id, pad_id, min_length)
-        if constrained:
-            allowed = _keep_a_candidate(allowed, logits, eos_id)
-        if limit_rule == "force_eos":
-            allowed = _eos_only(allowed, logits, ops.greater_equal(step + 1, limits), eos_id)
-        if uniforms is None:
-            next_tokens = ops.cast(ops.argmax(allowed, axis=-1), "int32")
-        else:
-            column = ops.take(uniforms, ops.minimum(step, ops.shape(uniforms)[1] - 1), axis=1)
-            next_tokens = _sampled_tokens(allowed, column, temperature, top_k, top_p)
-        token_logits = ops.take_along_axis(logits, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
-        alive = ops.logical_not(finished)
-        next_tokens = ops.where(alive, next_tokens, pad_id)
-        scores = scores + ops.where(alive, token_logits - normalizer, 0.0)
-        lengths = lengths + ops.cast(alive, "int32")
-        tokens = write_column(tokens, step, next_tokens)
-        finished = ops.logical_or(
-            finished,
-            ops.logical_or(ops.equal(next_tokens, eos_id), ops.greater_equal(step + 1, limits)),
-        )
-        return step + 1, tokens, next_tokens, finished, scores, lengths, state
+        def cond(step, tokens, last_tokens, finished, scores, lengths, state):
+            return ops.logical_and(ops.less(step, buffer_length), ops.logical_not(ops.all(finished)))
+
+        def body(step, tokens, last_tokens, finished, scores, lengths, state):
+            logits, state = decoder.step(state, last_tokens, step)
+            # log P(token) = logit - logsumexp(logits), over the whole vocabulary.
+            normalizer = ops.logsumexp(logits, axis=-1)
+            allowed = sentence_constraints.allowed(step, tokens, logits)
+            constrained = allowed is not None
+            allowed = logits if allowed is None else allowed
+            allowed = _mask_special_tokens(allowed, vocabulary, step, bos_id, eos_id, pad_id, min_length)
+            if constrained:
+                allowed = _keep_a_candidate(allowed, logits, eos_id)
+            if limit_rule == "force_eos":
+                allowed = _eos_only(allowed, logits, ops.greater_equal(step + 1, sentence_limits), eos_id)
+            if uniforms is None:
+                next_tokens = ops.cast(ops.argmax(allowed, axis=-1), "int32")
+            else:
+                column = ops.take(sentence_uniforms, ops.minimum(step, ops.shape(sentence_uniforms)[1] - 1), axis=1)
+                next_tokens = _sampled_tokens(allowed, column, temperature, top_k, top_p)
+            token_logits = ops.take_along_axis(logits, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
+            alive = ops.logical_not(finished)
+            next_tokens = ops.where(alive, next_tokens, pad_id)
+            scores = scores + ops.where(alive, token_logits - normalizer, 0.0)
+            lengths = lengths + ops.cast(alive, "int32")
+            tokens = write_column(tokens, step, next_tokens)
+            finished = ops.logical_or(
+                finished,
+                ops.logical_or(ops.equal(next_tokens, eos_id), ops.greater_equal(step + 1, sentence_limits)),
+            )
+            return step + 1, tokens, next_tokens, finished, scores, lengths, state
+
+        return cond, body
 
     loop_state = (
         ops.convert_to_tensor(0, dtype="int32"),
-        ops.zeros((batch, buffer_length), dtype="int32"),
+        # pad_id from the start: a sentence that is done writes pad_id at
+        # later steps, or (dropped between phases) nothing.
+        ops.full((batch, buffer_length), pad_id, dtype="int32"),
         ops.full((batch,), bos_id, dtype="int32"),
         ops.zeros((batch,), dtype="bool"),
         ops.zeros((batch,), dtype="float32"),
         ops.zeros((batch,), dtype="int32"),
     )
-    _, tokens, _, _, scores, lengths, _ = phases._while_loop_in_phases(cond, body, loop_state, decoder, buffer_length)
+    # Between phases, only the sentences not finished go on (where shapes may change).
+    compaction = phases.Compaction(1, (False,) * 5, lambda state: state[3]) if phases.compacts(jit_compile) else None
+    _, tokens, _, _, scores, lengths, _ = phases._while_loop_in_phases(
+        loop, loop_state, decoder, buffer_length, compaction
+    )
     return {"ids": tokens, "scores": scores, "log_probs": scores, "lengths": lengths}
 
 

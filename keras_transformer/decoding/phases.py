@@ -2,6 +2,9 @@
 the buffer width, the decoder over a source, and `ops.while_loop` run in
 phases of growing decoder capacity (see `keras_transformer.decoding.search`)."""
 
+from typing import Callable, NamedTuple
+
+import keras
 from keras import ops
 
 
@@ -57,23 +60,103 @@ def _phase_capacities(buffer_length):
     return [ops.minimum(capacity, buffer_length) for capacity in PHASE_CAPACITIES] + [buffer_length]
 
 
-def _while_loop_in_phases(cond, body, loop_state, decoder, buffer_length):
-    """`ops.while_loop(cond, body, loop_state + (decoder state,))`, the step
-    (`loop_state[0]`) counting from 0, run as one loop per phase: each phase
-    steps while `cond` holds and the decoder state has room, then the state
-    grows (`decoder.grow`) for the next phase. The body is traced once per
-    phase (its shapes differ). A decoder without `grow` runs in one phase."""
+def compacts(jit_compile):
+    """Whether the searches drop the sentences that are done between phases.
+
+    Only where a loop's shapes may differ from the last one's: TensorFlow's
+    plain graph and eager mode (`jit_compile=False`, the SavedModel's plain
+    variant included) and PyTorch. XLA and JAX compile static shapes, so
+    there every phase carries the whole batch. The outputs are the same
+    either way: a sentence that is done changes no state at later steps."""
+    backend = keras.backend.backend()
+    if backend == "torch":
+        return True
+    return backend == "tensorflow" and not jit_compile
+
+
+class Compaction(NamedTuple):
+    """How a search's loop state (after the step) splits into sentences:
+    `done(loop_state)` (sentences,) bool; `per_row` one flag per tensor of
+    `keras.tree.flatten(loop_state[1:])`: True for (sentences * beam_size,
+    ...) rows, sentence-major, False for (sentences, ...)."""
+
+    beam_size: int
+    per_row: tuple
+    done: Callable
+
+
+def _row_indices(sentences, beam_size):
+    """The rows (sentence * beam_size + beam) of `sentences`, sentence-major."""
+    if beam_size == 1:
+        return sentences
+    rows = ops.expand_dims(sentences * beam_size, 1) + ops.arange(beam_size, dtype="int32")
+    return ops.reshape(rows, (-1,))
+
+
+def _take_sentences(loop_state, sentences, compaction):
+    """`loop_state` restricted to `sentences` (the step stays)."""
+    flat = keras.tree.flatten(loop_state[1:])
+    taken = [
+        ops.take(x, _row_indices(sentences, compaction.beam_size) if per_row else sentences, axis=0)
+        for x, per_row in zip(flat, compaction.per_row)
+    ]
+    return (loop_state[0],) + tuple(keras.tree.pack_sequence_as(loop_state[1:], taken))
+
+
+def _put_sentences(whole, sentences, part, compaction):
+    """`whole` with the sentences `sentences` replaced by `part`'s, and
+    `part`'s step."""
+    flat = keras.tree.flatten(whole[1:])
+    put = []
+    for x, y, per_row in zip(flat, keras.tree.flatten(part[1:]), compaction.per_row):
+        indices = _row_indices(sentences, compaction.beam_size) if per_row else sentences
+        put.append(ops.scatter_update(x, ops.expand_dims(indices, 1), y))
+    return (part[0],) + tuple(keras.tree.pack_sequence_as(whole[1:], put))
+
+
+def _while_loop_in_phases(loop, loop_state, decoder, buffer_length, compaction=None):
+    """`ops.while_loop(cond, body, loop_state + (decoder state,))` with
+    `cond, body = loop(decoder, None)`, the step (`loop_state[0]`) counting
+    from 0, run as one loop per phase: each phase steps while `cond` holds
+    and the decoder state has room, then the state grows (`decoder.grow`)
+    for the next phase. The body is traced once per phase (its shapes
+    differ). A decoder without `grow` runs in one phase.
+
+    With a `compaction` (where `compacts`) and a decoder that can `select`,
+    each phase after the first decodes only the sentences not yet done:
+    `loop(decoder.select(sentences), sentences)` gives their cond and body
+    (`sentences` indexes the whole batch), their loop and decoder states
+    are gathered from the last phase's, and each phase's results are
+    scattered back into the whole batch's loop state, which is returned
+    (with the last phase's decoder state)."""
     if not hasattr(decoder, "grow"):
+        cond, body = loop(decoder, None)
         return ops.while_loop(cond, body, loop_state + (decoder.initial_state,))
+    if not hasattr(decoder, "select"):
+        compaction = None
     capacities = _phase_capacities(buffer_length)
     state = decoder.empty_state(capacities[0])
+    whole, sentences = loop_state, None
     for index, capacity in enumerate(capacities):
         if index > 0:
             state = decoder.grow(state, capacity)
+        cond, body = loop(decoder, sentences)
 
-        def phase_cond(step, *rest, capacity=capacity):
+        def phase_cond(step, *rest, capacity=capacity, cond=cond):
             return ops.logical_and(ops.less(step, capacity), cond(step, *rest))
 
         results = tuple(ops.while_loop(phase_cond, body, loop_state + (state,)))
         loop_state, state = results[:-1], tuple(results[-1])
-    return results
+        if compaction is None:
+            continue
+        whole = loop_state if sentences is None else _put_sentences(whole, sentences, loop_state, compaction)
+        if index + 1 < len(capacities):
+            # Positions (in this phase's sentences) of those not done.
+            going_on = ops.cast(ops.nonzero(ops.logical_not(compaction.done(loop_state)))[0], "int32")
+            sentences = going_on if sentences is None else ops.take(sentences, going_on, axis=0)
+            loop_state = _take_sentences(loop_state, going_on, compaction)
+            state = decoder.select_state(state, going_on)
+            decoder = decoder.select(going_on)
+    if compaction is None:
+        return results
+    return whole + (state,)

@@ -23,6 +23,19 @@ below it get a phase; in a TensorFlow graph with a dynamic source width
 every capacity gets one, capped at the buffer length, and those past it run
 no step. The outputs do not depend on the phases.
 
+Between phases, where shapes may change (`phases.compacts`: TensorFlow
+without XLA, i.e. the plain graph, eager mode and the SavedModel's plain
+variant; PyTorch), a search drops the sentences that are done: the next
+phase decodes only the others, their loop state, decoder state
+(`decoder.select`: cross-attention keys and values gathered, no
+re-encoding) and per-sentence inputs (limits, prefixes, random numbers)
+gathered, and each phase's results are scattered back into the whole
+batch's state, from which the outputs are built. A sentence that is done
+changes nothing at later steps, so the outputs are those of the whole
+batch. Under XLA and JAX (static shapes) every phase carries the whole
+batch; decoders without `select` (the uncached one, step functions) run
+as before.
+
 Conventions shared by both searches:
 
 - Source ids are (batch, source_length) int ids padded with `pad_id`, as the

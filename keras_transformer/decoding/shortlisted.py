@@ -52,6 +52,11 @@ class _ShortlistedDecoder:
     def __getattr__(self, name):  # initial_state, empty_state, grow, reorder, ...
         return getattr(self.inner, name)
 
+    def select(self, sentences):
+        """The inner decoder's `select`, still projecting onto the candidates
+        (one list for the whole batch)."""
+        return _ShortlistedDecoder(self.inner.select(sentences), self.stand_in)
+
     def step(self, state, last_tokens, step):
         stand_in = self.stand_in
         ids = ops.convert_to_tensor(stand_in.candidate_ids)

@@ -26,6 +26,8 @@ Everything is `keras.ops`, with shapes fixed within a phase: it runs under
 TensorFlow (a plain graph or XLA), JAX and PyTorch.
 """
 
+import copy
+
 from keras import ops
 
 
@@ -106,19 +108,46 @@ class IncrementalDecoder:
             self.cross.append((keys, values))
         # One matmul for the query, key and value projections of each step.
         self.fused_projections = [self._fuse(layer.self_attention) for layer in self.layers]
+        self._index_batch()
+
+    def _index_batch(self):
+        """The per-batch index tensors of `self.batch` sentences."""
         first = self.layers[0].self_attention
-        if beam_size > 1:
-            self.own_slot = ops.tile(ops.arange(beam_size, dtype="int32"), (self.batch,))
-            self.slots = ops.arange(beam_size, dtype="int32")
+        if self.beams > 1:
+            self.own_slot = ops.tile(ops.arange(self.beams, dtype="int32"), (self.batch,))
+            self.slots = ops.arange(self.beams, dtype="int32")
         if not self.slice_update_writes:
             # (sentence, head, slot) coordinates of every cache entry written per step.
             grid = ops.meshgrid(
                 ops.arange(self.batch, dtype="int32"),
                 ops.arange(first.num_heads, dtype="int32"),
-                ops.arange(beam_size, dtype="int32"),
+                ops.arange(self.beams, dtype="int32"),
                 indexing="ij",
             )
             self.write_indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 3))
+
+    def select(self, sentences):
+        """This decoder restricted to the sentences `sentences` (int32
+        indices into its batch): their cross-attention keys and values and
+        source mask gathered (no re-encoding), the per-batch indices rebuilt.
+        Its states are `select_state(state, sentences)`. The searches drop
+        sentences that are done this way between phases."""
+        selected = copy.copy(self)
+        selected.batch = batch_size_of(sentences)
+        selected.source_mask = ops.take(self.source_mask, sentences, axis=0)
+        selected.cross = [(ops.take(keys, sentences, axis=0), ops.take(values, sentences, axis=0))
+                          for keys, values in self.cross]
+        selected._index_batch()
+        return selected
+
+    def select_state(self, state, sentences):
+        """`state` restricted to the sentences `sentences`: every cache's
+        batch entries and the slot history's rows (sentence-major beams)."""
+        caches = tuple(ops.take(tensor, sentences, axis=0) for tensor in state[: 2 * len(self.layers)])
+        if self.beams == 1:
+            return caches
+        rows = ops.reshape(ops.expand_dims(sentences * self.beams, 1) + self.slots, (-1,))
+        return caches + (ops.take(state[-1], rows, axis=0),)
 
     @property
     def initial_state(self):
