@@ -1,6 +1,6 @@
 """decode_variants.py's workloads on a trained run: the row-steps spent on sentences already done
-(`finished_rows`), and the A/B of dropping them at phase boundaries (`compaction`,
-`_compacting_search.py`). Both translate the run's test split as `Translator` batches it."""
+(`finished_rows`), and the A/B of dropping them between phases (`compaction`: the shipped
+search with and without it). Both translate the run's test split as `Translator` batches it."""
 
 import os
 import sys
@@ -98,14 +98,14 @@ def finished_rows(args, record):
 
 
 def compaction(args, record):
-    """Shipped beam search against `_compacting_search` on a trained run's test sentences, in Translator's
-    batches, plain graph, taking turns."""
+    """The shipped beam search, which drops done sentences between phases on this path, against the same
+    search with that switched off (`phases.compacts` patched to False while it is traced), on a trained
+    run's test sentences in Translator's batches, plain graph, taking turns."""
     import numpy as np
     import tensorflow as tf
 
-    from benchmarks._compacting_search import compacting_beam_search
     from keras_transformer import runs
-    from keras_transformer.decoding import Translator, beam_search
+    from keras_transformer.decoding import Translator, beam_search, phases
 
     model, tokenizer, config = runs.load_run(args.compaction)
     decoding = config["decoding"]
@@ -121,13 +121,19 @@ def compaction(args, record):
                    max_extra_length=decoding["max_extra_length"])
     signature = [tf.TensorSpec((None, None), tf.int32)]
     functions = {
-        "shipped": tf.function(lambda ids: beam_search(model, ids, compile=False, **options)["ids"],
-                               autograph=False, input_signature=signature),
-        "drop-done-at-phases": tf.function(lambda ids: compacting_beam_search(model, ids, **options),
-                                           autograph=False, input_signature=signature),
+        name: tf.function(lambda ids: beam_search(model, ids, compile=False, **options)["ids"],
+                          autograph=False, input_signature=signature)
+        for name in ("shipped", "whole-batch")
     }
+    shipped_switch = phases.compacts
+    outputs = {}
+    for name, function in functions.items():  # traced (and warmed up) here, the switch as each variant needs
+        phases.compacts = shipped_switch if name == "shipped" else (lambda jit_compile: False)
+        try:
+            outputs[name] = [np.asarray(function(batch)) for batch in batches]
+        finally:
+            phases.compacts = shipped_switch
     names = list(functions)
-    outputs = {name: [np.asarray(functions[name](batch)) for batch in batches] for name in names}  # warm up
     same = sum(int(np.array_equal(a[row], b[row])) for a, b in zip(*outputs.values()) for row in range(len(a)))
     rounds = []
     for index in range(args.rounds):
@@ -147,7 +153,7 @@ def compaction(args, record):
                      "batch_size": decoding["batch_size"], "beam_size": decoding["beam_size"],
                      "alpha": decoding["alpha"], "max_extra_length": decoding["max_extra_length"], "graph": "plain"},
         "same_outputs": same, "seconds": rounds,
-        "results": [{"name": "shipped", "label": "the search as shipped (reference)"},
-                    {"name": "drop-done-at-phases", "label": "done sentences dropped at each phase boundary "
-                                                             "(benchmarks/_compacting_search.py)"}],
+        "results": [{"name": "shipped", "label": "as shipped: done sentences dropped between phases (reference)"},
+                    {"name": "whole-batch", "label": "every sentence decoded until the batch is done "
+                                                     "(phases.compacts off)"}],
     })

@@ -1,6 +1,7 @@
 """Candidate changes to the decoding step at the paper's base size, each measured
 against the shipped decoder in the same process; and the most that dropping
-finished sentences could save on real text.
+finished sentences could save on real text, and what the search's dropping
+them between phases saves.
 
     KERAS_BACKEND=tensorflow python benchmarks/decode_variants.py --precision float32 --graphs XLA,plain --rounds 6
     KERAS_BACKEND=tensorflow python benchmarks/decode_variants.py --precision int8 --rounds 6
@@ -42,9 +43,11 @@ plain graph; the search loop is wrapped to count, per sentence, the steps it
 ran before it was done. The steps spent on sentences already done, over all,
 bound what dropping them could save: at any step, and at the search's phase
 boundaries (`decoding.phases.PHASE_CAPACITIES`), where the state grows anyway.
-`--compaction RUN_DIR` times that: the shipped search against a prototype that
-drops done sentences at each phase boundary (`_compacting_search.py`, plain
-graph only), on the first `--sentences` test sentences, taking turns.
+`--compaction RUN_DIR` times what the search saves by dropping them: the
+shipped beam search (done sentences dropped between phases, as in a plain
+graph) against the same search with that switched off (`phases.compacts`
+patched while tracing), on the first `--sentences` test sentences, taking
+turns. (The records before 9b8e95e time a prototype of it, since replaced.)
 
 Records go to benchmarks/results/decode_variants.jsonl; `report.py` builds
 the tables (`table_parts`).
@@ -323,8 +326,8 @@ def main(argv=None):
     parser.add_argument("--finished-rows", metavar="RUN_DIR",
                         help="instead: the row-steps spent on finished sentences, translating RUN_DIR's test split")
     parser.add_argument("--compaction", metavar="RUN_DIR",
-                        help="instead: shipped beam search against dropping done sentences at phase boundaries, "
-                             "on RUN_DIR's test split (plain graph)")
+                        help="instead: the shipped beam search against it without dropping done sentences "
+                             "between phases, on RUN_DIR's test split (plain graph)")
     parser.add_argument("--sentences", type=int, default=320, help="with --compaction: the first N test sentences")
     parser.add_argument("--record", default=None,
                         help="JSON-lines file the record is appended to (default benchmarks/results/"
