@@ -35,6 +35,22 @@ def counting_loop(original, counts):
     return loop
 
 
+def take_turns(names, run, rounds, sentences):
+    """`rounds` rounds of `run(name)` for every name, the order reversed every
+    other round; [{name: seconds}] per round, each round printed (sentences/s)."""
+    timed = []
+    for index in range(rounds):
+        current = {}
+        for name in (names if index % 2 == 0 else names[::-1]):
+            start = time.perf_counter()
+            run(name)
+            current[name] = time.perf_counter() - start
+        timed.append(current)
+        print(f"round {index + 1}/{rounds}: " + ", ".join(
+            f"{n} {sentences / current[n]:.2f} sent/s" for n in names), file=sys.stderr, flush=True)
+    return timed
+
+
 def phase_boundaries(buffer_length):
     from keras_transformer.decoding.phases import _phase_capacities
 
@@ -135,17 +151,8 @@ def compaction(args, record):
             phases.compacts = shipped_switch
     names = list(functions)
     same = sum(int(np.array_equal(a[row], b[row])) for a, b in zip(*outputs.values()) for row in range(len(a)))
-    rounds = []
-    for index in range(args.rounds):
-        current = {}
-        for name in (names if index % 2 == 0 else names[::-1]):
-            start = time.perf_counter()
-            for batch in batches:
-                np.asarray(functions[name](batch))
-            current[name] = time.perf_counter() - start
-        rounds.append(current)
-        print(f"round {index + 1}/{args.rounds}: " + ", ".join(
-            f"{n} {len(texts) / current[n]:.2f} sent/s" for n in names), file=sys.stderr, flush=True)
+    rounds = take_turns(names, lambda name: [np.asarray(functions[name](batch)) for batch in batches],
+                        args.rounds, len(texts))
     record.update({
         "kind": "compaction",
         "workload": {"run": os.path.relpath(os.path.abspath(args.compaction), os.path.join(ROOT, "..")),

@@ -236,16 +236,10 @@ def speed(args, record):
         checks[f"{name}: same ids as shipped"] = bool(np.array_equal(ids, shipped_ids[graph]))
         checks[f"{name}: decoder"] = describe(model, variant, graph == "XLA", sources)
         checks[f"{name}: first call seconds (trace + compile + run)"] = round(compile_seconds, 1)
-    rounds = []
-    for index in range(args.rounds):
-        current = {}
-        for name in (names if index % 2 == 0 else names[::-1]):
-            start = time.perf_counter()
-            np.asarray(functions[name](sources))
-            current[name] = time.perf_counter() - start
-        rounds.append(current)
-        print(f"round {index + 1}/{args.rounds}: " + ", ".join(
-            f"{n} {args.batch_size / current[n]:.2f} sent/s" for n in names), file=sys.stderr, flush=True)
+    from benchmarks import _decode_real_runs
+
+    rounds = _decode_real_runs.take_turns(names, lambda name: np.asarray(functions[name](sources)), args.rounds,
+                                          args.batch_size)
     record.update({
         "kind": "speed", "precision": args.precision,
         "workload": {"preset": args.preset, "vocabulary": args.vocabulary_size, "batch": args.batch_size,
@@ -346,13 +340,11 @@ def main(argv=None):
 
     if keras.backend.backend() != "tensorflow":
         raise SystemExit("decode_variants.py measures TensorFlow graphs: set KERAS_BACKEND=tensorflow")
-    from benchmarks import _records
+    from benchmarks import _decode_real_runs, _records
 
     keras.utils.set_random_seed(0)
     record = _records.start("decode_variants", argv, packages=("tensorflow", "keras"))
     if args.finished_rows or args.compaction:
-        from benchmarks import _decode_real_runs
-
         (_decode_real_runs.finished_rows if args.finished_rows else _decode_real_runs.compaction)(args, record)
     else:
         speed(args, record)
