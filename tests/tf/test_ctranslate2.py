@@ -49,6 +49,11 @@ MAX_EXTRA = 8
 
 PAD, BOS = 0, 2
 TIE = 1e-4  # float32 search against float64 rescoring
+# The engine on one thread: its default team of OpenMP threads spins at every barrier, and on the
+# suite's 2 busy cores (another worker, TensorFlow's own pools) each call then waits on the
+# scheduler: 24 tiny calls took 7-10 s with the default, 0.02-0.06 s with one thread (measured
+# here, AMD EPYC, 2 cores, shared/loaded). The thread count changes no result checked here.
+ENGINE_THREADS = 1
 
 
 def forced_log_probs(model, sources, targets, engine_rule=False):
@@ -189,7 +194,7 @@ def test_engine_log_probs_equal_a_full_forward_pass_and_greedy_is_identical(toke
     model = random_model(tokenizer.vocabulary_size, **overrides)
     source_tokenizer_size = overrides.get("source_vocabulary_size", tokenizer.vocabulary_size)
     path = export_ctranslate2(model, tokenizer, tmp_path / "ct2")
-    translator = ctranslate2.Translator(str(path))
+    translator = ctranslate2.Translator(str(path), intra_threads=ENGINE_THREADS)
     pieces = tokenizer.vocabulary()
     rng = np.random.default_rng(0)
     for _ in range(12):
@@ -254,7 +259,7 @@ def float32_export(trained, tmp_path_factory):
 
 def test_trained_model_greedy_and_beam_without_penalty_agree(trained, float32_export):
     _, model, tokenizer, test = trained
-    translator = ctranslate2.Translator(str(float32_export))
+    translator = ctranslate2.Translator(str(float32_export), intra_threads=ENGINE_THREADS)
     pieces = tokenizer.vocabulary()
     translator_ours = Translator(model, tokenizer)
     sources = translator_ours.token_ids([en for en, _ in test])
@@ -288,7 +293,7 @@ def test_with_length_penalty_ours_scores_at_least_as_well_under_our_rule(trained
     sentence where the engine's wins would be a search error of ours), and
     the differences are counted by cause."""
     _, model, tokenizer, test = trained
-    translator = ctranslate2.Translator(str(float32_export))
+    translator = ctranslate2.Translator(str(float32_export), intra_threads=ENGINE_THREADS)
     pieces = tokenizer.vocabulary()
     sources = Translator(model, tokenizer).token_ids([en for en, _ in test])
     engine_scores = []
@@ -339,7 +344,7 @@ def test_texts_translate_alike_in_process_and_through_the_engine(trained, float3
     for beam_size, alpha in ((1, 0.0), (4, 0.0)):
         expected = Translator(model, tokenizer, beam_size=beam_size, alpha=alpha, limit_rule="finish",
                               max_extra_length=MAX_EXTRA, max_source_length=48).translate(texts)
-        engine_translator = CTranslate2Translator(float32_export)
+        engine_translator = CTranslate2Translator(float32_export, intra_threads=ENGINE_THREADS)
         got = engine_translator.translate(texts, beam_size=beam_size, alpha=alpha)
         same = sum(a == b for a, b in zip(expected, got))
         # Greedy: identical. Beam: at most the differences explained above.
@@ -349,7 +354,8 @@ def test_texts_translate_alike_in_process_and_through_the_engine(trained, float3
     float32_bleu = sacrebleu.corpus_bleu(got[: len(references)], [references]).score
     assert cli.main(["export", str(run), "--format", "ctranslate2", "--quantization", "int8",
                      "--output", str(tmp_path / "int8")]) == 0
-    int8 = CTranslate2Translator(tmp_path / "int8").translate(texts[: len(references)], beam_size=4, alpha=0.0)
+    int8_translator = CTranslate2Translator(tmp_path / "int8", intra_threads=ENGINE_THREADS)
+    int8 = int8_translator.translate(texts[: len(references)], beam_size=4, alpha=0.0)
     int8_bleu = sacrebleu.corpus_bleu(int8, [references]).score
     print(f"BLEU float32 {float32_bleu:.1f}, int8 {int8_bleu:.1f}")
     assert float32_bleu > 20  # the model learned: the comparisons above are not of noise
@@ -362,7 +368,7 @@ def test_long_sources_are_truncated_alike(trained, float32_export):
     ours_translator = Translator(model, tokenizer, beam_size=1, max_extra_length=MAX_EXTRA, max_source_length=16)
     with pytest.warns(UserWarning, match="truncated"):
         expected = ours_translator.translate([long_text, "I have apples."])
-    engine_translator = CTranslate2Translator(float32_export)
+    engine_translator = CTranslate2Translator(float32_export, intra_threads=ENGINE_THREADS)
     got = engine_translator.translate([long_text, "I have apples."], beam_size=1, max_input_length=16)
     assert got == expected
     assert engine_translator.last_truncated == ours_translator.last_truncated == [0]
