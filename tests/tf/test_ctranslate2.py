@@ -82,10 +82,6 @@ def forced_log_probs(model, sources, targets, engine_rule=False):
     return results
 
 
-def full_forward_log_probs(model, source, target):
-    return forced_log_probs(model, [source], [target])[0]
-
-
 def rescored(model, sources, targets, alpha, engine_rule=False):
     """Each target's final score: ours (whole-vocabulary log P over GNMT's
     ((5 + length) / 6) ** alpha), or with `engine_rule` the engine's (log P
@@ -135,10 +131,6 @@ def random_model(vocabulary_size, **overrides):
     return model
 
 
-def ours(model, source, beam_size, alpha):
-    return ours_all(model, [source], beam_size, alpha)[0]
-
-
 def ours_all(model, sources, beam_size, alpha):
     """Our search's tokens for each source (one padded batch; each keeps its own length limit)."""
     width = max(len(s) for s in sources) + 1
@@ -155,10 +147,6 @@ def ours_all(model, sources, beam_size, alpha):
     for tokens in np.asarray(result["ids"]).tolist():
         outputs.append(tokens[: tokens.index(EOS)] if EOS in tokens else [t for t in tokens if t])
     return outputs
-
-
-def engine(translator, pieces, tokenizer, source, beam_size, alpha):
-    return engine_all(translator, pieces, tokenizer, [source], beam_size, alpha)[0]
 
 
 def engine_all(translator, pieces, tokenizer, sources, beam_size, alpha, scores=None):
@@ -197,14 +185,22 @@ def test_engine_log_probs_equal_a_full_forward_pass_and_greedy_is_identical(toke
     translator = ctranslate2.Translator(str(path), intra_threads=ENGINE_THREADS)
     pieces = tokenizer.vocabulary()
     rng = np.random.default_rng(0)
+    sources, targets = [], []
     for _ in range(12):
-        source = [int(t) for t in rng.integers(4, min(tokenizer.vocabulary_size, source_tokenizer_size),
-                                                size=int(rng.integers(1, 9)))]
-        target = [int(t) for t in rng.integers(4, tokenizer.vocabulary_size, size=int(rng.integers(0, 7)))]
-        scored = translator.score_batch([[pieces[t] for t in source]], [[pieces[t] for t in target]])
-        np.testing.assert_allclose(scored[0].log_probs, full_forward_log_probs(model, source, target),
-                                   atol=2e-4)
-        assert engine(translator, pieces, tokenizer, source, 1, 0.0) == ours(model, source, 1, 0.0)
+        sources.append([int(t) for t in rng.integers(4, min(tokenizer.vocabulary_size, source_tokenizer_size),
+                                                     size=int(rng.integers(1, 9)))])
+        targets.append([int(t) for t in rng.integers(4, tokenizer.vocabulary_size, size=int(rng.integers(0, 7)))])
+    # All 12 pairs in one batch on each side (padding is masked on both; one
+    # call instead of 12 each), each pair checked on its own.
+    scored = translator.score_batch([[pieces[t] for t in source] for source in sources],
+                                    [[pieces[t] for t in target] for target in targets])
+    for pair, (engine_result, forced) in enumerate(zip(scored, forced_log_probs(model, sources, targets),
+                                                      strict=True)):
+        np.testing.assert_allclose(engine_result.log_probs, forced, atol=2e-4, err_msg=f"pair {pair}")
+    greedy_theirs = engine_all(translator, pieces, tokenizer, sources, 1, 0.0)
+    greedy_mine = ours_all(model, sources, 1, 0.0)
+    for pair in range(len(sources)):
+        assert greedy_theirs[pair] == greedy_mine[pair], (pair, sources[pair])
 
 
 def test_export_refuses_to_overwrite_and_checks_quantization(tokenizer, tmp_path):
