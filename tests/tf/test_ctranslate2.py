@@ -34,7 +34,7 @@ from required_imports import required  # noqa: E402
 ctranslate2 = required("ctranslate2")  # under CI=true a failed import fails the run
 
 import keras_transformer as kt  # noqa: E402
-from keras_transformer import cli, runs  # noqa: E402
+from keras_transformer import cli  # noqa: E402
 from keras_transformer.data import SubwordTokenizer  # noqa: E402
 from keras_transformer.datasets.synthetic_en_de import make_splits  # noqa: E402
 from keras_transformer.decoding import Translator, beam_search, greedy_search  # noqa: E402
@@ -238,12 +238,12 @@ def test_missing_extra_names_it(tokenizer, tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def trained(easy_synthetic_run):
+def trained(easy_synthetic_run, easy_synthetic_model):
     """A small model trained for 800 steps on the synthetic corpus's easy
     categories (BLEU > 20; the run test_quantize uses too, see
     tests/tf/conftest.py), and its 120 held-out pairs."""
     run, test = easy_synthetic_run
-    model, tokenizer, config = runs.load_run(run)
+    model, tokenizer, config = easy_synthetic_model
     assert config["decoding"]["max_extra_length"] == MAX_EXTRA
     return run, model, tokenizer, test
 

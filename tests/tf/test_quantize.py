@@ -19,7 +19,7 @@ import sacrebleu
 import tensorflow as tf
 
 from required_imports import required
-from keras_transformer import cli, runs
+from keras_transformer import cli
 from keras_transformer.decoding import Translator
 from keras_transformer.export import export_saved_model
 from keras_transformer.export.quantize import check_int8_export, int8_dense_layers, int8_layers, quantize_model
@@ -46,12 +46,12 @@ def _no_reseed():
 
 
 @pytest.fixture(scope="module")
-def trained_run(easy_synthetic_run):
+def trained_run(easy_synthetic_run, easy_synthetic_model):
     """A small model trained for 800 steps on the synthetic corpus's easy
     categories (the run test_ctranslate2 uses too, see tests/tf/conftest.py),
     and 80 of its held-out pairs."""
     run, test = easy_synthetic_run
-    model, tokenizer, config = runs.load_run(run)
+    model, tokenizer, config = easy_synthetic_model
     assert config["data"]["max_length"] == MAX_INPUT
     assert (config["decoding"]["beam_size"], config["decoding"]["alpha"]) == (BEAM, ALPHA)
     return run, model, tokenizer, test[:80]
