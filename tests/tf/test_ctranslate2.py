@@ -56,14 +56,15 @@ TIE = 1e-4  # float32 search against float64 rescoring
 ENGINE_THREADS = 1
 
 
-def forced_log_probs(model, sources, targets, engine_rule=False):
-    """log P of each target token (then EOS) of each pair, from full forward
-    passes (one padded batch per 64 pairs): no cache, no search. Normalised
-    over the whole vocabulary, as our search does; with `engine_rule`, over
-    the vocabulary without pad and BOS, as the engine's beam search does (it
-    masks the tokens it suppresses, `ctranslate2_options`' pad and BOS,
-    before its log-softmax)."""
-    results = []
+def forced_log_probs(model, sources, targets):
+    """(ours, the engine's): log P of each target token (then EOS) of each
+    pair, from full forward passes (one padded batch per 64 pairs): no
+    cache, no search. Ours normalised over the whole vocabulary, as our
+    search does; the engine's over the vocabulary without pad and BOS, as
+    its beam search does (it masks the tokens it suppresses,
+    `ctranslate2_options`' pad and BOS, before its log-softmax). Both from
+    the same forward passes."""
+    ours, engine = [], []
     for start in range(0, len(sources), 64):
         chunk = list(zip(sources[start : start + 64], targets[start : start + 64]))
         source_ids = np.zeros((len(chunk), max(len(s) for s, _ in chunk) + 1), "int32")
@@ -73,30 +74,30 @@ def forced_log_probs(model, sources, targets, engine_rule=False):
             target_ids[row, : len(target) + 1] = [BOS] + target
         logits = keras.ops.convert_to_numpy(
             model({"source": source_ids, "target": target_ids}, training=False)).astype("float64")
-        if engine_rule:
-            logits[..., [PAD, BOS]] = -np.inf
-        top = logits.max(-1, keepdims=True)
-        log_probs = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
-        for row, (_, target) in enumerate(chunk):
-            results.append([log_probs[row, i, t] for i, t in enumerate(target + [EOS])])
-    return results
+        masked = logits.copy()
+        masked[..., [PAD, BOS]] = -np.inf
+        for results, rule_logits in ((ours, logits), (engine, masked)):
+            top = rule_logits.max(-1, keepdims=True)
+            log_probs = rule_logits - top - np.log(np.exp(rule_logits - top).sum(-1, keepdims=True))
+            for row, (_, target) in enumerate(chunk):
+                results.append([log_probs[row, i, t] for i, t in enumerate(target + [EOS])])
+    return ours, engine
 
 
-def rescored(model, sources, targets, alpha, engine_rule=False):
-    """Each target's final score: ours (whole-vocabulary log P over GNMT's
-    ((5 + length) / 6) ** alpha), or with `engine_rule` the engine's (log P
-    without pad and BOS over length ** alpha). Both count EOS in the length;
-    a hypothesis that reached its limit has no EOS."""
-    scores = []
-    for source, target, log_probs in zip(sources, targets, forced_log_probs(model, sources, targets, engine_rule)):
+def rescored(model, sources, targets, alpha):
+    """(ours, the engine's): each target's final score under our rule
+    (whole-vocabulary log P over GNMT's ((5 + length) / 6) ** alpha) and
+    under the engine's (log P without pad and BOS over length ** alpha).
+    Both count EOS in the length; a hypothesis that reached its limit has
+    no EOS."""
+    ours, engine = [], []
+    for source, target, ours_log_probs, engine_log_probs in zip(sources, targets,
+                                                                *forced_log_probs(model, sources, targets)):
         limit = len(source) + 1 + MAX_EXTRA
         length = len(target) if len(target) >= limit else len(target) + 1
-        log_p = sum(log_probs[:length])
-        if engine_rule:
-            scores.append(log_p / max(length, 1) ** alpha)
-        else:
-            scores.append(log_p / float(keras.ops.convert_to_numpy(length_penalty(length, alpha))))
-    return scores
+        ours.append(sum(ours_log_probs[:length]) / float(keras.ops.convert_to_numpy(length_penalty(length, alpha))))
+        engine.append(sum(engine_log_probs[:length]) / max(length, 1) ** alpha)
+    return ours, engine
 
 
 def explain(ours_mine, ours_theirs, engine_mine, engine_theirs):
@@ -195,7 +196,7 @@ def test_engine_log_probs_equal_a_full_forward_pass_and_greedy_is_identical(toke
     # call instead of 12 each), each pair checked on its own.
     scored = translator.score_batch([[pieces[t] for t in source] for source in sources],
                                     [[pieces[t] for t in target] for target in targets])
-    for pair, (engine_result, forced) in enumerate(zip(scored, forced_log_probs(model, sources, targets),
+    for pair, (engine_result, forced) in enumerate(zip(scored, forced_log_probs(model, sources, targets)[0],
                                                       strict=True)):
         np.testing.assert_allclose(engine_result.log_probs, forced, atol=2e-4, err_msg=f"pair {pair}")
     greedy_theirs = engine_all(translator, pieces, tokenizer, sources, 1, 0.0)
@@ -266,9 +267,8 @@ def test_trained_model_greedy_and_beam_without_penalty_agree(trained, float32_ex
     engine_scores = []
     beam_theirs = engine_all(translator, pieces, tokenizer, sources, 4, 0.0, engine_scores)
     beam_mine = ours_all(model, sources, 4, 0.0)
-    ours_rule = [rescored(model, sources, outputs, 0.0) for outputs in (beam_mine, beam_theirs)]
-    engine_rule = [rescored(model, sources, outputs, 0.0, engine_rule=True)
-                   for outputs in (beam_mine, beam_theirs)]
+    # Each output set's scores under both rules, from one set of forward passes.
+    ours_rule, engine_rule = zip(*(rescored(model, sources, outputs, 0.0) for outputs in (beam_mine, beam_theirs)))
     # The engine's rule, checked on its own scores: log P normalised without
     # the suppressed pad and BOS (ours normalises over the whole vocabulary).
     np.testing.assert_allclose(engine_scores, engine_rule[1], atol=1e-3)
@@ -298,9 +298,8 @@ def test_with_length_penalty_ours_scores_at_least_as_well_under_our_rule(trained
     engine_scores = []
     all_mine = ours_all(model, sources, 4, 0.6)
     all_theirs = engine_all(translator, pieces, tokenizer, sources, 4, 0.6, engine_scores)
-    mine_scores, their_scores = (rescored(model, sources, outputs, 0.6) for outputs in (all_mine, all_theirs))
-    engine_mine, engine_theirs = (rescored(model, sources, outputs, 0.6, engine_rule=True)
-                                  for outputs in (all_mine, all_theirs))
+    (mine_scores, engine_mine), (their_scores, engine_theirs) = (rescored(model, sources, outputs, 0.6)
+                                                                 for outputs in (all_mine, all_theirs))
     np.testing.assert_allclose(engine_scores, engine_theirs, atol=1e-3)  # the engine's rule, on its own scores
     reasons = {}
     for i in range(len(sources)):
