@@ -166,3 +166,15 @@ def finish_child():
 def saved_weights():
     """`saved_weights(path)`: the arrays of a child's `final.npz`, in order."""
     return _saved_weights
+
+
+@pytest.fixture(scope="session")
+def easy_synthetic_model(easy_synthetic_run):
+    """`runs.load_run` of easy_synthetic_run, loaded once per worker: (model,
+    tokenizer, config). Do not change the model. Its modules (test_ctranslate2,
+    test_quantize*) share one model object, so a search they run with the
+    same options on it is traced once (keras_transformer.decoding.compiled
+    keeps one per model and options), not once per module."""
+    from keras_transformer import runs
+
+    return runs.load_run(easy_synthetic_run[0])

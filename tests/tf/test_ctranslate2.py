@@ -34,7 +34,7 @@ from required_imports import required  # noqa: E402
 ctranslate2 = required("ctranslate2")  # under CI=true a failed import fails the run
 
 import keras_transformer as kt  # noqa: E402
-from keras_transformer import cli, runs  # noqa: E402
+from keras_transformer import cli  # noqa: E402
 from keras_transformer.data import SubwordTokenizer  # noqa: E402
 from keras_transformer.datasets.synthetic_en_de import make_splits  # noqa: E402
 from keras_transformer.decoding import Translator, beam_search, greedy_search  # noqa: E402
@@ -49,16 +49,22 @@ MAX_EXTRA = 8
 
 PAD, BOS = 0, 2
 TIE = 1e-4  # float32 search against float64 rescoring
+# The engine on one thread: its default team of OpenMP threads spins at every barrier, and on the
+# suite's 2 busy cores (another worker, TensorFlow's own pools) each call then waits on the
+# scheduler: 24 tiny calls took 7-10 s with the default, 0.02-0.06 s with one thread (measured
+# here, AMD EPYC, 2 cores, shared/loaded). The thread count changes no result checked here.
+ENGINE_THREADS = 1
 
 
-def forced_log_probs(model, sources, targets, engine_rule=False):
-    """log P of each target token (then EOS) of each pair, from full forward
-    passes (one padded batch per 64 pairs): no cache, no search. Normalised
-    over the whole vocabulary, as our search does; with `engine_rule`, over
-    the vocabulary without pad and BOS, as the engine's beam search does (it
-    masks the tokens it suppresses, `ctranslate2_options`' pad and BOS,
-    before its log-softmax)."""
-    results = []
+def forced_log_probs(model, sources, targets):
+    """(ours, the engine's): log P of each target token (then EOS) of each
+    pair, from full forward passes (one padded batch per 64 pairs): no
+    cache, no search. Ours normalised over the whole vocabulary, as our
+    search does; the engine's over the vocabulary without pad and BOS, as
+    its beam search does (it masks the tokens it suppresses,
+    `ctranslate2_options`' pad and BOS, before its log-softmax). Both from
+    the same forward passes."""
+    ours, engine = [], []
     for start in range(0, len(sources), 64):
         chunk = list(zip(sources[start : start + 64], targets[start : start + 64]))
         source_ids = np.zeros((len(chunk), max(len(s) for s, _ in chunk) + 1), "int32")
@@ -68,34 +74,30 @@ def forced_log_probs(model, sources, targets, engine_rule=False):
             target_ids[row, : len(target) + 1] = [BOS] + target
         logits = keras.ops.convert_to_numpy(
             model({"source": source_ids, "target": target_ids}, training=False)).astype("float64")
-        if engine_rule:
-            logits[..., [PAD, BOS]] = -np.inf
-        top = logits.max(-1, keepdims=True)
-        log_probs = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
-        for row, (_, target) in enumerate(chunk):
-            results.append([log_probs[row, i, t] for i, t in enumerate(target + [EOS])])
-    return results
+        masked = logits.copy()
+        masked[..., [PAD, BOS]] = -np.inf
+        for results, rule_logits in ((ours, logits), (engine, masked)):
+            top = rule_logits.max(-1, keepdims=True)
+            log_probs = rule_logits - top - np.log(np.exp(rule_logits - top).sum(-1, keepdims=True))
+            for row, (_, target) in enumerate(chunk):
+                results.append([log_probs[row, i, t] for i, t in enumerate(target + [EOS])])
+    return ours, engine
 
 
-def full_forward_log_probs(model, source, target):
-    return forced_log_probs(model, [source], [target])[0]
-
-
-def rescored(model, sources, targets, alpha, engine_rule=False):
-    """Each target's final score: ours (whole-vocabulary log P over GNMT's
-    ((5 + length) / 6) ** alpha), or with `engine_rule` the engine's (log P
-    without pad and BOS over length ** alpha). Both count EOS in the length;
-    a hypothesis that reached its limit has no EOS."""
-    scores = []
-    for source, target, log_probs in zip(sources, targets, forced_log_probs(model, sources, targets, engine_rule)):
+def rescored(model, sources, targets, alpha):
+    """(ours, the engine's): each target's final score under our rule
+    (whole-vocabulary log P over GNMT's ((5 + length) / 6) ** alpha) and
+    under the engine's (log P without pad and BOS over length ** alpha).
+    Both count EOS in the length; a hypothesis that reached its limit has
+    no EOS."""
+    ours, engine = [], []
+    for source, target, ours_log_probs, engine_log_probs in zip(sources, targets,
+                                                                *forced_log_probs(model, sources, targets)):
         limit = len(source) + 1 + MAX_EXTRA
         length = len(target) if len(target) >= limit else len(target) + 1
-        log_p = sum(log_probs[:length])
-        if engine_rule:
-            scores.append(log_p / max(length, 1) ** alpha)
-        else:
-            scores.append(log_p / float(keras.ops.convert_to_numpy(length_penalty(length, alpha))))
-    return scores
+        ours.append(sum(ours_log_probs[:length]) / float(keras.ops.convert_to_numpy(length_penalty(length, alpha))))
+        engine.append(sum(engine_log_probs[:length]) / max(length, 1) ** alpha)
+    return ours, engine
 
 
 def explain(ours_mine, ours_theirs, engine_mine, engine_theirs):
@@ -130,30 +132,23 @@ def random_model(vocabulary_size, **overrides):
     return model
 
 
-def ours(model, source, beam_size, alpha):
-    return ours_all(model, [source], beam_size, alpha)[0]
-
-
-def ours_all(model, sources, beam_size, alpha):
-    """Our search's tokens for each source (one padded batch; each keeps its own length limit)."""
+def ours_all(model, sources, beam_size, alpha, compile=True):
+    """Our search's tokens for each source (one padded batch; each keeps its own length limit).
+    `compile=False` runs the same search op by op (no tracing)."""
     width = max(len(s) for s in sources) + 1
     ids = np.zeros((len(sources), width), "int32")
     for row, source in enumerate(sources):
         ids[row, : len(source) + 1] = source + [EOS]
     if beam_size == 1:
-        result = greedy_search(model, ids, max_extra_length=MAX_EXTRA)
+        result = greedy_search(model, ids, max_extra_length=MAX_EXTRA, compile=compile)
     else:
         # The engine finishes a hypothesis cut at its limit as it is: compare under that rule.
         result = beam_search(model, ids, beam_size=beam_size, alpha=alpha, max_extra_length=MAX_EXTRA,
-                             limit_rule="finish")
+                             limit_rule="finish", compile=compile)
     outputs = []
     for tokens in np.asarray(result["ids"]).tolist():
         outputs.append(tokens[: tokens.index(EOS)] if EOS in tokens else [t for t in tokens if t])
     return outputs
-
-
-def engine(translator, pieces, tokenizer, source, beam_size, alpha):
-    return engine_all(translator, pieces, tokenizer, [source], beam_size, alpha)[0]
 
 
 def engine_all(translator, pieces, tokenizer, sources, beam_size, alpha, scores=None):
@@ -189,17 +184,27 @@ def test_engine_log_probs_equal_a_full_forward_pass_and_greedy_is_identical(toke
     model = random_model(tokenizer.vocabulary_size, **overrides)
     source_tokenizer_size = overrides.get("source_vocabulary_size", tokenizer.vocabulary_size)
     path = export_ctranslate2(model, tokenizer, tmp_path / "ct2")
-    translator = ctranslate2.Translator(str(path))
+    translator = ctranslate2.Translator(str(path), intra_threads=ENGINE_THREADS)
     pieces = tokenizer.vocabulary()
     rng = np.random.default_rng(0)
+    sources, targets = [], []
     for _ in range(12):
-        source = [int(t) for t in rng.integers(4, min(tokenizer.vocabulary_size, source_tokenizer_size),
-                                                size=int(rng.integers(1, 9)))]
-        target = [int(t) for t in rng.integers(4, tokenizer.vocabulary_size, size=int(rng.integers(0, 7)))]
-        scored = translator.score_batch([[pieces[t] for t in source]], [[pieces[t] for t in target]])
-        np.testing.assert_allclose(scored[0].log_probs, full_forward_log_probs(model, source, target),
-                                   atol=2e-4)
-        assert engine(translator, pieces, tokenizer, source, 1, 0.0) == ours(model, source, 1, 0.0)
+        sources.append([int(t) for t in rng.integers(4, min(tokenizer.vocabulary_size, source_tokenizer_size),
+                                                     size=int(rng.integers(1, 9)))])
+        targets.append([int(t) for t in rng.integers(4, tokenizer.vocabulary_size, size=int(rng.integers(0, 7)))])
+    # All 12 pairs in one batch on each side (padding is masked on both; one
+    # call instead of 12 each), each pair checked on its own.
+    scored = translator.score_batch([[pieces[t] for t in source] for source in sources],
+                                    [[pieces[t] for t in target] for target in targets])
+    for pair, (engine_result, forced) in enumerate(zip(scored, forced_log_probs(model, sources, targets)[0],
+                                                      strict=True)):
+        np.testing.assert_allclose(engine_result.log_probs, forced, atol=2e-4, err_msg=f"pair {pair}")
+    greedy_theirs = engine_all(translator, pieces, tokenizer, sources, 1, 0.0)
+    # Our search run eagerly: tracing it for each of these four fresh models took 5-6 CPU-s, running
+    # it eagerly 1. The traced search is held to the engine on the trained model below.
+    greedy_mine = ours_all(model, sources, 1, 0.0, compile=False)
+    for pair in range(len(sources)):
+        assert greedy_theirs[pair] == greedy_mine[pair], (pair, sources[pair])
 
 
 def test_export_refuses_to_overwrite_and_checks_quantization(tokenizer, tmp_path):
@@ -234,12 +239,12 @@ def test_missing_extra_names_it(tokenizer, tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def trained(easy_synthetic_run):
+def trained(easy_synthetic_run, easy_synthetic_model):
     """A small model trained for 800 steps on the synthetic corpus's easy
     categories (BLEU > 20; the run test_quantize uses too, see
     tests/tf/conftest.py), and its 120 held-out pairs."""
     run, test = easy_synthetic_run
-    model, tokenizer, config = runs.load_run(run)
+    model, tokenizer, config = easy_synthetic_model
     assert config["decoding"]["max_extra_length"] == MAX_EXTRA
     return run, model, tokenizer, test
 
@@ -254,7 +259,7 @@ def float32_export(trained, tmp_path_factory):
 
 def test_trained_model_greedy_and_beam_without_penalty_agree(trained, float32_export):
     _, model, tokenizer, test = trained
-    translator = ctranslate2.Translator(str(float32_export))
+    translator = ctranslate2.Translator(str(float32_export), intra_threads=ENGINE_THREADS)
     pieces = tokenizer.vocabulary()
     translator_ours = Translator(model, tokenizer)
     sources = translator_ours.token_ids([en for en, _ in test])
@@ -262,9 +267,8 @@ def test_trained_model_greedy_and_beam_without_penalty_agree(trained, float32_ex
     engine_scores = []
     beam_theirs = engine_all(translator, pieces, tokenizer, sources, 4, 0.0, engine_scores)
     beam_mine = ours_all(model, sources, 4, 0.0)
-    ours_rule = [rescored(model, sources, outputs, 0.0) for outputs in (beam_mine, beam_theirs)]
-    engine_rule = [rescored(model, sources, outputs, 0.0, engine_rule=True)
-                   for outputs in (beam_mine, beam_theirs)]
+    # Each output set's scores under both rules, from one set of forward passes.
+    ours_rule, engine_rule = zip(*(rescored(model, sources, outputs, 0.0) for outputs in (beam_mine, beam_theirs)))
     # The engine's rule, checked on its own scores: log P normalised without
     # the suppressed pad and BOS (ours normalises over the whole vocabulary).
     np.testing.assert_allclose(engine_scores, engine_rule[1], atol=1e-3)
@@ -288,15 +292,14 @@ def test_with_length_penalty_ours_scores_at_least_as_well_under_our_rule(trained
     sentence where the engine's wins would be a search error of ours), and
     the differences are counted by cause."""
     _, model, tokenizer, test = trained
-    translator = ctranslate2.Translator(str(float32_export))
+    translator = ctranslate2.Translator(str(float32_export), intra_threads=ENGINE_THREADS)
     pieces = tokenizer.vocabulary()
     sources = Translator(model, tokenizer).token_ids([en for en, _ in test])
     engine_scores = []
     all_mine = ours_all(model, sources, 4, 0.6)
     all_theirs = engine_all(translator, pieces, tokenizer, sources, 4, 0.6, engine_scores)
-    mine_scores, their_scores = (rescored(model, sources, outputs, 0.6) for outputs in (all_mine, all_theirs))
-    engine_mine, engine_theirs = (rescored(model, sources, outputs, 0.6, engine_rule=True)
-                                  for outputs in (all_mine, all_theirs))
+    (mine_scores, engine_mine), (their_scores, engine_theirs) = (rescored(model, sources, outputs, 0.6)
+                                                                 for outputs in (all_mine, all_theirs))
     np.testing.assert_allclose(engine_scores, engine_theirs, atol=1e-3)  # the engine's rule, on its own scores
     reasons = {}
     for i in range(len(sources)):
@@ -339,7 +342,7 @@ def test_texts_translate_alike_in_process_and_through_the_engine(trained, float3
     for beam_size, alpha in ((1, 0.0), (4, 0.0)):
         expected = Translator(model, tokenizer, beam_size=beam_size, alpha=alpha, limit_rule="finish",
                               max_extra_length=MAX_EXTRA, max_source_length=48).translate(texts)
-        engine_translator = CTranslate2Translator(float32_export)
+        engine_translator = CTranslate2Translator(float32_export, intra_threads=ENGINE_THREADS)
         got = engine_translator.translate(texts, beam_size=beam_size, alpha=alpha)
         same = sum(a == b for a, b in zip(expected, got))
         # Greedy: identical. Beam: at most the differences explained above.
@@ -349,7 +352,8 @@ def test_texts_translate_alike_in_process_and_through_the_engine(trained, float3
     float32_bleu = sacrebleu.corpus_bleu(got[: len(references)], [references]).score
     assert cli.main(["export", str(run), "--format", "ctranslate2", "--quantization", "int8",
                      "--output", str(tmp_path / "int8")]) == 0
-    int8 = CTranslate2Translator(tmp_path / "int8").translate(texts[: len(references)], beam_size=4, alpha=0.0)
+    int8_translator = CTranslate2Translator(tmp_path / "int8", intra_threads=ENGINE_THREADS)
+    int8 = int8_translator.translate(texts[: len(references)], beam_size=4, alpha=0.0)
     int8_bleu = sacrebleu.corpus_bleu(int8, [references]).score
     print(f"BLEU float32 {float32_bleu:.1f}, int8 {int8_bleu:.1f}")
     assert float32_bleu > 20  # the model learned: the comparisons above are not of noise
@@ -362,7 +366,7 @@ def test_long_sources_are_truncated_alike(trained, float32_export):
     ours_translator = Translator(model, tokenizer, beam_size=1, max_extra_length=MAX_EXTRA, max_source_length=16)
     with pytest.warns(UserWarning, match="truncated"):
         expected = ours_translator.translate([long_text, "I have apples."])
-    engine_translator = CTranslate2Translator(float32_export)
+    engine_translator = CTranslate2Translator(float32_export, intra_threads=ENGINE_THREADS)
     got = engine_translator.translate([long_text, "I have apples."], beam_size=1, max_input_length=16)
     assert got == expected
     assert engine_translator.last_truncated == ours_translator.last_truncated == [0]

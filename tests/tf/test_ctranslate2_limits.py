@@ -21,6 +21,12 @@ from keras_transformer.export.ctranslate2 import (  # noqa: E402
     export_ctranslate2,
 )
 
+# The engine on one thread: its default team of OpenMP threads spins at every barrier, and on the
+# suite's 2 busy cores (another worker, TensorFlow's own pools) each call then waits on the
+# scheduler: 24 tiny calls took 7-10 s with the default, 0.02-0.06 s with one thread (measured
+# here, AMD EPYC, 2 cores, shared/loaded). The thread count changes no result checked here.
+ENGINE_THREADS = 1
+
 
 @pytest.fixture(scope="module")
 def tokenizer():
@@ -35,7 +41,7 @@ def test_learned_positions_cap_sources_and_outputs(tokenizer, tmp_path):
                            positional_encoding="learned", max_length=16)
     model.build()
     path = export_ctranslate2(model, tokenizer, tmp_path / "ct2", max_input_length=256, max_extra_length=10)
-    engine = CTranslate2Translator(path)
+    engine = CTranslate2Translator(path, intra_threads=ENGINE_THREADS)
     assert engine.info["search"]["max_input_length"] == 16  # capped at the table
     long_text = " ".join(["I have twenty-one apples."] * 6)
     texts = [long_text, "I have apples.", ""]

@@ -19,7 +19,7 @@ import sacrebleu
 import tensorflow as tf
 
 from required_imports import required
-from keras_transformer import cli, runs
+from keras_transformer import cli
 from keras_transformer.decoding import Translator
 from keras_transformer.export import export_saved_model
 from keras_transformer.export.quantize import check_int8_export, int8_dense_layers, int8_layers, quantize_model
@@ -33,6 +33,11 @@ from keras_transformer.export.ctranslate2 import (  # noqa: E402
 
 BEAM, ALPHA, EXTRA = 4, 0.6, 10
 MAX_INPUT = 48
+# The engine on one thread: its default team of OpenMP threads spins at every barrier, and on the
+# suite's 2 busy cores (another worker, TensorFlow's own pools) each call then waits on the
+# scheduler: 24 tiny calls took 7-10 s with the default, 0.02-0.06 s with one thread (measured
+# here, AMD EPYC, 2 cores, shared/loaded). The thread count changes no result checked here.
+ENGINE_THREADS = 1
 
 
 @pytest.fixture(autouse=True)
@@ -41,12 +46,12 @@ def _no_reseed():
 
 
 @pytest.fixture(scope="module")
-def trained_run(easy_synthetic_run):
+def trained_run(easy_synthetic_run, easy_synthetic_model):
     """A small model trained for 800 steps on the synthetic corpus's easy
     categories (the run test_ctranslate2 uses too, see tests/tf/conftest.py),
     and 80 of its held-out pairs."""
     run, test = easy_synthetic_run
-    model, tokenizer, config = runs.load_run(run)
+    model, tokenizer, config = easy_synthetic_model
     assert config["data"]["max_length"] == MAX_INPUT
     assert (config["decoding"]["beam_size"], config["decoding"]["alpha"]) == (BEAM, ALPHA)
     return run, model, tokenizer, test[:80]
@@ -186,7 +191,7 @@ def test_ctranslate2_int8_takes_the_kernels_as_they_are(trained, int8_model, tmp
                                    max_input_length=MAX_INPUT, max_extra_length=EXTRA)
     info = json.loads(Path(directory, "keras_transformer_export.json").read_text())
     assert info["int8_from_keras"] is True
-    engine = ctranslate2.Translator(directory, device="cpu", compute_type="int8")
+    engine = ctranslate2.Translator(directory, device="cpu", compute_type="int8", intra_threads=ENGINE_THREADS)
     pieces = tokenizer.vocabulary()
     greedy = Translator(int8_model, tokenizer, beam_size=1, max_extra_length=EXTRA, max_source_length=MAX_INPUT)
     sources = greedy.token_ids([en for en, _ in test])

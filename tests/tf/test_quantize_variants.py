@@ -19,7 +19,7 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer import cli, runs
+from keras_transformer import cli
 from required_imports import required
 from keras_transformer.decoding import Translator
 from keras_transformer.export import export_saved_model
@@ -41,11 +41,11 @@ def _no_reseed():
 
 
 @pytest.fixture(scope="module")
-def trained_run(easy_synthetic_run):
+def trained_run(easy_synthetic_run, easy_synthetic_model):
     """The small model test_quantize.py and test_ctranslate2.py use (tests/tf/conftest.py: trained once
-    per test run), and 80 of its held-out pairs."""
+    per test run, loaded once per worker), and 80 of its held-out pairs."""
     run, test = easy_synthetic_run
-    model, tokenizer, config = runs.load_run(run)
+    model, tokenizer, config = easy_synthetic_model
     assert config["data"]["max_length"] == MAX_INPUT
     return run, model, tokenizer, test[:80]
 
