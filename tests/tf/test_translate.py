@@ -65,9 +65,9 @@ def test_translations_are_the_detokenized_search_output(model, tokenizer):
     source = np.full((len(rows), max(map(len, rows))), PAD_ID, "int32")
     for index, row in enumerate(rows):
         source[index, : len(row)] = row
-    result = beam_search(model, source, beam_size=3, alpha=0.6, max_extra_length=4)
+    result = beam_search(model, source, beam_size=4, alpha=0.6, max_extra_length=4)
     expected = [t.decode("utf-8") for t in tokenizer.detokenize(result["ids"]).numpy()]
-    translator = Translator(model, tokenizer, beam_size=3, max_extra_length=4)
+    translator = Translator(model, tokenizer, beam_size=4, max_extra_length=4)
     outputs, scores = translator(texts, return_scores=True)
     assert outputs == expected
     np.testing.assert_allclose(scores, keras.ops.convert_to_numpy(result["scores"]), rtol=1e-5)
@@ -93,9 +93,9 @@ def test_translator_rejects_bad_input(model, tokenizer):
 def test_the_translate_function_reaches_every_translate_option(model, tokenizer):
     """`translate(...)` is `Translator(...).translate(...)` in one call: the
     call's options (scores, n-best lists, prefixes, alignments) go through."""
-    translator = Translator(model, tokenizer, beam_size=3, max_extra_length=5)
+    translator = Translator(model, tokenizer, beam_size=4, max_extra_length=5)
     texts = [t for t in TEXTS if t.strip()]
-    options = dict(beam_size=3, max_extra_length=5)
+    options = dict(beam_size=4, max_extra_length=5)
     assert translate(model, tokenizer, texts, return_scores=True, **options) == translator.translate(
         texts, return_scores=True)
     assert translate(model, tokenizer, texts, n_best=2, **options) == translator.translate(texts, n_best=2)
@@ -117,14 +117,14 @@ def graph_op_types(concrete_function):
 @pytest.mark.parametrize("search", [greedy_search, beam_search], ids=["greedy", "beam"])
 def test_search_in_a_plain_graph_needs_no_xla(search, model):
     """What a SavedModel export traces: tf.function without autograph or XLA, unknown shapes."""
-    function = tf.function(lambda ids: search(model, ids, max_extra_length=3), autograph=False)
+    function = tf.function(lambda ids: search(model, ids, max_extra_length=4), autograph=False)
     concrete = function.get_concrete_function(tf.TensorSpec((None, None), tf.int32))
     types = graph_op_types(concrete)
     assert "While" in types or "StatelessWhile" in types
     assert not [t for t in types if t.startswith("Xla")], sorted(types)
     source = tf.constant([[5, 6, 7, EOS_ID], [8, EOS_ID, 0, 0]], tf.int32)
     in_graph = concrete(source)
-    compiled = search(model, source, max_extra_length=3)
+    compiled = search(model, source, max_extra_length=4)
     np.testing.assert_array_equal(in_graph["ids"].numpy(), keras.ops.convert_to_numpy(compiled["ids"]))
 
 
@@ -161,8 +161,8 @@ def test_xla_search_equals_graph_search(model):
 def test_evaluate_reports_sacrebleu_of_the_translations(model, tokenizer):
     sources = [source for source, _ in PAIRS[:4]]
     references = [target for _, target in PAIRS[:4]]
-    scores = evaluate(model, tokenizer, sources, references, beam_size=2, max_extra_length=4)
-    assert scores["translations"] == translate(model, tokenizer, sources, beam_size=2, max_extra_length=4)
+    scores = evaluate(model, tokenizer, sources, references, beam_size=2, max_extra_length=5)
+    assert scores["translations"] == translate(model, tokenizer, sources, beam_size=2, max_extra_length=5)
     expected = sacrebleu.corpus_bleu(scores["translations"], [references])
     assert scores["bleu"] == pytest.approx(expected.score, abs=1e-9)
     assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(scores["translations"], [references]).score)
@@ -248,7 +248,7 @@ def test_scores_of_own_translations_and_bad_pairs(model, tokenizer):
 
 
 def test_prefixes_start_the_translation(model, tokenizer):
-    translator = Translator(model, tokenizer, beam_size=2, max_extra_length=6)
+    translator = Translator(model, tokenizer, beam_size=2, max_extra_length=5)
     prefixes = ["Die Katze", None, "Wir", "", "Ein", "Der Zug"]
     outputs = translator.translate(TEXTS, prefixes=prefixes)
     for text, prefix, output in zip(TEXTS, prefixes, outputs):
@@ -263,14 +263,14 @@ def test_prefixes_start_the_translation(model, tokenizer):
 def test_texts_without_tokens_translate_to_empty(model, tokenizer):
     texts = ["\ufeff", "\u200b", "\x01", "", "  ", "A dog."]
     assert all(tokens == [] for tokens in Translator(model, tokenizer).token_ids(texts[:5]))
-    outputs = Translator(model, tokenizer, beam_size=2, max_extra_length=4).translate(texts)
+    outputs = Translator(model, tokenizer, beam_size=2, max_extra_length=5).translate(texts)
     assert outputs[:5] == [""] * 5 and outputs[5]
 
 
 def test_long_sources_are_truncated_with_a_warning(model, tokenizer):
     short, long_text = "A dog.", "We read a book every day and the children play in the old town."
     limit = len(Translator(model, tokenizer).token_ids([short])[0]) + 1  # the short text just fits
-    translator = Translator(model, tokenizer, beam_size=2, max_extra_length=4, max_source_length=limit)
+    translator = Translator(model, tokenizer, beam_size=2, max_extra_length=5, max_source_length=limit)
     with pytest.warns(UserWarning, match=rf"1 of 4 sources are longer than max_source_length={limit}.*texts\[2\]"):
         outputs = translator.translate(["", short, long_text, "  "])
     assert translator.last_truncated == [2]
