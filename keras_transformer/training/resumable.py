@@ -341,6 +341,26 @@ def _first_inputs(dataset):
     return batch[0] if isinstance(batch, (tuple, list)) else batch
 
 
+def _build_training_state(model, dataset):
+    """Creates the optimizer's, compiled metrics' and loss's variables before
+    `model.fit` on TensorFlow without a tf.distribute strategy.
+
+    Keras 3.15's TensorFlow trainer builds them only then inside the first
+    trace of the train step (its `_maybe_symbolic_build` returns at once
+    without a strategy), and a `tf.function` whose first trace created
+    variables is traced again: every training paid for tracing its whole
+    train step (forward, backward, optimizer update) twice. Built here from
+    the dataset's element spec (no batch is read), the train step is traced
+    once. Other backends and strategies build them in `fit` already.
+    """
+    if keras.backend.backend() != "tensorflow" or getattr(model, "_distribute_strategy", None) is not None:
+        return
+    spec = getattr(dataset, "element_spec", None)
+    if spec is None or not model.built:  # e.g. a Python generator: Keras builds in the first trace
+        return
+    model._symbolic_build(data_batch=spec)
+
+
 def fit_resumable(
     model,
     make_dataset,
@@ -413,6 +433,7 @@ def fit_resumable(
         return history
 
     def run(dataset, initial_epoch, last_epoch, steps):
+        _build_training_state(model, dataset)
         result = model.fit(
             dataset,
             initial_epoch=initial_epoch,

@@ -77,16 +77,18 @@ def bleu_on_b(work, run):
     return _BLEU_ON_B[run]
 
 
-B_STEPS, B_WARMUP = 250, 50
-B_VALIDATE_EVERY = 125
+# 100 steps leave both margins wide (measured: BLEU 49.4 fine-tuned, 1.4 from
+# scratch, 13.1 before; 250 steps, at 67.6 / 5.6, cost 150 steps more per run).
+B_STEPS, B_WARMUP = 100, 50
+B_VALIDATE_EVERY = 50
 # How far the fine-tuned run must stay ahead of the from-scratch control (BLEU).
 SCRATCH_MARGIN = 10.0
 
 
 @pytest.fixture(scope="module")
 def fine_tuned(domains):
-    """The first domain's run fine-tuned on domain B for 250 steps (run-b),
-    validated at steps 125 and 250 on B's first 20 test sentences."""
+    """The first domain's run fine-tuned on domain B for 100 steps (run-b),
+    validated at steps 50 and 100 on B's first 20 test sentences."""
     work, source = domains
     config = write_config(work / "b.yaml", work / "run-b", work / "b-train.jsonl.gz", work / "b-test.jsonl.gz",
                           B_STEPS, warmup=B_WARMUP, valid=work / "b-test.jsonl.gz", validate_every=B_VALIDATE_EVERY)
@@ -96,7 +98,7 @@ def fine_tuned(domains):
 
 @pytest.fixture(scope="module")
 def from_scratch(corpora):
-    """The control: the same 250 steps and schedule on domain B from a fresh
+    """The control: the same 100 steps and schedule on domain B from a fresh
     model (and B's own tokenizer), as one would train without the first run."""
     work = corpora
     config = write_config(work / "b-scratch.yaml", work / "run-b-scratch", work / "b-train.jsonl.gz",
@@ -117,7 +119,7 @@ def test_fine_tuning_on_a_second_domain_raises_its_bleu(domains, fine_tuned):
 
 
 def test_fine_tuning_beats_the_same_steps_from_scratch(domains, fine_tuned, from_scratch):
-    """The control for the gain above: 250 steps on B alone, from a fresh model."""
+    """The control for the gain above: 100 steps on B alone, from a fresh model."""
     work, _ = domains
     after, scratch = bleu_on_b(work, fine_tuned), bleu_on_b(work, from_scratch)
     print(f"domain B BLEU after {B_STEPS} steps: {after:.1f} fine-tuned from the first run, {scratch:.1f} from scratch")
@@ -125,7 +127,7 @@ def test_fine_tuning_beats_the_same_steps_from_scratch(domains, fine_tuned, from
 
 
 def test_logged_validation_scores_are_sacrebleus_on_the_same_sentences_and_outputs(domains, fine_tuned):
-    """run-b validated at steps 125 and 250. Its best validated weights
+    """run-b validated at steps 50 and 100. Its best validated weights
     retranslate the validation subset (B's first 20 test sentences) with the
     validation decoding, and sacreBLEU scores them here: the logged BLEU and
     chrF of that step must be those scores."""
