@@ -17,6 +17,7 @@ checkpoint is the last one from before the loss diverged.
 """
 
 import contextlib
+import logging
 import math
 import os
 import warnings
@@ -32,6 +33,8 @@ from keras_transformer.training.checkpoint_files import latest_checkpoint
 from keras_transformer.training.checkpoint_files import list_checkpoints
 from keras_transformer.training.checkpoint_files import load_checkpoint
 from keras_transformer.training.checkpoint_files import read_pointer
+
+log = logging.getLogger("keras_transformer")
 
 
 def _loss_value(logs):
@@ -356,9 +359,13 @@ def _build_training_state(model, dataset):
     if keras.backend.backend() != "tensorflow" or getattr(model, "_distribute_strategy", None) is not None:
         return
     spec = getattr(dataset, "element_spec", None)
-    if spec is None or not model.built:  # e.g. a Python generator: Keras builds in the first trace
+    build = getattr(model, "_symbolic_build", None)  # private: absent in another Keras, fit builds as before
+    if spec is None or build is None or not model.built:  # e.g. a Python generator: built in the first trace
         return
-    model._symbolic_build(data_batch=spec)
+    try:
+        build(data_batch=spec)
+    except Exception:  # a model Keras cannot build symbolically: fit builds in its first trace, as before
+        log.debug("the training state is built in the first trace of the train step", exc_info=True)
 
 
 def fit_resumable(

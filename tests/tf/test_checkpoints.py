@@ -217,3 +217,52 @@ def test_step_checkpoint_saves_periodically_and_keeps_the_last(tmp_path, small_m
 
 if __name__ == "__main__":
     child(sys.argv[1], int(sys.argv[2]))
+
+
+def _count_traces(model):
+    """Counts the Python calls of `model.train_step`: one per trace of the compiled step."""
+    traces = []
+    step = model.train_step
+
+    def counted(data):
+        traces.append(1)
+        return step(data)
+
+    model.train_step = counted
+    return traces
+
+
+def _regression_batches(start_step):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 3)).astype("float32"), rng.normal(size=(32, 2)).astype("float32")
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat().skip(start_step)
+
+
+def test_the_train_step_is_traced_once(tmp_path, small_model):
+    """Keras' TensorFlow trainer creates the optimizer's variables in the
+    first trace of the step, and a tf.function whose first trace created
+    variables is traced again: fit_resumable builds them first."""
+    from keras_transformer.training import fit_resumable
+
+    model = small_model()
+    traces = _count_traces(model)
+    fit_resumable(model, _regression_batches, epochs=2, steps_per_epoch=3, checkpoint_dir=tmp_path / "ckpt",
+                  save_every_steps=100, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 6
+    assert len(traces) == 1
+
+
+def test_a_model_that_cannot_be_built_ahead_still_trains(tmp_path, small_model):
+    from keras_transformer.training import fit_resumable
+
+    model = small_model()
+
+    def refuse(**kwargs):
+        raise RuntimeError("no symbolic build for this model")
+
+    model._symbolic_build = refuse
+    fit_resumable(model, _regression_batches, epochs=1, steps_per_epoch=3, checkpoint_dir=tmp_path / "ckpt",
+                  save_every_steps=100, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 3
