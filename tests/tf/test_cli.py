@@ -1,5 +1,9 @@
 """The command line end to end on a tiny corpus: train (and resume), evaluate,
-translate, attention, average-checkpoints, and named errors."""
+translate, attention, average-checkpoints, and named errors.
+
+The commands run in process, and load each run once for the module
+(run_memo.py: a user's every command loads it afresh; here that would only
+trace the same searches again)."""
 
 import json
 import re
@@ -12,6 +16,9 @@ import pytest
 
 from keras_transformer import cli
 from required_imports import required
+from run_memo import runs_loaded_once  # noqa: F401  (the fixture, used by every test below)
+
+pytestmark = pytest.mark.usefixtures("runs_loaded_once")
 
 ROOT = Path(__file__).resolve().parents[2]
 

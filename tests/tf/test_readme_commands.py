@@ -11,7 +11,8 @@ replaced is the corpus path of the `recipes/parallel_text` command
 (../shared/data, which tests must not need, becomes a generated corpus in the
 same format). `keras-transformer` commands run in process through `cli.main`,
 in the order the documents give them (README.md first; a command that two
-documents repeat runs once), `python` commands as subprocesses. The data around
+documents repeat runs once), loading each run once while its files are
+unchanged (run_memo.py), `python` commands as subprocesses. The data around
 them is small: the quickstart recipe on 300 generated pairs instead of 30,000
 (one trained run that every command continues), and the small input files the
 decoding examples name, written first.
@@ -30,6 +31,7 @@ import pytest
 import yaml
 
 from keras_transformer import cli
+from run_memo import runs_loaded_once  # noqa: F401  (a fixture)
 from test_quiet_start import TF_LOG_LINE
 from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
 
@@ -159,7 +161,7 @@ def test_quickstart_recipe_trains_evaluates_exports_and_serves(workspace, quicks
     assert quickstart.count("  ->  ") == 4
 
 
-def test_readme_cli_commands(workspace, quickstart, monkeypatch):
+def test_readme_cli_commands(workspace, quickstart, monkeypatch, runs_loaded_once):
     monkeypatch.chdir(workspace)
     # The user's own files that the decoding examples name.
     (workspace / "sources.en").write_text("I have two apples.\nThe train arrives at eight.\n", encoding="utf-8")
