@@ -366,7 +366,7 @@ def test_same_text_same_output_on_every_path(trained_run, tmp_path, capsys):
     from keras_transformer.export.ctranslate2 import CTranslate2Translator
 
     assert cli.main(["export", run, "--format", "ctranslate2", "--output", str(tmp_path / "ct2")]) == 0
-    engine = CTranslate2Translator(tmp_path / "ct2")
+    engine = CTranslate2Translator(tmp_path / "ct2", intra_threads=1)  # see test_ctranslate2.ENGINE_THREADS
     assert engine.translate(texts, beam_size=1) == cli_lines
     assert engine.last_truncated == [5]
 
