@@ -15,17 +15,12 @@ import keras_transformer as kt  # noqa: E402
 from keras_transformer.data import SubwordTokenizer  # noqa: E402
 from keras_transformer.datasets.synthetic_en_de import make_splits  # noqa: E402
 from keras_transformer.decoding import Translator  # noqa: E402
+from test_ctranslate2 import ENGINE_THREADS  # noqa: E402
 from keras_transformer.export.ctranslate2 import (  # noqa: E402
     CTranslate2Translator,
     ctranslate2_options,
     export_ctranslate2,
 )
-
-# The engine on one thread: its default team of OpenMP threads spins at every barrier, and on the
-# suite's 2 busy cores (another worker, TensorFlow's own pools) each call then waits on the
-# scheduler: 24 tiny calls took 7-10 s with the default, 0.02-0.06 s with one thread (measured
-# here, AMD EPYC, 2 cores, shared/loaded). The thread count changes no result checked here.
-ENGINE_THREADS = 1
 
 
 @pytest.fixture(scope="module")

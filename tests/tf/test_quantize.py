@@ -25,6 +25,7 @@ from keras_transformer.export import export_saved_model
 from keras_transformer.export.quantize import check_int8_export, int8_dense_layers, int8_layers, quantize_model
 
 ctranslate2 = required("ctranslate2")  # under CI=true a missing package fails the module instead of skipping it
+from test_ctranslate2 import ENGINE_THREADS  # noqa: E402
 from keras_transformer.export.ctranslate2 import (  # noqa: E402
     ctranslate2_options,
     export_ctranslate2,
@@ -33,11 +34,6 @@ from keras_transformer.export.ctranslate2 import (  # noqa: E402
 
 BEAM, ALPHA, EXTRA = 4, 0.6, 10
 MAX_INPUT = 48
-# The engine on one thread: its default team of OpenMP threads spins at every barrier, and on the
-# suite's 2 busy cores (another worker, TensorFlow's own pools) each call then waits on the
-# scheduler: 24 tiny calls took 7-10 s with the default, 0.02-0.06 s with one thread (measured
-# here, AMD EPYC, 2 cores, shared/loaded). The thread count changes no result checked here.
-ENGINE_THREADS = 1
 
 
 @pytest.fixture(autouse=True)
