@@ -58,7 +58,8 @@ SCHEMA = {
         "gradient_accumulation_steps": (None, int, "apply one update every N batches"),
         "epochs": (10, int, "passes over the training data"),
         "max_steps": (None, int, "stop after this many steps (this run's: a fine-tuning run counts its own from 0)"),
-        "max_minutes": (None, float, "stop after this many minutes of training"),
+        "max_minutes": (None, float, "stop after this many minutes of training (on a cluster: the chief's "
+                                           "clock; every worker stops at the step the chief does)"),
         "warmup_steps": (4000, int, "learning-rate warm-up steps (paper: 4000)"),
         "learning_rate_scale": (1.0, float, "factor on the paper's learning-rate schedule"),
         "label_smoothing": (0.1, float, "label smoothing (paper: 0.1)"),

@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import math
+import signal
 import time
 from pathlib import Path
 
@@ -87,7 +88,9 @@ def load_run(output_dir):
 
 
 class _TimeLimit(keras.callbacks.Callback):
-    """Stops training after `minutes` of wall-clock time (checked every batch)."""
+    """Stops training after `minutes` of wall-clock time (checked every batch).
+
+    On a cluster every worker has one, and the chief's decides for all (`SharedStop`)."""
 
     def __init__(self, minutes):
         super().__init__()
@@ -216,6 +219,7 @@ def _train_prepared(config, prepared, worker, init_model_path, init_optimizer_pa
     from keras_transformer.run_data import training_batches
     from keras_transformer.training import TerminateOnNonFiniteLoss, fit_resumable, list_checkpoints, save_averaged_model
     from keras_transformer.training.progress import ValidationTranslation
+    from keras_transformer.training.shared_stop import SharedStop
 
     output_dir, training = Path(config["output_dir"]), config["training"]
     tokenizer_path = output_dir / TOKENIZER_FILE
@@ -276,6 +280,10 @@ def _train_prepared(config, prepared, worker, init_model_path, init_optimizer_pa
     if training["max_steps"]:  # fit_resumable stops there
         epochs = min(epochs, math.ceil(training["max_steps"] / steps_per_epoch))
     callbacks.extend(extra_callbacks)
+    # Last: every worker of a cluster stops at the step the chief decides (or a signal asks for).
+    shared_stop = SharedStop(None, chief=True) if worker is None else SharedStop(
+        worker.strategy, worker.local_replicas, chief=worker.chief)
+    callbacks.append(shared_stop)
     print(f"model: {model.count_params():,} parameters; {steps_per_epoch} steps per epoch, "
           f"{epochs} epochs", flush=True)
     validator = next((c for c in callbacks if isinstance(c, ValidationTranslation)), None)
@@ -298,6 +306,12 @@ def _train_prepared(config, prepared, worker, init_model_path, init_optimizer_pa
         shuffle=False,  # the pipeline shuffles (Keras would only warn that it ignores this)
         verbose=0 if verbose == "auto" else verbose,  # TrainingProgress reports by default
     )
+    if shared_stop.signal is not None:
+        name = signal.Signals(shared_stop.signal).name
+        raise RunError(f"training stopped by {name} at step {shared_stop.step}; its checkpoint is in "
+                       f"{output_dir / CHECKPOINT_DIR}: run the same command again to resume.")
+    if time_limit is not None and time_limit.reached and (worker is None or worker.chief):
+        print(f"time limit: training.max_minutes {training['max_minutes']} reached", flush=True)
     if nan_guard.step is not None:
         raise RunError(f"training stopped: the loss became {nan_guard.loss} at step {nan_guard.step}; "
                        f"checkpoints before it are in {output_dir / CHECKPOINT_DIR}.")
