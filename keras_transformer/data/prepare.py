@@ -8,7 +8,7 @@ A prepared directory holds:
                      without it was not finished)
     tokenizer.model  the SentencePiece model
     lengths.u16      per pair, max(source, target) + 1 tokens: what bucketing
-                     needs, without reading the shards
+                     needs, without reading the shards (its SHA-256 in the manifest)
     shard-NNNNN.*    token ids (see `shards`)
 
 `prepare` streams the corpus (it never holds it): one pass samples pairs
@@ -103,6 +103,15 @@ def read_manifest(directory):
     return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT_VERSION else None
 
 
+def content_sha256(manifest):
+    """A digest of what a prepared directory holds (tokenizer, shards, counts), not of how
+    or when it was made: two preparations of the same content have the same one."""
+    content = {key: manifest.get(key) for key in ("format", "tokenizer_sha256", "token_dtype", "shards",
+                                                  "lengths_sha256")}
+    content["pairs"] = manifest["counts"]["pairs"]
+    return _sha256(json.dumps(content, sort_keys=True).encode())
+
+
 def _why_stale(manifest, inputs, settings, tokenizer_sha256):
     """Why `manifest` does not describe these inputs and settings (None: it does).
 
@@ -138,6 +147,9 @@ def verify(directory, manifest, checksums=True):
     lengths = os.path.join(directory, LENGTHS_FILE)
     if not os.path.isfile(lengths) or os.path.getsize(lengths) != 2 * manifest["counts"]["pairs"]:
         raise ShardError(f"{lengths}: missing or of the wrong size")
+    # Manifests before format 1's lengths_sha256 have none: their lengths are checked by size only.
+    if checksums and "lengths_sha256" in manifest and file_sha256(lengths) != manifest["lengths_sha256"]:
+        raise ShardError(f"{lengths}: its SHA-256 differs from the manifest's (damaged)")
     for entry in manifest["shards"]:
         verify_shard(directory, entry, manifest["token_dtype"], checksums=checksums)
 
@@ -252,6 +264,7 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
     shards, writer = [], None
     longest = tokens = 0
     length_counts = np.zeros(_MAX_LENGTH + 1, np.int64)
+    lengths_digest = hashlib.sha256()
     with open(os.path.join(directory, LENGTHS_FILE), "wb") as lengths_file:
         iterator = iter(corpus)
         while chunk := list(itertools.islice(iterator, _CHUNK_PAIRS)):
@@ -260,7 +273,9 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
             lengths = np.minimum(
                 np.maximum(np.fromiter(map(len, sources), np.int64, len(chunk)),
                            np.fromiter(map(len, targets), np.int64, len(chunk))) + 1, _MAX_LENGTH)
-            lengths_file.write(lengths.astype("<u2").tobytes())
+            lengths_bytes = lengths.astype("<u2").tobytes()
+            lengths_file.write(lengths_bytes)
+            lengths_digest.update(lengths_bytes)
             length_counts += np.bincount(lengths, minlength=_MAX_LENGTH + 1)
             longest = max(longest, int(lengths.max()))
             position = 0
@@ -274,6 +289,8 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
                     shards.append(writer.close())
                     writer = None
             tokens += sum(map(len, sources)) + sum(map(len, targets))
+        lengths_file.flush()
+        os.fsync(lengths_file.fileno())
     if writer is not None:
         shards.append(writer.close())
     pairs = sum(entry["pairs"] for entry in shards)
@@ -286,6 +303,7 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
         "settings": settings,
         "tokenizer_sha256": _sha256(tokenizer_proto),
         "tokenizer_trained": trained,
+        "lengths_sha256": lengths_digest.hexdigest(),
         "token_dtype": dtype,
         "counts": {"pairs": pairs, "tokens": tokens, "longest": longest, "corpus": stats,
                    # pairs per padded length, from 1 (lengths.u16 in a histogram)

@@ -104,6 +104,21 @@ def test_a_damaged_shard_is_named_and_written_again_alike(tmp_path):
     assert any(shard in message and "truncated" in message for message in messages), messages
 
 
+def test_a_damaged_lengths_file_is_named_and_written_again(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.tsv", 50)
+    data = prepare_tsv(tmp_path / "data", corpus)
+    lengths = os.path.join(data.directory, "lengths.u16")
+    original = open(lengths, "rb").read()
+    with open(lengths, "r+b") as handle:  # same size, one length changed: training would fail at its step
+        handle.write(bytes([original[0] ^ 0x40]))
+    with pytest.raises(PrepareError, match=f"{lengths}: its SHA-256 differs from the manifest's"):
+        prepare_tsv(tmp_path / "data", corpus, build=False)  # a worker checking the chief's data
+    messages = []
+    again = prepare_tsv(tmp_path / "data", corpus, messages)
+    assert any(lengths in message and "damaged" in message for message in messages), messages
+    assert again.action == "prepared" and open(lengths, "rb").read() == original
+
+
 def test_an_unfinished_directory_is_prepared_again(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.tsv", 50)
     data = prepare_tsv(tmp_path / "data", corpus)
