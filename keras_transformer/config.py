@@ -51,7 +51,8 @@ SCHEMA = {
                                    "uniformly while the corpus streams by"),
         "pairs_per_shard": (1_000_000, int, "sentence pairs per shard of the prepared corpus"),
         "bucket_width": (None, int, "batch lengths are padded to multiples of this (default: 1 without "
-                         "XLA, else the geometric buckets 8, 16, 24, 32, 40, 48, 64, ...)"),
+                         "XLA, else the geometric buckets 8, 16, 24, 32, 40, 48, 64, ...; a run with checkpoints "
+                         "keeps the buckets it started with, recorded in checkpoints/plan.json)"),
     },
     "training": {
         "tokens_per_batch": (4096, int, "tokens per batch (paper: 25000 source + 25000 target)"),

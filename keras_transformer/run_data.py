@@ -98,8 +98,9 @@ def prepare(config, on_change="rebuild", build=True):
 
 
 def training_batches(config, prepared, boundaries, worker=None):
-    """`(steps_per_epoch, dataset_from)`: `dataset_from(step)` gives the
-    batches of this process (of this worker, in a cluster) from `step` on.
+    """`(steps_per_epoch, dataset_from, plan_record)`: `dataset_from(step)`
+    gives the batches of this process (of this worker, in a cluster) from
+    `step` on; `plan_record` is what decides them (see `check_plan`).
 
     The batch of every step is computed from the step (no pass over the
     data at start, no replay on resume); see `data.batch_plan`."""
@@ -127,8 +128,74 @@ def training_batches(config, prepared, boundaries, worker=None):
     if plan.left_out:
         print(f"data.train: {plan.left_out:,} of {prepared.num_pairs:,} pairs are longer than data.max_length "
               f"{max_length} tokens and left out", flush=True)
+    from keras_transformer.data.prepare import content_sha256
+
+    record = {"prepared_sha256": content_sha256(prepared.manifest), **plan.record()}
     shards = prepared.shards()
     if worker is None:
-        return plan.steps_per_epoch, lambda step: stream_batches(shards, plan, step)
+        return plan.steps_per_epoch, lambda step: stream_batches(shards, plan, step), record
     return plan.steps_per_epoch, lambda step: worker.strategy.distribute_datasets_from_function(
-        lambda context: stream_batches(shards, plans, step))
+        lambda context: stream_batches(shards, plans, step)), record
+
+
+PLAN_FILE = "plan.json"  # in the run's checkpoint directory
+
+# What each entry of a plan record comes from, for the message that names a change.
+_PLAN_SOURCES = {
+    "prepared_sha256": "the prepared data (data.prepared_dir: its tokenizer and shards)",
+    "boundaries": "the bucket boundaries (data.bucket_width)",
+    "tokens_per_batch": "training.tokens_per_batch",
+    "max_length": "data.max_length",
+    "seed": "training.seed",
+    "shares": "the number of replicas (workers x devices per worker)",
+    "pairs": "the pairs that fit data.max_length",
+    "steps_per_epoch": "the steps per epoch",
+    "epoch_0_sha256": "the order of epoch 0 (NumPy permutes differently: another NumPy version?)",
+}
+
+
+def read_plan(checkpoint_dir):
+    """The plan record of a run's checkpoints (`check_plan`), or None."""
+    import json
+
+    path = Path(checkpoint_dir) / PLAN_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as error:
+        raise RunError(f"{path}: not a plan record ({error}); delete it to record the plan afresh.") from None
+
+
+def check_plan(checkpoint_dir, record, has_checkpoints):
+    """Records the batch plan of a run's checkpoints, or checks that a resumed run plans as they did.
+
+    The batch of a step follows from the record's inputs; a run resumed with other ones would
+    train some pairs of its epoch twice and others not at all. A run without checkpoints (re)writes
+    `checkpoint_dir/plan.json`; one with checkpoints must match it, else `RunError` names every
+    changed input and how to go on. Checkpoints from before plan records get one now."""
+    from keras_transformer.data.prepare import _atomic_write
+
+    recorded = read_plan(checkpoint_dir) if has_checkpoints else None
+    path = Path(checkpoint_dir) / PLAN_FILE
+    if recorded is None:
+        import json
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(str(path), json.dumps(record, indent=1).encode())  # a new file: a hard-linked copy stays
+        return
+    changed = [key for key in _PLAN_SOURCES if recorded.get(key) != record.get(key)]
+    if not changed:
+        return
+    named = [key for key in changed if key not in ("pairs", "steps_per_epoch")] or changed
+    details = "; ".join(f"{_PLAN_SOURCES[key]}: {_short(recorded.get(key))} then, {_short(record.get(key))} now"
+                        for key in named)
+    raise RunError(
+        f"{path}: this run's checkpoints were trained on another batch plan: {details}. Resuming would "
+        "train some pairs of the epoch twice and others not at all. Set these back to resume, or train in "
+        "a new output_dir.")
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 60 else text[:28] + "..." + text[-28:]

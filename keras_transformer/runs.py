@@ -148,6 +148,18 @@ def bucket_boundaries(config):
     return default_bucket_boundaries(config["data"]["max_length"], min_boundary=width, growth=1, multiple=width)
 
 
+def run_boundaries(config, recorded_plan=None):
+    """The bucket boundaries a run trains with: those of its recorded plan (`run_data.check_plan`)
+    once it has checkpoints and `data.bucket_width` is unset, since the default depends on the
+    hardware (`bucket_boundaries`) and a run resumed on other hardware must keep its batches;
+    else those of `data.bucket_width` or the default."""
+    if recorded_plan is not None and config["data"]["bucket_width"] is None:
+        return [int(boundary) for boundary in recorded_plan["boundaries"]]
+    from keras_transformer.data import default_bucket_boundaries
+
+    return bucket_boundaries(config) or default_bucket_boundaries(config["data"]["max_length"])
+
+
 def compile_model(model, config):
     from keras_transformer.training import LabelSmoothedCrossEntropy, MaskedAccuracy, paper_optimizer
     from keras_transformer.training.metrics import TargetTokenCount
@@ -215,8 +227,8 @@ def train(config, verbose="auto", callbacks=()):
 
 def _train_prepared(config, prepared, worker, init_model_path, init_optimizer_path, verbose, callbacks):
     """`train` from its prepared data on: model, fit, final model."""
-    from keras_transformer.data import SubwordTokenizer, default_bucket_boundaries, make_dataset
-    from keras_transformer.run_data import training_batches
+    from keras_transformer.data import SubwordTokenizer, make_dataset
+    from keras_transformer.run_data import check_plan, read_plan, training_batches
     from keras_transformer.training import TerminateOnNonFiniteLoss, fit_resumable, list_checkpoints, save_averaged_model
     from keras_transformer.training.progress import ValidationTranslation
     from keras_transformer.training.shared_stop import SharedStop
@@ -226,8 +238,11 @@ def _train_prepared(config, prepared, worker, init_model_path, init_optimizer_pa
     if not tokenizer_path.is_file():
         tokenizer_path.write_bytes(Path(prepared.tokenizer_path).read_bytes())
     tokenizer = SubwordTokenizer.load(str(tokenizer_path))
-    boundaries = bucket_boundaries(config) or default_bucket_boundaries(config["data"]["max_length"])
-    steps_per_epoch, dataset_from = training_batches(config, prepared, boundaries, worker)
+    checkpoint_dir = output_dir / CHECKPOINT_DIR
+    has_checkpoints = bool(list_checkpoints(str(checkpoint_dir)))
+    boundaries = run_boundaries(config, read_plan(checkpoint_dir) if has_checkpoints else None)
+    steps_per_epoch, dataset_from, plan_record = training_batches(config, prepared, boundaries, worker)
+    check_plan(checkpoint_dir, plan_record, has_checkpoints)
 
     def dataset_options(training_split):
         return dict(

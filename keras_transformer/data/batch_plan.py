@@ -24,6 +24,8 @@ tokens than `tokens_per_batch` (a streamed, repeated `tf.data`
 Pure NumPy: no TensorFlow, the same on every backend.
 """
 
+import hashlib
+
 import numpy as np
 
 
@@ -51,6 +53,7 @@ class BatchPlan:
             raise ValueError(f"boundaries must be increasing, got {boundaries!r}")
         if not 0 <= worker < num_workers:
             raise ValueError(f"worker must lie in [0, {num_workers}), got {worker!r}")
+        self.tokens_per_batch, self.max_length = int(tokens_per_batch), max_length
         self.batch_sizes = np.maximum(1, int(tokens_per_batch) // self.boundaries)
         self.seed, self.num_workers, self.worker = int(seed), int(num_workers), int(worker)
         bucket = np.searchsorted(self.boundaries, lengths, side="left")
@@ -76,6 +79,25 @@ class BatchPlan:
     def num_pairs(self):
         """Pairs in an epoch (those that fit the last boundary)."""
         return len(self._kept)
+
+    def record(self):
+        """Every input that decides the plan's batches, as JSON values: a run resumed with
+        another record would train some pairs of the epoch twice and others not at all.
+
+        The worker's own share is left out (the shares together make one plan, whichever
+        process reads which); `epoch_0_sha256` digests the first pair ids of epoch 0, which
+        also changes with NumPy's permutation stream."""
+        first = self._epoch(0)[0][:4096].astype("<i8")
+        return {
+            "boundaries": self.boundaries.tolist(),
+            "tokens_per_batch": self.tokens_per_batch,
+            "max_length": None if self.max_length is None else int(self.max_length),
+            "seed": self.seed,
+            "shares": self.num_workers,
+            "pairs": self.num_pairs,
+            "steps_per_epoch": self.steps_per_epoch,
+            "epoch_0_sha256": hashlib.sha256(first.tobytes()).hexdigest(),
+        }
 
     def _epoch(self, epoch):
         """`(order, starts, ends, widths)` of this worker's batches of `epoch`."""

@@ -7,7 +7,8 @@ compiled step, so prefetched batches that were never trained on do not
 count). The run is killed after step 7 (checkpoints every 3 steps): the
 resumed run must train the uninterrupted run's batches 7-12 (step 7 again,
 since the kill came before its checkpoint), across an epoch boundary, and
-end with the same weights.
+end with the same weights. Before that resume, one with another
+`training.tokens_per_batch` is refused, naming it, and changes nothing.
 """
 
 import os
@@ -21,7 +22,7 @@ import pytest
 STEPS, KILL_AFTER, SAVE_EVERY = 12, 7, 3
 
 
-def child(corpus, output_dir, kill_after, record):
+def child(corpus, output_dir, kill_after, record, tokens_per_batch=100):
     import hashlib
 
     import keras
@@ -48,7 +49,8 @@ def child(corpus, output_dir, kill_after, record):
     assignments = [
         f"output_dir={output_dir}", f"data.train={corpus}", "data.vocabulary_size=120", "data.max_length=24",
         "data.pairs_per_shard=50", "model.d_model=16", "model.d_ff=32", "model.num_heads=2",
-        "model.num_encoder_layers=1", "model.num_decoder_layers=1", "training.tokens_per_batch=100", "data.bucket_width=8",
+        "model.num_encoder_layers=1", "model.num_decoder_layers=1", f"training.tokens_per_batch={tokens_per_batch}",
+        "data.bucket_width=8",
         f"training.max_steps={STEPS}", f"training.save_every_steps={SAVE_EVERY}", "training.average_last=1",
         "training.warmup_steps=4",
     ]
@@ -73,6 +75,9 @@ def test_a_killed_run_resumes_with_the_batches_it_would_have_seen(tmp_path, corp
     reference_dir, run_dir = tmp_path / "reference", tmp_path / "run"
     reference = start_child(__file__, corpus, reference_dir, 0, tmp_path / "reference.txt")
     finish_child(start_child(__file__, corpus, run_dir, KILL_AFTER, tmp_path / "killed.txt"), -signal.SIGKILL)
+    refused = finish_child(start_child(__file__, corpus, run_dir, 0, tmp_path / "refused.txt", 150), 1)
+    assert "training.tokens_per_batch: 100 then, 150 now" in refused, refused[-3000:]
+    assert not (tmp_path / "refused.txt").exists()
     finish_child(start_child(__file__, corpus, run_dir, 0, tmp_path / "resumed.txt"))
     output = finish_child(reference)
     # The kill and the resume straddle an epoch boundary (else the crossing would go untested).
