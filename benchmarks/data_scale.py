@@ -99,13 +99,13 @@ def input_rates(prepared_dir, corpus, rounds, batches, with_in_memory):
     from keras_transformer.data import SubwordTokenizer, default_bucket_boundaries, make_dataset, read_tsv
     from keras_transformer.data.batch_plan import BatchPlan
     from keras_transformer.data.prepare import prepare as prepare_data
-    from keras_transformer.data.prepare import read_manifest
+    from keras_transformer.data.prepare import current_version, read_manifest
     from keras_transformer.data.streaming import stream_batches
 
     manifest = read_manifest(prepared_dir)
     prepared = prepare_data(prepared_dir, inputs=[str(corpus)], open_pairs=lambda: read_tsv(corpus),
-                            settings=manifest["settings"], tokenizer_proto=open(Path(prepared_dir) /
-                                                                                "tokenizer.model", "rb").read(),
+                            settings=manifest["settings"], tokenizer_proto=open(Path(
+                                current_version(prepared_dir)) / "tokenizer.model", "rb").read(),
                             on_change="error")
     boundaries = default_bucket_boundaries(128, min_boundary=1, growth=1, multiple=1)
     plan = BatchPlan(prepared.lengths(), boundaries, 4096, seed=0, max_length=128)
@@ -140,10 +140,13 @@ def measure(size, work, args):
     run_dir = work / f"run-{size}"
     result = {"pairs": size, "corpus_bytes": corpus.stat().st_size}
     _, seconds, rss, output = run_command(["prepare", *run_settings(corpus, run_dir, args.train_steps)])
-    manifest = json.loads((run_dir / "prepared" / "manifest.json").read_text())
+    from keras_transformer.data.prepare import current_version
+
+    version = Path(current_version(run_dir / "prepared"))
+    manifest = json.loads((version / "manifest.json").read_text())
     result["prepare"] = {"seconds": seconds, "peak_rss_mb": rss, "tokens": manifest["counts"]["tokens"],
                          "shards": len(manifest["shards"]), "prepared_bytes": sum(
-                             f.stat().st_size for f in (run_dir / "prepared").iterdir())}
+                             f.stat().st_size for f in version.iterdir())}
     print(f"{size:,} pairs: prepared in {seconds:.0f}s, peak RSS {rss:.0f} MB", flush=True)
     _, again, _, output = run_command(["prepare", *run_settings(corpus, run_dir, args.train_steps)])
     assert output.startswith("up to date") or "\nup to date" in output, output[-2000:]

@@ -49,6 +49,8 @@ SCHEMA = {
                          "runs may share one"),
         "tokenizer_sample_pairs": (500_000, int, "the tokenizer is trained on at most this many pairs, drawn "
                                    "uniformly while the corpus streams by"),
+        "tokenizer_seed": (0, int, "seeds the tokenizer's sample and training (not training.seed: runs with "
+                           "other seeds share one prepared_dir)"),
         "pairs_per_shard": (1_000_000, int, "sentence pairs per shard of the prepared corpus"),
         "bucket_width": (None, int, "batch lengths are padded to multiples of this (default: 1 without "
                          "XLA, else the geometric buckets 8, 16, 24, 32, 40, 48, 64, ...; a run with checkpoints "
@@ -199,7 +201,7 @@ def _coerce(dotted, value, spec, origin):
                 raise ConfigError(f"{where}'{dotted}' must be an integer, got {value!r}.") from None
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}'{dotted}' must be an integer, got {value!r}.")
-        if value < 0 or (value == 0 and dotted.split(".")[-1] not in ("seed",)):
+        if value < 0 or (value == 0 and dotted.split(".")[-1] not in ("seed", "tokenizer_seed")):
             raise ConfigError(f"{where}'{dotted}' must be a positive integer, got {value!r}.")
         return value
     if kind is float:

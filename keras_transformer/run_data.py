@@ -34,8 +34,7 @@ def _settings(config):
     settings = {f"data.{key}": value for key, value in reader.items()}
     settings.update({f"data.{key}": data[key] for key in ("vocabulary_size", "tokenizer_model_type",
                                                           "user_defined_symbols", "tokenizer_sample_pairs",
-                                                          "pairs_per_shard")})
-    settings["training.seed"] = config["training"]["seed"]
+                                                          "tokenizer_seed", "pairs_per_shard")})
     return reader, settings
 
 
@@ -52,7 +51,7 @@ def prepare(config, on_change="rebuild", build=True):
     from keras_transformer.data.prepare import PrepareError
     from keras_transformer.data.prepare import prepare as prepare_data
 
-    data, seed = config["data"], config["training"]["seed"]
+    data, seed = config["data"], config["data"]["tokenizer_seed"]
     path = data["train"]
     if not path:
         raise RunError("the configuration has no data.train corpus (set data.train).")

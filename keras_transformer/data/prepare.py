@@ -1,6 +1,17 @@
 """Prepare once: a corpus turned into a tokenizer and shards of token ids.
 
-A prepared directory holds:
+A prepared directory holds versions, each complete and never changed once
+in place, so that a run reading one is never pulled from under it:
+
+    current          the name of the current version (replaced atomically)
+    v1/, v2/, ...    the versions, as below (older ones stay for the runs
+                     trained on them: delete one when no run needs it)
+    .lock            held (fcntl) by the process preparing: another waits,
+                     then finds the new version up to date
+    .building-*/     a version being made, renamed into place when complete
+
+(a directory prepared before versions holds one version's files itself).
+A version holds:
 
     manifest.json    inputs (path, size, mtime, SHA-256), the settings that
                      decide the content, the tokenizer's SHA-256, counts and
@@ -19,18 +30,22 @@ settings are unchanged and the shards intact; a changed input, setting or
 tokenizer is named in the message, and the data is prepared again (or, with
 `on_change="error"`, a `PrepareError` says so); a damaged shard is named and
 the shards are written again from the same inputs and tokenizer, which
-gives the same bytes.
+gives the same bytes. Either way the result is a new version.
 
 No TensorFlow here: the tokenizer is trained through a callable.
 """
 
+import contextlib
 import dataclasses
-import glob
+import fcntl
 import hashlib
 import itertools
 import json
 import os
 import random
+import re
+import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -39,6 +54,10 @@ from keras_transformer.data.shards import ShardError, ShardSet, ShardWriter, fil
 
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
+CURRENT_FILE = "current"
+LOCK_FILE = ".lock"
+_BUILDING_PREFIX = ".building-"
+_VERSION_NAME = re.compile(r"v[0-9]+")
 TOKENIZER_FILE = "tokenizer.model"
 LENGTHS_FILE = "lengths.u16"
 _MAX_LENGTH = 2**16 - 1  # lengths.u16 saturates here: such pairs fit no bucket
@@ -91,7 +110,9 @@ def _atomic_write(path, data):
 
 
 def read_manifest(directory):
-    """The manifest of a prepared directory, or None if it has none (or an unreadable one)."""
+    """The manifest of a prepared directory (of its current version), or None if it has none
+    (or an unreadable one)."""
+    directory = current_version(directory) or directory
     path = os.path.join(directory, MANIFEST_FILE)
     try:
         with open(path, encoding="utf-8") as handle:
@@ -112,16 +133,24 @@ def content_sha256(manifest):
     return _sha256(json.dumps(content, sort_keys=True).encode())
 
 
+# Settings that a later version calls by another name (the same setting, so not a change).
+_RENAMED_SETTINGS = {"training.seed": "data.tokenizer_seed"}
+
+
+def _renamed_settings(settings):
+    return {_RENAMED_SETTINGS.get(key, key): value for key, value in settings.items()}
+
+
 def _why_stale(manifest, inputs, settings, tokenizer_sha256):
     """Why `manifest` does not describe these inputs and settings (None: it does).
 
     An input whose size and modification time are unchanged is taken as
     unchanged; one whose stat changed is compared by SHA-256 (a copy or a
     `touch` is not a change)."""
-    if manifest["settings"] != settings:
-        changed = [f"{key} {manifest['settings'].get(key)!r} -> {settings.get(key)!r}"
-                   for key in sorted(set(manifest["settings"]) | set(settings))
-                   if manifest["settings"].get(key) != settings.get(key)]
+    before = _renamed_settings(manifest["settings"])
+    if before != settings:
+        changed = [f"{key} {before.get(key)!r} -> {settings.get(key)!r}"
+                   for key in sorted(set(before) | set(settings)) if before.get(key) != settings.get(key)]
         return "the settings changed since the data was prepared: " + "; ".join(changed)
     if tokenizer_sha256 is not None and manifest["tokenizer_sha256"] != tokenizer_sha256:
         return "the data was prepared with another tokenizer"
@@ -170,10 +199,34 @@ def reservoir_sample(pairs, size, seed):
     return [pair for _, pair in sample]
 
 
+def current_version(directory):
+    """The directory of the current version of the prepared `directory` (see the module
+    docstring), or None if there is none yet."""
+    directory = os.fspath(directory)
+    try:
+        with open(os.path.join(directory, CURRENT_FILE), encoding="utf-8") as handle:
+            return os.path.join(directory, handle.read().strip())
+    except FileNotFoundError:
+        pass
+    # Prepared before versions: the files lie in the directory itself.
+    return directory if os.path.isfile(os.path.join(directory, MANIFEST_FILE)) else None
+
+
+@contextlib.contextmanager
+def _locked(directory):
+    """Holds the directory's lock (one preparation at a time: another waits, then finds it done)."""
+    with open(os.path.join(directory, LOCK_FILE), "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, train_tokenizer=None,
             sample_pairs=500_000, seed=0, pairs_per_shard=1_000_000, on_change="rebuild", log=print,
             num_threads=None, build=True):
-    """Prepares (or checks) `directory`; returns a `Prepared`.
+    """Prepares (or checks) `directory`; returns a `Prepared` (its `directory` is the version's).
 
     Args:
         inputs: the corpus files (fingerprinted in the manifest).
@@ -201,43 +254,60 @@ def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, tr
             raise PrepareError(f"{path}: no such corpus file")
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
+    # Versions are never changed once in place and `current` is replaced atomically: a check
+    # needs no lock, a preparation holds it from its check to its new version.
+    with _locked(directory) if build else contextlib.nullcontext():
+        return _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer,
+                               sample_pairs, seed, pairs_per_shard, on_change, log, num_threads, build)
+
+
+def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,
+                    pairs_per_shard, on_change, log, num_threads, build):
+    if build:
+        for name in os.listdir(directory):  # left by a killed preparation: the lock is ours
+            if name.startswith(_BUILDING_PREFIX):
+                shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
     tokenizer_sha256 = None if tokenizer_proto is None else _sha256(tokenizer_proto)
-    manifest = read_manifest(directory)
+    current = current_version(directory)
+    manifest = None if current is None else read_manifest(current)
     if manifest is None and not build:
         raise PrepareError(f"{directory}: not prepared (no {MANIFEST_FILE})")
     if manifest is not None:
         reason = _why_stale(manifest, inputs, settings, tokenizer_sha256)
         if reason is None:
             try:
-                verify(directory, manifest)
-                return Prepared(directory, manifest, "up to date")
+                verify(current, manifest)
+                return Prepared(current, manifest, "up to date")
             except ShardError as error:
                 if not build:
                     raise PrepareError(str(error)) from None
-                log(f"prepare: {error}; writing the shards again from the same inputs and tokenizer")
-                with open(os.path.join(directory, TOKENIZER_FILE), "rb") as handle:
+                log(f"prepare: {error}; writing the shards again from the same inputs and tokenizer "
+                    f"(a new version; {current} stays for any run reading it)")
+                with open(os.path.join(current, TOKENIZER_FILE), "rb") as handle:
                     kept = handle.read()
                 if tokenizer_proto is None and _sha256(kept) == manifest["tokenizer_sha256"]:
                     tokenizer_proto = kept
         else:
             if on_change == "error" or not build:
                 raise PrepareError(f"{directory}: {reason}.")
-            log(f"prepare: {reason}; preparing {directory} again")
-    return _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,
-                  pairs_per_shard, log, num_threads)
+            log(f"prepare: {reason}; preparing {directory} again (a new version; {current} stays for any run "
+                "reading it)")
+    private = tempfile.mkdtemp(prefix=_BUILDING_PREFIX, dir=directory)
+    try:
+        prepared = _build(private, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs,
+                          seed, pairs_per_shard, log, num_threads)
+        names = [name for name in os.listdir(directory) if _VERSION_NAME.fullmatch(name)]
+        name = f"v{1 + max((int(n[1:]) for n in names), default=0)}"
+        os.rename(private, os.path.join(directory, name))
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    _atomic_write(os.path.join(directory, CURRENT_FILE), name.encode())
+    return Prepared(os.path.join(directory, name), prepared.manifest, prepared.action)
 
 
 def _sha256(data):
     return hashlib.sha256(data).hexdigest()
-
-
-def _remove_prepared_files(directory):
-    for name in (MANIFEST_FILE, LENGTHS_FILE):
-        path = os.path.join(directory, name)
-        if os.path.exists(path):
-            os.remove(path)
-    for path in glob.glob(os.path.join(glob.escape(directory), "shard-*")):
-        os.remove(path)
 
 
 def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,
@@ -245,7 +315,6 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
     import sentencepiece
 
     started = time.time()
-    _remove_prepared_files(directory)  # first the manifest: an unfinished directory has none
     fingerprints = [fingerprint(path) for path in inputs]
     trained = tokenizer_proto is None
     if trained:
@@ -312,6 +381,5 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
         "seconds": round(time.time() - started, 1),
     }
     _atomic_write(os.path.join(directory, MANIFEST_FILE), json.dumps(manifest, indent=1).encode())
-    log(f"prepare: {pairs:,} pairs, {tokens:,} tokens in {len(shards)} shards -> {directory} "
-        f"({manifest['seconds']:.0f}s)")
+    log(f"prepare: {pairs:,} pairs, {tokens:,} tokens in {len(shards)} shards ({manifest['seconds']:.0f}s)")
     return Prepared(directory, manifest, "prepared")

@@ -36,7 +36,7 @@ def worker(record, *argv):
 def test_two_workers_train_every_pair_once_per_epoch(tmp_path):
     from test_prepare import write_corpus
 
-    from keras_transformer.data.prepare import read_manifest
+    from keras_transformer.data.prepare import current_version, read_manifest
     from keras_transformer.data.shards import ShardSet
     from keras_transformer.special_tokens import EOS_ID
 
@@ -63,7 +63,7 @@ training: {{tokens_per_batch: 200, epochs: 1, save_every_steps: 4, average_last:
         with open(tmp_path / f"rows{index}.jsonl") as handle:
             rows.append([tuple(map(tuple, json.loads(line))) for line in handle])
     manifest = read_manifest(run / "prepared")
-    shards = ShardSet(str(run / "prepared"), manifest["shards"], manifest["token_dtype"])
+    shards = ShardSet(current_version(run / "prepared"), manifest["shards"], manifest["token_dtype"])
     expected = sorted((tuple(s + [EOS_ID]), tuple(t + [EOS_ID])) for s, t in shards.pairs(range(shards.num_pairs))
                       if max(len(s), len(t)) + 1 <= 40)
     assert len(expected) > 100

@@ -12,7 +12,7 @@ from keras_transformer import config as config_lib
 from keras_transformer import runs
 from keras_transformer.data import SubwordTokenizer, read_tsv
 from keras_transformer.data.batch_plan import BatchPlan
-from keras_transformer.data.prepare import MANIFEST_FILE, PrepareError, prepare, read_manifest
+from keras_transformer.data.prepare import MANIFEST_FILE, PrepareError, prepare, read_manifest, verify
 from keras_transformer.data.streaming import stream_batches
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -64,16 +64,22 @@ def test_shards_hold_the_in_graph_tokenizer_ids_of_every_pair(prepared):
 
 def test_preparing_again_does_nothing(prepared):
     corpus, data = prepared
-    files = {name: os.stat(os.path.join(data.directory, name)).st_mtime_ns for name in os.listdir(data.directory)}
-    again = prepare_tsv(data.directory, corpus, pairs_per_shard=128)
-    assert again.action == "up to date" and again.manifest == data.manifest
-    assert files == {name: os.stat(os.path.join(data.directory, name)).st_mtime_ns
-                     for name in os.listdir(data.directory)}
+    top = os.path.dirname(data.directory)
+    assert sorted(os.listdir(top)) == [".lock", "current", "v1"] and data.directory == os.path.join(top, "v1")
+
+    def files():
+        return {os.path.join(root, name): os.stat(os.path.join(root, name)).st_mtime_ns
+                for root, _, names in os.walk(top) for name in names}
+
+    before = files()
+    again = prepare_tsv(top, corpus, pairs_per_shard=128)
+    assert again.action == "up to date" and again.manifest == data.manifest and again.directory == data.directory
+    assert files() == before
 
 
 def test_a_changed_input_is_named(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.tsv", 60)
-    prepare_tsv(tmp_path / "data", corpus)
+    first = prepare_tsv(tmp_path / "data", corpus)
     os.utime(corpus, ns=(1, 1))  # touched, same bytes: not a change
     assert prepare_tsv(tmp_path / "data", corpus).action == "up to date"
     write_corpus(corpus, 61)
@@ -83,6 +89,61 @@ def test_a_changed_input_is_named(tmp_path):
     rebuilt = prepare_tsv(tmp_path / "data", corpus, messages)
     assert rebuilt.action == "prepared" and rebuilt.num_pairs == 61
     assert any(f"{corpus} changed" in message for message in messages)
+    # A new version: the old one, which a run may be reading, is still whole.
+    assert rebuilt.directory != first.directory
+    verify(first.directory, first.manifest)
+    assert read_manifest(tmp_path / "data") == rebuilt.manifest
+
+
+def test_two_concurrent_preparations_of_one_directory_make_one_version(tmp_path):
+    """The second waits for the first's lock and finds its version up to date. It starts
+    while the first trains its tokenizer (without the lock it would write the same files)."""
+    import threading
+
+    corpus = write_corpus(tmp_path / "corpus.tsv", 80)
+    results = {}
+
+    def second():
+        results["second"] = prepare_tsv(tmp_path / "data", corpus)
+
+    other = threading.Thread(target=second)
+
+    def train_tokenizer(sample):
+        other.start()
+        other.join(timeout=2)  # it cannot finish: it waits for the lock this preparation holds
+        return SubwordTokenizer.train(sample, vocabulary_size=120, model_type="bpe", seed=0,
+                                      hard_vocab_limit=False).proto
+
+    results["first"] = prepare(tmp_path / "data", inputs=[str(corpus)], open_pairs=lambda: read_tsv(corpus),
+                               settings={"vocabulary_size": 120}, train_tokenizer=train_tokenizer,
+                               log=lambda message: None)
+    other.join()
+    first, second = results["first"], results["second"]
+    assert (first.action, second.action) == ("prepared", "up to date")
+    assert first.directory == second.directory and sorted(os.listdir(tmp_path / "data")) == [
+        ".lock", "current", "v1"]
+    verify(first.directory, first.manifest)
+    assert first.shards().pairs(range(80)) == second.shards().pairs(range(80))
+
+
+def test_runs_with_other_seeds_share_a_prepared_directory(tmp_path):
+    """training.seed does not seed the tokenizer (data.tokenizer_seed does): a second run with
+    another seed finds the first's data up to date, and the first can resume on it."""
+    from keras_transformer.run_data import prepare as prepare_run
+
+    corpus = write_corpus(tmp_path / "corpus.tsv", 60)
+
+    def config(run, seed):
+        return config_lib.resolve([], None, [f"output_dir={tmp_path / run}", f"data.train={corpus}",
+                                             f"data.prepared_dir={tmp_path / 'shared'}", "data.vocabulary_size=60",
+                                             f"training.seed={seed}"])
+
+    first = prepare_run(config("a", 1))
+    second = prepare_run(config("b", 2))
+    assert (first.action, second.action) == ("prepared", "up to date") and second.directory == first.directory
+    assert prepare_run(config("a", 1), on_change="error").directory == first.directory
+    with pytest.raises(runs.RunError, match="data.tokenizer_seed 0 -> 3"):  # the seed that does decide
+        prepare_run(config_lib.merge(config("a", 1), {"data": {"tokenizer_seed": 3}}), on_change="error")
 
 
 def test_a_damaged_shard_is_named_and_written_again_alike(tmp_path):
@@ -97,6 +158,8 @@ def test_a_damaged_shard_is_named_and_written_again_alike(tmp_path):
     again = prepare_tsv(tmp_path / "data", corpus, messages, pairs_per_shard=64)
     assert any(shard in message and "damaged" in message for message in messages), messages
     assert again.action == "prepared" and again.manifest["shards"] == data.manifest["shards"]
+    assert again.directory != data.directory  # a new version: a run reading the old one keeps it
+    shard = os.path.join(again.directory, "shard-00001.tokens")
     assert open(shard, "rb").read() == original
     os.truncate(shard, 100)
     messages.clear()
@@ -116,7 +179,8 @@ def test_a_damaged_lengths_file_is_named_and_written_again(tmp_path):
     messages = []
     again = prepare_tsv(tmp_path / "data", corpus, messages)
     assert any(lengths in message and "damaged" in message for message in messages), messages
-    assert again.action == "prepared" and open(lengths, "rb").read() == original
+    assert again.action == "prepared"
+    assert open(os.path.join(again.directory, "lengths.u16"), "rb").read() == original
 
 
 def test_an_unfinished_directory_is_prepared_again(tmp_path):
@@ -173,10 +237,10 @@ def test_train_prepares_on_first_use_and_refuses_a_changed_corpus_under_checkpoi
                    "training.max_steps=2", "training.save_every_steps=1", "training.average_last=1"]
     config = config_lib.resolve([], None, assignments)
     runs.train(config)
-    manifest = json.loads((tmp_path / "run" / "prepared" / MANIFEST_FILE).read_text())
+    prepared_version = tmp_path / "run" / "prepared" / "v1"
+    manifest = json.loads((prepared_version / MANIFEST_FILE).read_text())
     assert manifest["inputs"][0]["path"] == str(corpus)
-    assert (tmp_path / "run" / "tokenizer.model").read_bytes() == (tmp_path / "run" / "prepared" /
-                                                                    "tokenizer.model").read_bytes()
+    assert (tmp_path / "run" / "tokenizer.model").read_bytes() == (prepared_version / "tokenizer.model").read_bytes()
     write_corpus(corpus, 81)
     with pytest.raises(runs.RunError, match=f"{corpus} changed since it was prepared.*new output_dir"):
         runs.train(config_lib.resolve([], None, assignments + ["training.max_steps=3"]))

@@ -216,7 +216,7 @@ def test_readme_preset_command(workspace, quickstart, monkeypatch, capsys):
     prepare = next(w for w in readme_commands() if w[:2] == ["keras-transformer", "prepare"])
     assert prepare[2:] == words[2:]  # the large-corpora page prepares what the training page trains on
     assert cli.main(with_settings(prepare[1:], SHRINK)) == 0
-    assert (workspace / "runs" / "my_data" / "prepared" / "manifest.json").is_file()
+    assert (workspace / "runs" / "my_data" / "prepared" / "v1" / "manifest.json").is_file()
 
     capsys.readouterr()
     assert cli.main(words[1:] + ["--print-config"]) == 0
