@@ -61,6 +61,8 @@ SCHEMA = {
         "gradient_accumulation_steps": (None, int, "apply one update every N batches"),
         "epochs": (10, int, "passes over the training data"),
         "max_steps": (None, int, "stop after this many steps (this run's: a fine-tuning run counts its own from 0)"),
+        "worker_wait_minutes": (60.0, float, "on a cluster, how long the other workers wait for the chief to "
+                                "prepare the data (they give up at once if the chief fails)"),
         "max_minutes": (None, float, "stop after this many minutes of training (on a cluster: the chief's "
                                            "clock; every worker stops at the step the chief does)"),
         "warmup_steps": (4000, int, "learning-rate warm-up steps (paper: 4000)"),

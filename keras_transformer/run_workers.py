@@ -6,7 +6,9 @@ the "chief" task) is the chief:
 
 - it prepares the data (`runs.prepare`); the others wait for the prepared
   directory, which must be on a file system all workers read (like the
-  checkpoints);
+  checkpoints), for at most `training.worker_wait_minutes`, and give up at
+  once when the chief records its failure (`chief-failed.json` in the
+  output directory);
 - its output directory is the run's: checkpoints, progress, validations,
   TensorBoard logs and the final model are written there. The other workers
   run the very same steps (saving and validating may need every worker's
@@ -70,17 +72,55 @@ def join_cluster():
     return Worker(strategy, len(members), index, is_chief(strategy))
 
 
-def wait_for(check, description, timeout_s=3600, every_s=2.0):
+def wait_for(check, description, timeout_s=3600, every_s=2.0, failed=lambda: None):
     """Calls `check()` until it returns without raising `ValueError`; gives up
-    after `timeout_s` with the last error."""
+    after `timeout_s` with the last error, or as soon as `failed()` returns a
+    message (the chief's failure)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             return check()
         except ValueError as error:
+            failure = failed()
+            if failure is not None:
+                raise RuntimeError(f"gave up waiting for {description}: {failure}") from None
             if time.monotonic() > deadline:
-                raise RuntimeError(f"waited {timeout_s}s for {description}: {error}") from None
+                raise RuntimeError(f"waited {timeout_s:.0f}s for {description} (training.worker_wait_minutes): "
+                                   f"{error}") from None
             time.sleep(every_s)
+
+
+CHIEF_FAILED_FILE = "chief-failed.json"
+# A failure recorded this long before a worker started still counts: the hosts'
+# clocks and start times differ.
+_FAILURE_GRACE_S = 300
+
+
+def clear_chief_failure(output_dir):
+    """The chief, starting: an earlier attempt's failure is not this one's."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(output_dir, CHIEF_FAILED_FILE))
+
+
+def record_chief_failure(output_dir, error):
+    """The chief, failing before training: the waiting workers read it (`chief_failure`)."""
+    path = os.path.join(output_dir, CHIEF_FAILED_FILE)
+    with contextlib.suppress(OSError):
+        with open(f"{path}.tmp-{os.getpid()}", "w", encoding="utf-8") as handle:
+            json.dump({"time": time.time(), "error": f"{type(error).__name__}: {error}"}, handle)
+        os.replace(f"{path}.tmp-{os.getpid()}", path)
+
+
+def chief_failure(output_dir, since):
+    """The chief's failure recorded in `output_dir` after `since` (`time.time()`, less a grace), or None."""
+    try:
+        with open(os.path.join(output_dir, CHIEF_FAILED_FILE), encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if record.get("time", 0) < since - _FAILURE_GRACE_S:
+        return None
+    return f"the chief failed ({os.path.join(output_dir, CHIEF_FAILED_FILE)}): {record.get('error')}"
 
 
 # What a non-chief worker copies from the chief's run to start where it stands.

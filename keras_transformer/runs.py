@@ -187,9 +187,17 @@ def train(config, verbose="auto", callbacks=()):
     `verbose` other than "auto" also turns on Keras' own progress output.
     `callbacks` are more Keras callbacks for `fit` (after the run's own).
     """
-    from keras_transformer.run_workers import join_cluster, run_directory, wait_for
+    from keras_transformer.run_workers import (
+        chief_failure,
+        clear_chief_failure,
+        join_cluster,
+        record_chief_failure,
+        run_directory,
+        wait_for,
+    )
     from keras_transformer.training import list_checkpoints
 
+    started = time.time()
     worker = join_cluster()  # first: on a cluster (TF_CONFIG), this starts the worker's server
     chief = worker is None or worker.chief
     output_dir = Path(config["output_dir"])
@@ -212,11 +220,22 @@ def train(config, verbose="auto", callbacks=()):
         if chief:
             _adopt_tokenizer(init_tokenizer_path, output_dir / TOKENIZER_FILE)
     if chief:
+        clear_chief_failure(output_dir)
         # A run that has trained on its data keeps that data: a changed input is an error, not a new corpus.
         has_checkpoints = bool(list_checkpoints(str(output_dir / CHECKPOINT_DIR)))
-        prepared = prepare(config, on_change="error" if has_checkpoints else "rebuild")
+        try:
+            prepared = prepare(config, on_change="error" if has_checkpoints else "rebuild")
+        except Exception as error:
+            if worker is not None:
+                record_chief_failure(output_dir, error)
+            raise
     else:
-        prepared = wait_for(lambda: prepare(config, build=False), f"the chief to prepare {prepared_dir(config)}")
+        try:
+            prepared = wait_for(lambda: prepare(config, build=False), f"the chief to prepare {prepared_dir(config)}",
+                                timeout_s=60 * training["worker_wait_minutes"],
+                                failed=lambda: chief_failure(output_dir, started))
+        except RuntimeError as error:
+            raise RunError(str(error)) from None
     with run_directory(worker, output_dir) as run_dir:
         # A worker other than the chief writes its copy of the run privately.
         config = config_lib.merge(config, {"output_dir": str(run_dir),
