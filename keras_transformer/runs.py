@@ -307,6 +307,13 @@ def _train_prepared(config, prepared, worker, init_model_path, init_optimizer_pa
     # Progress and validation write into the logs before TensorBoard reads them.
     extra_callbacks, callbacks = list(callbacks), [
         nan_guard, *_progress_callbacks(config, model, tokenizer, validation_pairs, steps_per_epoch, time_limit)]
+    if worker is not None:
+        from keras_transformer.training.worker_agreement import WorkerAgreement
+
+        # First: no worker validates or trains before all are known to train the same run.
+        plan = {key: value for key, value in plan_record.items() if key != "prepared_sha256"}
+        callbacks.insert(0, WorkerAgreement(worker.strategy, worker.local_replicas, worker.chief, worker.index, {
+            "prepared data": plan_record["prepared_sha256"], "batch plan": json.dumps(plan, sort_keys=True)}))
     callbacks.append(keras.callbacks.TensorBoard(str(output_dir / "tensorboard"),
                                                  update_freq=training["progress_every_steps"]))
     if time_limit is not None:
@@ -326,20 +333,25 @@ def _train_prepared(config, prepared, worker, init_model_path, init_optimizer_pa
         print(f"early stop: the run in {output_dir} stopped early before (best.json); restoring its checkpoint, "
               "training no further", flush=True)
         max_steps = 0  # fit_resumable restores the newest checkpoint and trains nothing
-    fit_resumable(
-        model,
-        dataset_from,
-        epochs=epochs,
-        steps_per_epoch=steps_per_epoch,
-        checkpoint_dir=str(output_dir / CHECKPOINT_DIR),
-        save_every_steps=training["save_every_steps"],
-        keep_last=max(training["keep_checkpoints"], training["average_last"]),
-        callbacks=callbacks,
-        max_steps=max_steps,
-        validation_data=validation,
-        shuffle=False,  # the pipeline shuffles (Keras would only warn that it ignores this)
-        verbose=0 if verbose == "auto" else verbose,  # TrainingProgress reports by default
-    )
+    from keras_transformer.training.worker_agreement import WorkerMismatchError
+
+    try:
+        fit_resumable(
+            model,
+            dataset_from,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            checkpoint_dir=str(output_dir / CHECKPOINT_DIR),
+            save_every_steps=training["save_every_steps"],
+            keep_last=max(training["keep_checkpoints"], training["average_last"]),
+            callbacks=callbacks,
+            max_steps=max_steps,
+            validation_data=validation,
+            shuffle=False,  # the pipeline shuffles (Keras would only warn that it ignores this)
+            verbose=0 if verbose == "auto" else verbose,  # TrainingProgress reports by default
+        )
+    except WorkerMismatchError as error:
+        raise RunError(str(error)) from None
     if shared_stop.signal is not None:
         name = signal.Signals(shared_stop.signal).name
         raise RunError(f"training stopped by {name} at step {shared_stop.step}; its checkpoint is in "

@@ -258,6 +258,22 @@ def is_chief(strategy=None):
     return task_type == "worker" and index == 0 and "chief" not in jobs
 
 
+def sum_over_workers(strategy, local_replicas, values):
+    """`values` (floats) summed over the workers of `strategy`'s cluster, each
+    worker counted once: an all-reduce, so every worker must call it, in step
+    with the others. (float32: integers up to 2**24 are exact.)"""
+    zeros = [0.0] * len(values)
+
+    def part(context):
+        # Every replica takes part; the first of each worker carries the worker's values.
+        first = context.replica_id_in_sync_group % local_replicas == 0
+        return tf.constant(values if first else zeros, tf.float32)
+
+    per_replica = strategy.experimental_distribute_values_from_function(part)
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+    return [float(value) for value in total.numpy()]
+
+
 def shard_by_data(dataset):
     """`dataset` with the DATA auto-shard policy, for several workers.
 

@@ -80,16 +80,6 @@ class SharedStop(keras.callbacks.Callback):
             self.step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
     def _sum_over_workers(self, values):
-        """`values` summed over the workers (an all-reduce: every worker must call it, in step)."""
-        import tensorflow as tf
+        from keras_transformer.training.distribute import sum_over_workers
 
-        zeros = [0.0] * len(values)
-
-        def part(context):
-            # Every replica takes part; the first of each worker carries the worker's values.
-            first = context.replica_id_in_sync_group % self.local_replicas == 0
-            return tf.constant(values if first else zeros, tf.float32)
-
-        per_replica = self.strategy.experimental_distribute_values_from_function(part)
-        total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-        return [float(value) for value in keras.ops.convert_to_numpy(total)]
+        return sum_over_workers(self.strategy, self.local_replicas, values)

@@ -12,7 +12,8 @@ script) is the command line's `main` with one worker's decision changed in advan
   second validation), the chief's always do.
 
 Both workers must end at the same step (the chief's decision), exit 0, and the launcher kills
-both and fails after `TIMEOUT_S` rather than hang.
+both and fails after `TIMEOUT_S` rather than hang. A worker whose prepared data differs from the
+chief's (its digest changed in advance) makes both fail before the first step, saying so.
 """
 
 import json
@@ -21,7 +22,7 @@ import sys
 
 from test_multi_worker import launch_workers
 
-TIMEOUT_S = 60
+TIMEOUT_S = 90  # a hang guard: each test takes 35-50 s on this busy 2-core machine
 MAX_STEPS = 6
 
 
@@ -40,6 +41,10 @@ def worker(record, case, *argv):
             self.deadline -= 3600  # as if this clock ran an hour ahead of the other worker's
 
         runs._TimeLimit.__init__ = hour_ahead
+    if case == "other_manifest" and index == 1:
+        from keras_transformer.data import prepare
+
+        prepare.content_sha256 = lambda manifest: "another prepared directory"
     if case == "early_stopping":
         # Fast: no search (the translations are the sources), no validation loss at the epoch's end.
         runs.translate_texts = lambda model, tokenizer, texts, *args, **kwargs: list(texts)
@@ -55,7 +60,7 @@ def worker(record, case, *argv):
     sys.exit(cli.main(list(argv)))
 
 
-def run_case(tmp_path, case, training, valid=False):
+def run_case(tmp_path, case, training, valid=False, returncodes=None):
     from test_prepare import write_corpus
 
     corpus = write_corpus(tmp_path / "corpus.tsv", 60)
@@ -75,10 +80,12 @@ training: {{tokens_per_batch: 120, epochs: 1000, max_steps: {MAX_STEPS}, save_ev
     os.environ["TMPDIR"] = str(private_tmp)  # the non-chief's private directory goes here
     try:
         outputs = launch_workers(tmp_path, [os.path.abspath(__file__), str(tmp_path / "steps{}.txt"), case,
-                                            "train", "--config", str(config)], timeout_s=TIMEOUT_S)
+                                            "train", "--config", str(config)], timeout_s=TIMEOUT_S,
+                                 returncodes=returncodes)
     finally:
         del os.environ["TMPDIR"]
-    steps = [len((tmp_path / f"steps{index}.txt").read_text().split()) for index in range(2)]
+    steps = [len((tmp_path / f"steps{index}.txt").read_text().split()) if (tmp_path / f"steps{index}.txt").exists()
+             else 0 for index in range(2)]
     return steps, outputs
 
 
@@ -93,6 +100,16 @@ def test_the_chiefs_validation_verdict_is_every_workers(tmp_path):
                               "validation_sentences: 4", valid=True)
     assert steps == [MAX_STEPS, MAX_STEPS], steps
     assert "early stop" in outputs[1] and "early stop" not in outputs[0]
+
+
+def test_a_worker_with_other_prepared_data_is_refused_before_the_first_step(tmp_path):
+    codes = []
+    steps, outputs = run_case(tmp_path, "other_manifest", "max_minutes: 10", returncodes=codes)
+    assert codes == [2, 2] and steps == [0, 0], (codes, outputs)  # 2: the command line's error exit
+    for output in outputs:
+        assert "the workers do not train the same run: prepared data: 1 worker(s) differ from the chief." in output
+        assert "batch plan:" not in output and "start step:" not in output
+    assert "This worker (1) differs in: prepared data." in outputs[1]
 
 
 if __name__ == "__main__":

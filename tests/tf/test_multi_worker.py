@@ -170,9 +170,12 @@ def free_ports(count):
             item.close()
 
 
-def launch_workers(output_dir, arguments=None, timeout_s=WORKER_TIMEOUT_S):
+def launch_workers(output_dir, arguments=None, timeout_s=WORKER_TIMEOUT_S, returncodes=None):
     """Runs two workers to completion (each `python ARGUMENTS...`, by default
-    this file's worker); kills both if one fails or hangs. Returns their logs."""
+    this file's worker); kills both if one fails or hangs. Returns their logs.
+
+    With a list `returncodes`, a worker that fails does not end the other:
+    both run to their end (or the timeout), and their exit codes go there."""
     ports = free_ports(2)
     cluster = {"worker": [f"localhost:{port}" for port in ports]}
     processes, logs = [], []
@@ -193,7 +196,7 @@ def launch_workers(output_dir, arguments=None, timeout_s=WORKER_TIMEOUT_S):
     deadline = time.monotonic() + timeout_s
     failure = None
     while any(p.poll() is None for p in processes):
-        if any(p.poll() not in (None, 0) for p in processes):
+        if returncodes is None and any(p.poll() not in (None, 0) for p in processes):
             failure = "a worker failed"
             break
         if time.monotonic() > deadline:
@@ -204,7 +207,9 @@ def launch_workers(output_dir, arguments=None, timeout_s=WORKER_TIMEOUT_S):
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    if failure is None and any(p.returncode != 0 for p in processes):
+    if returncodes is not None:
+        returncodes.extend(p.returncode for p in processes)
+    elif failure is None and any(p.returncode != 0 for p in processes):
         failure = "a worker failed"
     if failure:
         tails = []
