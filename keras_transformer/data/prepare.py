@@ -294,6 +294,9 @@ def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, tr
                 "reading it)")
     private = tempfile.mkdtemp(prefix=_BUILDING_PREFIX, dir=directory)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(private, 0o777 & ~umask)  # mkdtemp's 0700 would keep other users' workers out
         prepared = _build(private, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs,
                           seed, pairs_per_shard, log, num_threads)
         names = [name for name in os.listdir(directory) if _VERSION_NAME.fullmatch(name)]

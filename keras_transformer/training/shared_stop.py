@@ -35,8 +35,11 @@ class SharedStop(keras.callbacks.Callback):
         signals: the signals that ask for a stop at the next step boundary.
 
     After the fit, `signal` is the number of the signal that stopped training (None if none did)
-    and `step` the step it stopped at (the optimizer's iteration count).
+    and `step` the step it stopped at (as the run's `StepCheckpoint` counts, which `fit_resumable`
+    sets as `checkpoint`; else the optimizer's iteration count).
     """
+
+    checkpoint = None
 
     def __init__(self, strategy=None, local_replicas=1, chief=True, signals=(signal.SIGTERM,)):
         super().__init__()
@@ -77,7 +80,8 @@ class SharedStop(keras.callbacks.Callback):
         self.model.stop_training = bool(decided or signalled)
         if signalled and self.signal is None:
             self.signal = self._received or signal.SIGTERM  # a peer's, when this worker had none
-            self.step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            self.step = (self.checkpoint.step if self.checkpoint is not None
+                         else int(keras.ops.convert_to_numpy(self.model.optimizer.iterations)))
 
     def _sum_over_workers(self, values):
         from keras_transformer.training.distribute import sum_over_workers
