@@ -220,9 +220,12 @@ def _hugging_face_unk_id(folder):
 
 
 def _generation_settings(folder, config):
+    """Beams, length limit and length penalty from `generation_config.json`,
+    or from `config.json` where folders converted before Transformers had
+    generation configs keep them."""
     path = folder / "generation_config.json"
     if not path.is_file():
-        return
+        path = folder / "config.json"
     generation = _read_json(path)
     for key, attribute, kind in (("num_beams", "num_beams", int), ("max_length", "max_length", int),
                                  ("length_penalty", "length_penalty", float)):
