@@ -19,6 +19,7 @@ only. What our model cannot represent (pre-norm, untied output projections,
 unscaled embeddings, ...) is refused with the file and key that say so.
 """
 
+import collections.abc
 import dataclasses
 import json
 import re
@@ -81,7 +82,8 @@ class MarianCheckpoint:
     """A neutral checkpoint: `config`, `weights` (Transformers' names without
     `model.`, (out, in) projections; `encoder.embed_tokens.weight` and
     `decoder.embed_tokens.weight` are the same array when shared;
-    `final_logits_bias` is 1-D), the folder and the weights file read."""
+    `final_logits_bias` is 1-D; a mapping that reads a safetensors file's
+    arrays when asked for them), the folder and the weights file read."""
 
     config: MarianConfig
     weights: dict
@@ -237,16 +239,54 @@ def _generation_settings(folder, config):
         setattr(config, attribute, kind(value))
 
 
-def _read_safetensors(path):
-    try:
-        from safetensors.numpy import load_file
-    except ImportError as error:
-        raise CheckpointError(f"{path}: reading it needs the `safetensors` package (pip install safetensors)") \
-            from error
-    try:
-        return load_file(str(path))
-    except Exception as error:  # safetensors raises its own error types
-        raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from error
+class _SafetensorsArrays(collections.abc.MutableMapping):
+    """The arrays of a safetensors file, under names without `model.`, read
+    when asked for and not kept: an import holds one of the file's arrays at
+    a time beside the model, not all of them. Names set or deleted here
+    shadow the file's."""
+
+    def __init__(self, path):
+        try:
+            from safetensors import safe_open
+        except ImportError as error:
+            raise CheckpointError(f"{path}: reading it needs the `safetensors` package (pip install safetensors)") \
+                from error
+        self._open = lambda: safe_open(str(path), framework="numpy")
+        try:
+            with self._open() as file:
+                names = list(file.keys())
+        except Exception as error:  # safetensors raises its own error types
+            raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from error
+        self._in_file = {name[len("model."):] if name.startswith("model.") else name: name for name in names}
+        self._set, self._deleted = {}, set()
+
+    def __contains__(self, name):
+        return name in self._set or (name in self._in_file and name not in self._deleted)
+
+    def __getitem__(self, name):
+        if name in self._set:
+            return self._set[name]
+        if name not in self:
+            raise KeyError(name)
+        with self._open() as file:
+            return file.get_tensor(self._in_file[name])
+
+    def __setitem__(self, name, value):
+        self._set[name] = value
+        self._deleted.discard(name)
+
+    def __delitem__(self, name):
+        if name not in self:
+            raise KeyError(name)
+        self._set.pop(name, None)
+        self._deleted.add(name)
+
+    def __iter__(self):
+        yield from self._set
+        yield from (name for name in self._in_file if name not in self._set and name not in self._deleted)
+
+    def __len__(self):
+        return sum(1 for _ in self)
 
 
 # TF-era layer names (TFMarianMTModel's Keras layers) -> Transformers' names.
@@ -299,10 +339,11 @@ def read_hugging_face_folder(folder):
     _generation_settings(folder, config)
     if (folder / "model.safetensors").is_file():
         weights_file = folder / "model.safetensors"
-        raw = _read_safetensors(weights_file)
+        weights = _SafetensorsArrays(weights_file)
     elif (folder / "tf_model.h5").is_file():
         weights_file = folder / "tf_model.h5"
-        raw = _read_tf_h5(weights_file)
+        weights = {name[len("model."):] if name.startswith("model.") else name: array
+                   for name, array in _read_tf_h5(weights_file).items()}
     elif list(folder.glob("model-*.safetensors")):
         raise CheckpointError(f"{folder}: sharded safetensors weights are not read; save the model unsharded")
     else:
@@ -316,10 +357,6 @@ def read_hugging_face_folder(folder):
                 "with transformers"
             )
         raise CheckpointError(f"{folder}: no weights file (model.safetensors or tf_model.h5)")
-    weights = {}
-    for name, array in raw.items():
-        name = name[len("model."):] if name.startswith("model.") else name
-        weights[name] = np.asarray(array)
     return MarianCheckpoint(config, _complete_embeddings(config, weights, weights_file), folder, weights_file)
 
 

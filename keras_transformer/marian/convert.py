@@ -66,14 +66,15 @@ def _sublayers(layer, is_decoder):
 
 
 def _marian_arrays_to_ours(model, weights, perm):
-    """{our variable: array} from Transformers-named arrays ((out, in)),
-    with the model axis permuted by `perm` (None: as it is)."""
+    """(our variable, array) pairs from Transformers-named arrays ((out, in)),
+    with the model axis permuted by `perm` (None: as it is); a generator,
+    so that arrays read lazily are held one layer at a time."""
 
     def model_axis(array, axis):
         return array if perm is None else np.take(array, perm, axis=axis)
 
-    assignments = []
     for layer, prefix, is_decoder in _layer_pairs(model):
+        assignments = []
         for attention, norm, block in _sublayers(layer, is_decoder):
             for ours, theirs in _ATTENTION:
                 dense = getattr(attention, ours)
@@ -95,7 +96,7 @@ def _marian_arrays_to_ours(model, weights, perm):
             (layer.feed_forward_norm.gamma, model_axis(weights[prefix + "final_layer_norm.weight"], 0)),
             (layer.feed_forward_norm.beta, model_axis(weights[prefix + "final_layer_norm.bias"], 0)),
         ]
-    return assignments
+        yield from assignments
 
 
 def _checkpoint_ids(config, checkpoint):
@@ -161,12 +162,14 @@ def transformer_from_checkpoint(checkpoint, sinusoid_layout="concatenated", drop
         rows = ids.our_rows(weights[name])
         return rows if perm is None else rows[:, perm]
 
-    assignments = [(model.target_embedding.embeddings, embedding("decoder.embed_tokens.weight", target_ids))]
-    if not config.share_embeddings:
-        assignments.append((model.source_embedding.embeddings, embedding("encoder.embed_tokens.weight", source_ids)))
-    assignments.append((model.output_bias, target_ids.our_output_bias(weights["final_logits_bias"])))
-    assignments += _marian_arrays_to_ours(model, weights, perm)
-    for variable, array in assignments:
+    def assignments():
+        yield model.target_embedding.embeddings, embedding("decoder.embed_tokens.weight", target_ids)
+        if not config.share_embeddings:
+            yield model.source_embedding.embeddings, embedding("encoder.embed_tokens.weight", source_ids)
+        yield model.output_bias, target_ids.our_output_bias(weights["final_logits_bias"])
+        yield from _marian_arrays_to_ours(model, weights, perm)
+
+    for variable, array in assignments():
         if tuple(variable.shape) != tuple(array.shape):
             raise ValueError(f"{checkpoint.weights_file}: an array of shape {array.shape} for {variable.path} "
                              f"{tuple(variable.shape)}")
