@@ -172,7 +172,7 @@ def _marian_npz_name(name):
     return prefix + ("ffn_W" if part == "weight" else "ffn_b") + number, part == "weight"
 
 
-def _write_opus_mt_folder(folder, reference):
+def _write_opus_mt_folder(folder, reference, more_options=""):
     """A Marian-layout .npz (no pad rows, (in, out) matrices, (1, n) vectors)
     and decoder.yml from a MarianMTModel's weights."""
     config = reference.config
@@ -203,7 +203,7 @@ def _write_opus_mt_folder(folder, reference):
         "transformer-postprocess-emb: d\ntransformer-decoder-autoreg: self-attention\n"
         f"tied-embeddings: true\ntied-embeddings-all: {'true' if shared else 'false'}\n"
         "transformer-dropout: 0.1\n"
-    )
+    ) + more_options  # a repeated key: YAML keeps the last
     arrays["special:model.yml"] = np.frombuffer(model_yml.encode() + b"\x00", dtype=np.int8)
     np.savez(folder / "opus.model1.npz", **arrays)
     (folder / "decoder.yml").write_text("models:\n  - opus.model1.npz\nbeam-size: 4\nnormalize: 1\n")
@@ -374,3 +374,9 @@ def test_bad_folders_are_refused_naming_the_file(marian_folders, tmp_path):
             read_checkpoint(cases[case])
     with pytest.raises(CheckpointError, match="not a folder"):
         read_checkpoint(tmp_path / "absent")
+    pre_norm_npz = tmp_path / "pre_norm_npz"
+    pre_norm_npz.mkdir()
+    _write_opus_mt_folder(pre_norm_npz, marian_folders["shared_swish"][1], "transformer-preprocess: n\n")
+    with pytest.raises(CheckpointError, match=r"opus.model1.npz \(special:model.yml\): `transformer-preprocess: "
+                                               r"\"n\"` is not supported"):
+        read_checkpoint(pre_norm_npz)

@@ -515,14 +515,17 @@ def _opus_mt_config(options, path):
     vocabs = option("dim-vocabs")
     if not isinstance(dim_emb, int) or not isinstance(vocabs, list) or len(vocabs) != 2:
         raise CheckpointError(f"{where}: `dim-emb` and a two-entry `dim-vocabs` are required")
-    tied_all = bool(option("tied-embeddings-all", False))
-    _refuse_unless(tied_all or option("tied-embeddings", False), where, "tied-embeddings", option("tied-embeddings"),
+    # One `Wemb` serves both sides with tied-embeddings-all or -src.
+    tied_all = bool(option("tied-embeddings-all", False)) or bool(option("tied-embeddings-src", False))
+    _refuse_unless(bool(option("tied-embeddings-all", False)) or option("tied-embeddings", False), where,
+                   "tied-embeddings", option("tied-embeddings"),
                    "the output projection must be the target embedding (tied)")
     # Marian's vocabularies have no pad; as Transformers' converter does, one
     # zero row is appended for it (and Marian decodes from a zero vector).
     vocab_size, decoder_vocab_size = vocabs[0] + 1, vocabs[1] + 1
     if tied_all and vocabs[0] != vocabs[1]:
-        raise CheckpointError(f"{where}: `tied-embeddings-all` with two vocabulary sizes {vocabs}")
+        raise CheckpointError(f"{where}: one shared embedding (`tied-embeddings-all` or `-src`) but two "
+                              f"vocabulary sizes {vocabs}")
     return MarianConfig(
         d_model=dim_emb, encoder_layers=option("enc-depth", 6), decoder_layers=option("dec-depth", 6),
         num_heads=heads, ffn_dim=ffn, activation=ACTIVATIONS[activation], vocab_size=vocab_size,
