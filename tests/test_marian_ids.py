@@ -34,3 +34,12 @@ def test_export_mapping_is_a_permutation_with_a_real_bos():
 def test_bad_special_ids_are_refused(kwargs):
     with pytest.raises(ValueError, match="Marian"):
         MarianIds(7, **kwargs)
+
+
+def test_export_mapping_with_a_pad_inside():
+    # Separate vocabularies share the smaller one's last id as pad.
+    ids = MarianIds.for_export(7, pad_id=4)
+    assert ids.marian_of_ours.tolist() == [4, 1, 2, 0, 3, 5, 6]
+    assert ids.ours_of_marian.tolist() == [3, 1, 2, 4, 0, 5, 6]
+    with pytest.raises(ValueError, match="pad id"):
+        MarianIds.for_export(7, pad_id=2)

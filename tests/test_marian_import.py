@@ -84,18 +84,25 @@ def marian_folders(tmp_path_factory):
         model = _marian_model(variant, seed)
         folder = tmp_path_factory.mktemp(variant)
         model.save_pretrained(folder)
+        if not model.config.share_encoder_decoder_embeddings:
+            # The source vocabulary's pad is its last id (as in the .npz); its
+            # vocab.json says so (Transformers' config has one pad id, the target's).
+            size = model.config.vocab_size
+            (folder / "vocab.json").write_text(json.dumps({"</s>": 0, "<unk>": 1, "<pad>": size - 1}))
         folders[variant] = (folder, model)
     return folders
 
 
-def _source_batch(size, seed):
+def _source_batch(size, seed, pad_id=None):
     """Two Marian source rows ending with EOS 0; the second padded with the
-    source pad (size - 1), with their attention mask."""
+    source pad (default size - 1), with their attention mask."""
+    pad_id = size - 1 if pad_id is None else pad_id
     rng = np.random.default_rng(seed)
     ids = rng.integers(2, size - 1, size=(2, 7))
+    ids[ids == pad_id] = 2
     ids[:, -1] = 0
     ids[1, 4] = 0
-    ids[1, 5:] = size - 1
+    ids[1, 5:] = pad_id
     mask = np.ones_like(ids)
     mask[1, 5:] = 0
     return ids, mask
@@ -118,7 +125,8 @@ def test_imported_logits_equal_transformers(marian_folders, variant):
     model, info = transformer_from_checkpoint(folder)
     source_ids, target_ids = info["source_ids"], info["target_ids"]
     assert model.vocabulary_size == reference.config.decoder_vocab_size + 1
-    source, mask = _source_batch(reference.config.vocab_size, 1)
+    source, mask = _source_batch(reference.config.vocab_size, 1, source_ids.pad_id)
+    assert source_ids.pad_id == reference.config.vocab_size - 1
     rng = np.random.default_rng(2)
     decoder_inputs = np.concatenate([np.full((2, 1), target_ids.pad_id),
                                      rng.integers(0, target_ids.size - 1, size=(2, 5))], axis=1)
@@ -272,7 +280,8 @@ def test_tf_era_h5_gives_the_same_checkpoint(marian_folders, tmp_path):
 
 
 def _random_native_model(separate, seed):
-    model = Transformer(vocabulary_size=23, source_vocabulary_size=27 if separate else None, d_model=16,
+    # A source vocabulary smaller than the target's: the exported pad id must fit both.
+    model = Transformer(vocabulary_size=23, source_vocabulary_size=19 if separate else None, d_model=16,
                         num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=2, dropout=0.0,
                         activation="relu" if separate else "gelu", output_bias=separate)
     model.build()

@@ -178,10 +178,10 @@ def _hugging_face_config(folder):
     decoder_start_id = _int_key(config, "decoder_start_token_id", path, pad_id)
     _refuse_unless(decoder_start_id < decoder_vocab_size and decoder_start_id != eos_id, path,
                    "decoder_start_token_id", decoder_start_id, "it must be a target id other than EOS")
-    unk_id = _hugging_face_unk_id(folder)
-    # Transformers pads the source through its attention mask, not by id; with
-    # separate vocabularies Marian's pad is the source vocabulary's last id.
-    source_pad_id = pad_id if share else vocab_size - 1
+    unk_id, source_pad_id = _hugging_face_source_ids(folder, vocab_size)
+    if share or source_pad_id is None:
+        # Transformers' encoder takes `pad_token_id` as its padding index too.
+        source_pad_id = pad_id if pad_id < vocab_size else vocab_size - 1
     if not pad_id < decoder_vocab_size:
         raise CheckpointError(f"{path}: `pad_token_id` {pad_id} is not an id of the {decoder_vocab_size}-token "
                               "target vocabulary")
@@ -211,14 +211,18 @@ def _hugging_face_config(folder):
     )
 
 
-def _hugging_face_unk_id(folder):
-    """`<unk>`'s id in `vocab.json` (the tokenizer's); 1, Marian's, without one."""
+def _hugging_face_source_ids(folder, vocab_size):
+    """(`<unk>`'s id, `<pad>`'s id or None) in the source `vocab.json` (the
+    tokenizer's); Marian's unk 1 without one."""
     path = folder / "vocab.json"
+    found = {}
     if path.is_file():
-        unk = _read_json(path).get("<unk>")
-        if isinstance(unk, int) and not isinstance(unk, bool):
-            return unk
-    return 1
+        vocabulary = _read_json(path)
+        for piece in ("<unk>", "<pad>"):
+            value = vocabulary.get(piece)
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size:
+                found[piece] = value
+    return found.get("<unk>", 1), found.get("<pad>")
 
 
 def _generation_settings(folder, config):

@@ -186,11 +186,17 @@ def export_ids(model):
     """The (source, target) `MarianIds` `write_marian_hf` uses for `model`:
     `MarianIds.for_export` of each vocabulary (the same object when shared).
     The tokenizer writes `vocab.json` in this order: Marian id m is the
-    piece of our id `ids.ours_of_marian[m]`."""
-    target = MarianIds.for_export(model.vocabulary_size)
+    piece of our id `ids.ours_of_marian[m]`.
+
+    Separate vocabularies share one pad id, the smaller vocabulary's last:
+    Transformers gives both embeddings `pad_token_id` as their padding index,
+    which must lie inside each."""
     if model.source_vocabulary_size is None:
+        target = MarianIds.for_export(model.vocabulary_size)
         return target, target
-    return MarianIds.for_export(model.source_vocabulary_size), target
+    pad_id = min(model.source_vocabulary_size, model.vocabulary_size) - 1
+    return (MarianIds.for_export(model.source_vocabulary_size, pad_id),
+            MarianIds.for_export(model.vocabulary_size, pad_id))
 
 
 def _check_exportable(model):

@@ -83,13 +83,17 @@ class MarianIds:
         self.ours_of_marian = ours_of_marian
 
     @classmethod
-    def for_export(cls, our_size):
+    def for_export(cls, our_size, pad_id=None):
         """The Marian order our `marian-hf` export writes for a vocabulary of
         `our_size` ids: eos 0, unk 1, bos 2 (the decoder start), then our ids
-        4.. in order, pad last, so Marian's size is ours."""
+        4.. in order with pad at `pad_id` (default: last, Marian's place), so
+        Marian's size is ours."""
         if our_size < 5:
             raise ValueError(f"a vocabulary needs the 4 special ids and at least one more, got {our_size} ids")
-        return cls(our_size, eos_id=0, unk_id=1, pad_id=our_size - 1, bos_id=2)
+        pad_id = our_size - 1 if pad_id is None else pad_id
+        if not 3 <= pad_id < our_size:
+            raise ValueError(f"the exported pad id must be in [3, {our_size}), got {pad_id}")
+        return cls(our_size, eos_id=0, unk_id=1, pad_id=pad_id, bos_id=2)
 
     @property
     def decoder_start_id(self):
