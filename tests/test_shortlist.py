@@ -73,7 +73,11 @@ def test_default_size_and_the_one_coercion(tmp_path):
 
 @pytest.fixture(scope="module")
 def model():
-    return make_model(vocabulary_size=VOCABULARY, eos_scale=0.3)
+    # With an output bias (Marian's final_logits_bias): a shortlist projects onto its candidates' bias
+    # too, and the masked reference below adds the whole vocabulary's.
+    model = make_model(vocabulary_size=VOCABULARY, eos_scale=0.3, output_bias=True)
+    model.output_bias.assign(np.random.default_rng(2).normal(size=VOCABULARY).astype("float32"))
+    return model
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,16 @@ toolkit's checkpoints, so nothing depends on file formats we do not own:
 - post-LN or pre-LN (`pre_norm`), with the final LayerNorm of each stack
   only for pre-LN, as in our `Encoder` and `Decoder`;
 - the shared embedding, scaled by sqrt(d_model), is the output projection
-  too (no bias), exactly as `SharedEmbedding.logits`;
-- positions: our own table (sines on even dimensions, cosines on odd ones,
-  interleaved as in the paper) is written into the model, since the engine's
-  built-in table lays the halves out differently; learned positions are
-  copied.
+  too, exactly as `SharedEmbedding.logits`: with the model's `output_bias`
+  (Marian's final_logits_bias) as the projection's bias, without one
+  otherwise;
+- positions: our own table, computed by the model's own layer, is written
+  into the model in either layout (the paper's interleaved sines and
+  cosines, which the engine's built-in table does not have, and Marian's
+  concatenated halves, which it has: one code path for both); learned
+  positions are copied;
+- the feed-forward activation: relu, gelu (the engine's exact GELU),
+  swish / silu (its SWISH).
 
 The export directory holds the engine's `model.bin`, `config.json` and
 vocabulary, the SentencePiece model (`sentencepiece.model`) and
@@ -172,14 +177,20 @@ def _position_table(model, length):
     return _numpy(ops.cast(model.position_encoding(zeros), "float32"))[0]
 
 
-def _check_activation(model):
+# Our activation names -> the engine's (`ctranslate2.specs.Activation`); Keras'
+# "gelu" is the exact erf form, as the engine's GELU (GELUTanh is the other).
+_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH", "silu": "SWISH"}
+
+
+def _activation(model, specs):
     activation = model.activation
     name = activation if isinstance(activation, str) else getattr(activation, "__name__", "")
-    if name != "relu":
+    if name not in _ACTIVATIONS:
         raise ValueError(
-            f"the CTranslate2 export supports the paper's ReLU feed-forward only; "
+            f"the CTranslate2 export supports the feed-forward activations {', '.join(_ACTIVATIONS)}; "
             f"the model uses {activation!r}."
         )
+    return getattr(specs.Activation, _ACTIVATIONS[name])
 
 
 def _check_key_dim(model):
@@ -198,7 +209,7 @@ def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=N
     a list indexed by id, for a model without a tokenizer)."""
     ctranslate2 = _import_ctranslate2()
     specs = ctranslate2.specs
-    _check_activation(model)
+    activation = _activation(model, specs)
     _check_key_dim(model)
     if not model.built:
         model.build()
@@ -206,7 +217,7 @@ def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=N
         (model.num_encoder_layers, model.num_decoder_layers),
         model.num_heads,
         pre_norm=model.norm_first,
-        activation=specs.Activation.RELU,
+        activation=activation,
     )
     spec.config.layer_norm_epsilon = model.layer_norm_epsilon
     spec.config.unk_token = UNK_PIECE
@@ -235,7 +246,9 @@ def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=N
     _set_table(decoder.embeddings, target_table)
     decoder.scale_embeddings = True
     decoder.position_encodings.encodings = positions
-    _set_table(decoder.projection, target_table)  # tied softmax, no bias
+    _set_table(decoder.projection, target_table)  # tied softmax
+    if model.output_bias is not None:
+        decoder.projection.bias = _numpy(model.output_bias)
     for layer_spec, layer in zip(decoder.layer, model.decoder.stacked_layers):
         _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_norm)
         _cross_attention(layer_spec.attention, layer.cross_attention, layer.cross_attention_norm)

@@ -176,12 +176,19 @@ def engine_all(translator, pieces, tokenizer, sources, beam_size, alpha, scores=
 @pytest.mark.parametrize(
     "overrides",
     [dict(), dict(norm_first=True), dict(positional_encoding="learned", max_length=64),
-     dict(source_vocabulary_size=150, norm_first=True)],
-    ids=["post-LN", "pre-LN", "learned-positions", "separate-source-vocabulary"],
+     dict(source_vocabulary_size=150, norm_first=True),
+     # What an imported Marian model uses: a nonzero output bias (the engine's projection bias),
+     # Marian's sinusoid layout, swish, epsilon 1e-5; here with separate vocabularies too.
+     dict(output_bias=True, sinusoid_layout="concatenated", activation="swish", layer_norm_epsilon=1e-5,
+          source_vocabulary_size=150),
+     dict(output_bias=True, activation="gelu")],
+    ids=["post-LN", "pre-LN", "learned-positions", "separate-source-vocabulary", "marian-options", "gelu"],
 )
 def test_engine_log_probs_equal_a_full_forward_pass_and_greedy_is_identical(tokenizer, tmp_path, overrides):
     keras.utils.set_random_seed(11)
     model = random_model(tokenizer.vocabulary_size, **overrides)
+    if model.output_bias is not None:
+        model.output_bias.assign(np.random.default_rng(5).normal(size=tokenizer.vocabulary_size).astype("float32"))
     source_tokenizer_size = overrides.get("source_vocabulary_size", tokenizer.vocabulary_size)
     path = export_ctranslate2(model, tokenizer, tmp_path / "ct2")
     translator = ctranslate2.Translator(str(path), intra_threads=ENGINE_THREADS)
@@ -222,6 +229,37 @@ def test_export_refuses_to_overwrite_and_checks_quantization(tokenizer, tmp_path
     small = random_model(tokenizer.vocabulary_size - 5)
     with pytest.raises(ValueError, match="not trained together"):
         export_ctranslate2(small, tokenizer, tmp_path / "small")
+
+
+def test_int8_export_keeps_the_output_bias_in_float(tokenizer):
+    from keras_transformer.export.ctranslate2 import optimized_spec
+    from keras_transformer.export.quantize import quantize_model
+
+    model = kt.Transformer(vocabulary_size=tokenizer.vocabulary_size, d_model=16, num_heads=2, d_ff=32,
+                           num_encoder_layers=1, num_decoder_layers=1, output_bias=True)
+    model.build()
+    bias = np.random.default_rng(6).normal(size=tokenizer.vocabulary_size).astype("float32")
+    model.output_bias.assign(bias)
+    spec = optimized_spec(quantize_model(model, "int8"), tokenizer, "int8")
+    variables = spec.variables()
+
+    def array(value):
+        while isinstance(value, str):  # the engine's optimize step aliases equal arrays by name
+            value = variables[value]
+        return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+
+    projection = spec.decoder.projection
+    assert array(projection.weight).dtype == np.int8
+    np.testing.assert_array_equal(array(projection.bias), bias)
+
+
+def test_export_refuses_an_activation_the_engine_lacks(tokenizer, tmp_path):
+    model = kt.Transformer(vocabulary_size=tokenizer.vocabulary_size, d_model=16, num_heads=2, d_ff=32,
+                           num_encoder_layers=1, num_decoder_layers=1, activation="tanh")
+    model.build()
+    with pytest.raises(ValueError, match="relu, gelu, swish, silu; the model uses 'tanh'"):
+        export_ctranslate2(model, tokenizer, tmp_path / "ct2")
+    assert not (tmp_path / "ct2").exists()
 
 
 def test_export_refuses_a_key_dim_the_spec_cannot_hold(tokenizer, tmp_path):

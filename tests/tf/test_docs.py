@@ -55,7 +55,7 @@ def test_mkdocs_build_strict_makes_every_page(site):
         assert (site / page / "index.html").is_file(), page
     api = (site / "api" / "index.html").read_text(encoding="utf-8")
     for name in ("MultiHeadAttention", "Transformer", "paper_optimizer", "Translator", "export_saved_model",
-                 "SubwordTokenizer", "corpus_scores"):
+                 "SubwordTokenizer", "corpus_scores", "transformer_from_checkpoint", "write_marian_hf"):
         assert name in api, f"the API reference lacks {name}"
 
 

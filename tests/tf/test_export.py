@@ -13,6 +13,8 @@ stand-ins that exercise the same contract:
 - `check_serving_ops` on the export's op list.
 
 Exported outputs are compared with the in-process search on the same model.
+The model has a random output bias (Marian's `final_logits_bias`), so every
+signature, plain and XLA, is checked with it; its int8 export too.
 """
 
 import base64
@@ -31,7 +33,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.data import SubwordTokenizer
-from keras_transformer.decoding import Translator, beam_search, translate
+from keras_transformer.decoding import Translator, beam_search, greedy_search, translate
 from keras_transformer.export import (
     ExportDirectoryError,
     ServingOpsError,
@@ -242,9 +244,12 @@ def model(tokenizer):
     keras.utils.set_random_seed(7)
     model = kt.Transformer(
         vocabulary_size=tokenizer.vocabulary_size, d_model=32, num_heads=2, d_ff=64,
-        num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
+        num_encoder_layers=1, num_decoder_layers=1, dropout=0.0, output_bias=True,
     )
     model.build()
+    # A nonzero bias, large enough to change outputs: an export that dropped it would part from the search.
+    model.output_bias.assign(np.random.default_rng(7).normal(scale=2.0, size=tokenizer.vocabulary_size)
+                             .astype("float32"))
     return model
 
 
@@ -515,6 +520,30 @@ def test_xla_variant_runs_without_keras_and_translates_as_the_plain_one(xla_serv
     with pytest.raises(ServingOpsError, match="XLA"):
         check_serving_ops(xla_export_dir)  # not for a stock TF Serving
     assert check_serving_ops(xla_export_dir, allow_xla=True)
+
+
+def test_int8_export_keeps_the_output_bias(model, tokenizer, tmp_path):
+    """The int8 SavedModel of the module's model (random output bias, kept
+    float; the export checks its int8 weights and products) gives the ids of
+    the same int8 copy searched in process, which the bias changes. Greedy:
+    one search to trace. (The bfloat16 export, checked the same way once,
+    agreed too; its bias is a bfloat16 variable, as its check requires.)"""
+    from keras_transformer.export.quantize import quantize_model
+
+    copy = quantize_model(model, "int8")
+    assert copy.output_bias.dtype == "float32"
+    assert quantize_model(model, "bfloat16").output_bias.dtype == "bfloat16"
+    export_dir = export_saved_model(model, tokenizer, tmp_path, beam_size=1, alpha=ALPHA, quantize="int8",
+                                    max_extra_length=MAX_EXTRA_LENGTH, max_input_length=MAX_INPUT_LENGTH,
+                                    warmup_rows=1)
+    ids = source_ids(tokenizer, NORMAL_TEXTS)
+    exported = tf.saved_model.load(export_dir).signatures["translate_ids"](source_ids=tf.constant(ids, tf.int32))
+    expected = greedy_search(copy, ids, max_extra_length=MAX_EXTRA_LENGTH, compile=False)
+    expected_ids = strip_after_eos(keras.ops.convert_to_numpy(expected["ids"]))
+    np.testing.assert_array_equal(exported["ids"].numpy(), expected_ids)
+    copy.output_bias.assign(np.zeros(tokenizer.vocabulary_size, "float32"))
+    unbiased = greedy_search(copy, ids, max_extra_length=MAX_EXTRA_LENGTH, compile=False)
+    assert not np.array_equal(strip_after_eos(keras.ops.convert_to_numpy(unbiased["ids"])), expected_ids)
 
 
 def test_graph_mode_signature_defs_match_eager(server):

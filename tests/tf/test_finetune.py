@@ -285,3 +285,22 @@ def test_init_optimizer_keep_errors_name_the_path(corpora, short_run, tmp_path):
     with pytest.raises(runs.RunError, match=rf"optimizer state in .*ckpt-{SOURCE_STEPS:09d}.weights.h5 does not fit"):
         fine_tune(corpora, short_run, tmp_path / "accumulating", 1, "training.init_optimizer=keep",
                   "training.gradient_accumulation_steps=2")
+
+
+def test_init_from_names_the_marian_options_that_differ(tmp_path):
+    """A fine-tuning run's model must have the initial model's output bias,
+    sinusoid layout and layer-norm epsilon (an imported Marian model's), or
+    the error names each key and both values."""
+    import keras_transformer as kt
+
+    sizes = dict(vocabulary_size=20, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1, num_decoder_layers=1)
+    initial = kt.Transformer(output_bias=True, sinusoid_layout="concatenated", layer_norm_epsilon=1e-5, **sizes)
+    initial.build()
+    initial.save(tmp_path / "model.keras")
+    model = kt.Transformer(**sizes)
+    model.build()
+    with pytest.raises(runs.RunError) as error:
+        runs._load_initial_weights(model, tmp_path / "model.keras")
+    for key in ("layer_norm_epsilon 1e-06 here, 1e-05", "output_bias False here, True",
+                "sinusoid_layout 'interleaved' here, 'concatenated'"):
+        assert key in str(error.value)

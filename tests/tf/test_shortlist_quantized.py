@@ -28,9 +28,12 @@ OPTIONS = dict(max_extra_length=6, min_length=3, compile=False)
 @pytest.fixture(scope="module")
 def model():
     keras.utils.set_random_seed(0)
+    # With an output bias (Marian's final_logits_bias), kept float in the int8 copies: the shortlist
+    # adds its candidates' entries, the masked reference the whole vocabulary's.
     model = kt.Transformer(vocabulary_size=VOCABULARY, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
-                           num_decoder_layers=1)
+                           num_decoder_layers=1, output_bias=True)
     model.build()
+    model.output_bias.assign(np.random.default_rng(2).normal(size=VOCABULARY).astype("float32"))
     return model
 
 
