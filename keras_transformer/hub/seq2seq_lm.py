@@ -110,7 +110,9 @@ class TransformerSeq2SeqLM(keras_hub.models.Seq2SeqLM):
             output id lists (without BOS and EOS).
         """
         translator = self.translator(max_output_length=max_length, **options)
-        if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs
+        if isinstance(inputs, (list, tuple)) and not inputs:
+            return []
+        if isinstance(inputs, str) or (isinstance(inputs, (list, tuple))
                                        and all(isinstance(text, str) for text in inputs)):
             if self.preprocessor is None:
                 raise ValueError("generate: texts need a preprocessor; this task has none (pass token ids).")

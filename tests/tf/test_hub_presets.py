@@ -6,7 +6,11 @@ the training pipeline's batches; `fit()` on text pairs lowers the loss; a
 preset with a missing or altered file fails naming it. The backbone and
 generate() on every backend: tests/test_hub.py."""
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -57,8 +61,14 @@ def test_a_run_as_a_preset_translates_as_the_run(run_preset, easy_synthetic_run,
     assert list(hub_tokenizer.detokenize(ids)) == [text.decode() for text in tokenizer.detokenize(ids).numpy()]
 
 
-def test_export_command_refuses_what_it_cannot_do(run_preset, easy_synthetic_run, capsys):
+def test_export_command_takes_decoding_flags_and_refuses_what_it_cannot_do(run_preset, easy_synthetic_run,
+                                                                          tmp_path, capsys):
     run_dir, _ = easy_synthetic_run
+    folder = tmp_path / "greedy"
+    assert cli.main(["export", str(run_dir), "--format", "keras-hub", "--output", str(folder), "--beam-size", "1",
+                     "--alpha", "0.2"]) == 0
+    decoding = json.loads((folder / "task.json").read_text())["config"]["decoding"]
+    assert (decoding["beam_size"], decoding["alpha"]) == (1, 0.2)
     with pytest.raises(SystemExit, match="not empty"):
         cli.main(["export", str(run_dir), "--format", "keras-hub", "--output", str(run_preset)])
     with pytest.raises(SystemExit, match="--quantize do not apply to --format keras-hub"):
@@ -118,9 +128,31 @@ def test_fit_on_text_pairs_lowers_the_loss(tiny_task, pairs):
     assert losses[-1] < losses[0], losses
 
 
-def test_a_preset_with_a_missing_or_altered_file_fails_naming_it(tiny_task, tmp_path):
-    saved = tmp_path / "saved"
-    tiny_task.save_to_preset(str(saved))
+@pytest.fixture(scope="module")
+def tiny_preset(tiny_task, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny") / "preset"
+    tiny_task.save_to_preset(str(folder))
+    return folder
+
+
+def test_import_keras_transformer_registers_the_classes_with_keras_hub(tiny_preset):
+    """In a fresh process, `import keras_transformer` (which does not import
+    KerasHub) then `import keras_hub`: KerasHub's entry point finds our task."""
+    script = ("import sys, keras_transformer\n"
+              "assert 'keras_hub' not in sys.modules\n"
+              "import keras_hub\n"
+              "task = keras_hub.models.Seq2SeqLM.from_preset(sys.argv[1])\n"
+              "print(type(task).__name__, type(task.preprocessor.tokenizer).__name__)\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", PYTHONPATH=root)
+    result = subprocess.run([sys.executable, "-c", script, str(tiny_preset)], capture_output=True, text=True,
+                            env=env, timeout=300, cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["TransformerSeq2SeqLM", "TransformerTokenizer"]
+
+
+def test_a_preset_with_a_missing_or_altered_file_fails_naming_it(tiny_preset, tmp_path):
+    saved = tiny_preset
     assert isinstance(keras_hub.models.Seq2SeqLM.from_preset(str(saved)), TransformerSeq2SeqLM)
 
     def broken(name, change):
