@@ -25,3 +25,8 @@ from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.metrics import MaskedAccuracy
 from keras_transformer.training.optimizers import paper_optimizer
 from keras_transformer.training import average_checkpoints, fit_resumable
+
+# Last: the KerasHub classes (keras_transformer.hub) need the names above.
+from keras_transformer import _keras_hub_hook
+
+_keras_hub_hook.install()

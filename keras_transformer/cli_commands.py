@@ -236,6 +236,21 @@ def cmd_score(args):
 def cmd_export(args):
     from keras_transformer import runs
 
+    if args.format == "keras-hub":
+        from keras_transformer.hub.presets import save_run_preset
+
+        ignored = [flag for flag, value in (("--quantization", args.quantization), ("--quantize", args.quantize),
+                                            ("--jit-compile", args.jit_compile), ("--shortlist", args.shortlist),
+                                            ("--warmup-rows", args.warmup_rows)) if value]
+        if ignored:
+            raise SystemExit(f"error: {', '.join(ignored)} do not apply to --format keras-hub")
+        try:
+            path = save_run_preset(args.run_dir, args.output or os.path.join(args.run_dir, "export", "keras-hub"),
+                                   force=args.force, decoding=_decoding_overrides(args))
+        except FileExistsError as error:
+            raise SystemExit(f"error: {error}")
+        print(f"exported: {path}")
+        return 0
     if args.format == "saved_model" and args.quantization is not None:
         raise SystemExit("error: --quantization applies to --format ctranslate2 only")
     if args.format == "ctranslate2" and args.jit_compile:

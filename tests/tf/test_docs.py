@@ -51,7 +51,7 @@ def site(tmp_path_factory):
 
 def test_mkdocs_build_strict_makes_every_page(site):
     for page in ("getting-started", "training", "large-corpora", "configuration", "decoding", "serving",
-                 "recipes", "distributed", "benchmarks", "paper", "api"):
+                 "recipes", "distributed", "benchmarks", "paper", "api", "keras-hub"):
         assert (site / page / "index.html").is_file(), page
     api = (site / "api" / "index.html").read_text(encoding="utf-8")
     for name in ("MultiHeadAttention", "Transformer", "paper_optimizer", "Translator", "export_saved_model",
@@ -117,6 +117,8 @@ def test_docs_python_blocks_run(tmp_path, monkeypatch):
             assert f"{base_parameters():,} parameters" in output, output
             np.testing.assert_allclose(keras.ops.convert_to_numpy(namespace["logits"]),
                                        keras.ops.convert_to_numpy(namespace["model"](namespace["inputs"])), atol=1e-5)
+        if "TransformerSeq2SeqLM" in block:  # keras-hub.md: LoRA leaves 6 adapted projections' 3 weights each
+            assert "18 trainable weights" in output, output
         if "import ctranslate2" in block:
             assert output.strip(), "the CTranslate2 example printed no translation"
         for function in ("train_on_this_host", "translate_remote", "translate_grpc"):
