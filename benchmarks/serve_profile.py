@@ -76,8 +76,8 @@ def steps_loop(model, source, args, jit_compile):
 
     @tf.function(jit_compile=jit_compile, autograph=False)
     def run(source):
-        decoder = model.incremental_decoder(source, beam_size=args.beam_size, max_length=args.steps,
-                                            xla_layout=jit_compile)
+        decoder = model.incremental_decoder(source, beam_size=args.beam_size, buffer_length=args.steps,
+                                            jit_compile=jit_compile)
 
         def body(step, tokens, state):
             logits, state = decoder.step(state, tokens, step)
@@ -95,8 +95,8 @@ def products_loop(model, source, args, jit_compile):
 
     @tf.function(jit_compile=jit_compile, autograph=False)
     def run(source):
-        decoder = model.incremental_decoder(source, beam_size=args.beam_size, max_length=args.steps,
-                                            xla_layout=jit_compile)
+        decoder = model.incremental_decoder(source, beam_size=args.beam_size, buffer_length=args.steps,
+                                            jit_compile=jit_compile)
         hidden = tf.random.stateless_normal([rows, 1, model.d_model], (1, 2), dtype=dtype)
         inner = tf.random.stateless_normal([rows, 1, model.d_ff], (3, 4), dtype=dtype)
 
