@@ -1,11 +1,12 @@
-"""The table generators of benchmarks/report.py: each turns the records of one benchmark
-(benchmarks/results/<name>.jsonl) into the Markdown that report.py puts between a document's
-markers. Medians are over the rounds of a record, and a ratio is the median of the ratios taken
+"""The table generators of benchmarks/report.py (GENERATORS, by marker name): each turns the records
+of one benchmark (benchmarks/results/<name>.jsonl) into the Markdown that report.py puts between a
+document's markers. Medians are over the rounds of a record, and a ratio is the median of the ratios taken
 within each round, not the ratio of the medians."""
 
 import re
 import statistics
-from collections import Counter, OrderedDict
+import importlib
+from collections import OrderedDict
 
 from benchmarks._records import markdown_table
 
@@ -129,29 +130,6 @@ def serve_table(records, options):
                            "ratios") + "\n\n" + markdown_table(header, rows)
 
 
-def serve_summary(records, options):
-    """The README's short form: each contender's median sentences/s and its same-round ratio to ours XLA."""
-    record = select(records, options, "table:serve-summary")[-1]
-    summary = serve_summary_statistics(record)
-    searches = list(summary)
-    names = list(OrderedDict.fromkeys(name for search in searches for name in summary[search]))
-    header = ["contender"] + [f"{search_title(s, record)}: sent/s (vs ours XLA)" for s in searches]
-    rows = []
-    for name in names:
-        row = [short_name(name)]
-        for search in searches:
-            if name in summary[search]:
-                median, _, _, vs_ours, _ = summary[search][name]
-                row.append(f"{median:.1f} ({ratio_text(vs_ours)})")
-            else:
-                row.append("-")
-        rows.append(row)
-    rounds = len(next(iter(record["seconds"][searches[0]].values())))
-    text = (f"`benchmarks/serve.py`, commit {record.get('commit')}, {machine_text(record)}, medians of {rounds} "
-            "rounds, ratios the medians of same-round ratios; record in `benchmarks/results/serve.jsonl`:")
-    return text + "\n\n" + markdown_table(header, rows)
-
-
 # --------------------------------------------------------------------------- training throughput
 
 
@@ -176,73 +154,6 @@ def throughput_table(records, options):
     what = (f"{workload['kind']} workload, non-pad target tokens/s, medians of {workload['rounds']} rounds with "
             "the contenders taking turns; ratios are medians of same-round ratios")
     return caption(record, what) + "\n\n" + markdown_table(header, rows)
-
-
-def variants_table(records, options):
-    """train_variants.py: each candidate change against the shipped layers, paired in one process;
-    medians and ratios computed here from every round's raw rates."""
-    record = select(records, options, "table:train-variants")[-1]
-    workload, rounds = record["workload"], record["rounds"]
-    rows = []
-    for result in record["results"]:
-        name = result["name"]
-        rates = [r[name]["tokens_per_s"] for r in rounds]
-        ratios = [r[name]["tokens_per_s"] / r[record["reference"]]["tokens_per_s"] for r in rounds]
-        rows.append([name, result["label"], f"{statistics.median(rates):.0f}", f"{min(rates):.0f}-{max(rates):.0f}",
-                     f"{statistics.median(ratios):.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}x"])
-    header = ["variant", "what", "tokens/s (median)", "range", f"vs {record['reference']}", "range"]
-    what = (f"{workload['kind']} workload, non-pad target tokens/s, one process, {len(rounds)} rounds of "
-            f"{workload['steps']} steps per variant taking turns; ratios are medians of same-round ratios")
-    return caption(record, what) + "\n\n" + markdown_table(header, rows)
-
-
-def is_product(op_type):
-    """Matrix-product kernels: (batched) MatMul and Einsum, oneDNN's and Eigen's."""
-    return "MatMul" in op_type or "Einsum" in op_type
-
-
-def profile_table(records, options, others=10):
-    """train_profile.py: kernel time per step by op type, each contender against the reference, per round
-    from the raw sums; medians over rounds, ratios the medians of same-round ratios."""
-    record = select(records, options, "table:train-profile")[-1]
-    workload, rounds, reference = record["workload"], record["rounds"], record["reference"]
-    names = [result["name"] for result in record["results"]]
-
-    def per_step(name, pick):  # [ms per step of the kernels `pick` selects, one per round]
-        return [1000 * sum(s for t, s in r[name]["op_seconds"].items() if pick(t)) / r[name]["steps"]
-                for r in rounds]
-
-    def everything(_):
-        return True
-
-    rows = []
-    for result in record["results"]:
-        name = result["name"]
-        total, products = per_step(name, everything), per_step(name, is_product)
-        ratios = [t / r for t, r in zip(total, per_step(reference, everything))]
-        wall = [1000 * r[name]["wall_seconds"] / r[name]["steps"] for r in rounds]
-        rows.append([name, result["label"], f"{statistics.median(total):.0f}",
-                     f"{statistics.median(products):.0f} ({statistics.median(products) / statistics.median(total):.0%})",
-                     f"{statistics.median(total) - statistics.median(products):.0f}",
-                     f"{statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f}x)",
-                     f"{statistics.median(wall):.0f}"])
-    what = (f"{workload['kind']} workload, one process, {len(rounds)} rounds of one profiled pass over the "
-            f"{workload['batches']} batches per contender taking turns; milliseconds per step, medians over rounds")
-    text = caption(record, what) + "\n\n" + markdown_table(
-        ["contender", "what", "kernel time", "of which matrix products", "other kernels",
-         f"kernel time vs {reference}", "wall time (profiled)"], rows,
-        ["---", "---", "---:", "---:", "---:", "---:", "---:"])
-    sums = Counter()
-    for r in rounds:
-        for op_type, seconds in r[reference]["op_seconds"].items():
-            if not is_product(op_type):
-                sums[op_type] += seconds
-    largest = [op_type for op_type, _ in sums.most_common(others)]
-    text += (f"\n\nThe {len(largest)} largest other op types of {reference} (ms per step, medians over rounds):\n\n")
-    text += markdown_table(["op type", *names], [
-        [op_type, *(f"{statistics.median(per_step(name, lambda t, o=op_type: t == o)):.1f}" for name in names)]
-        for op_type in largest], ["---"] + ["---:"] * len(names))
-    return text
 
 
 # --------------------------------------------------------------------------- time to quality
@@ -479,3 +390,54 @@ def data_scale_table(records, options):
         text += (f"\n\nPreparation time extrapolated linearly from the two largest sizes ({a:,} and {b:,} pairs) "
                  f"to 36 million pairs (WMT14 English-French): {hours:.1f} hours.")
     return text
+
+
+# --------------------------------------------------------------------------- scripts that shape their own tables
+
+
+def script_table(module, marker):
+    """The generator of a benchmark script whose `table_parts(record)` gives (what, header, rows[, align]):
+    quantize_quality.py, serve_mix.py (imported only when a table needs it: they import more than the report)."""
+    def table(records, options):
+        parts = importlib.import_module(f"benchmarks.{module}").table_parts
+        record = select(records, options, f"table:{marker}")[-1]
+        what, header, rows, *align = parts(record)
+        return caption(record, what) + "\n\n" + markdown_table(header, rows, *align)
+    return table
+
+
+def serve_profile_table(records, options):
+    """serve_profile.py (it imports TensorFlow, so its table is built here): each precision and variant's
+    step against its products alone."""
+    record = select(records, options, "table:serve-profile")[-1]
+    workload = record["workload"]
+    rows = []
+    for key, timing in record["ms_per_step"].items():
+        precision, variant = key.split(", ")
+        step, products = timing["step"], timing["products"]
+        rows.append([precision, variant, f"{step:.1f}", f"{products:.1f} ({products / step:.0%})",
+                     f"{step - products:.1f}"])
+    what = (f"{workload['preset']} preset, {workload['vocabulary']}-piece vocabulary, {workload['rows']} rows "
+            f"({workload['batch']} sources x beam {workload['beam_size']}), {workload['steps']} steps; "
+            "milliseconds per step, best of the calls")
+    return caption(record, what) + "\n\n" + markdown_table(
+        ["precision", "variant", "model step", "products alone", "rest"], rows,
+        ["---", "---", "---:", "---:", "---:"])
+
+
+quantize_quality_table = script_table("quantize_quality", "quantize-quality")
+serve_mix_table = script_table("serve_mix", "serve-mix")
+
+# marker name -> (records name, generator)
+GENERATORS = {
+    "serve": ("serve", serve_table),
+    "serve-shortlist": ("serve_shortlist", serve_table),
+    "serve-profile": ("serve_profile", serve_profile_table),
+    "serve-mix": ("serve_mix", serve_mix_table),
+    "quantize-quality": ("quantize_quality", quantize_quality_table),
+    "train-throughput": ("train_throughput", throughput_table),
+    "quality": ("quality", quality_table),
+    "gpu": ("gpu", gpu_table),
+    "complexity": ("complexity", complexity_table),
+    "data-scale": ("data_scale", data_scale_table),
+}

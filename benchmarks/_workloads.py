@@ -1,6 +1,6 @@
 """The training workloads every throughput contender trains on, and the Keras step clock.
 
-train_throughput.py, train_variants.py and train_profile.py time training steps
+train_throughput.py times training steps
 on the same batches: SIZE is the model every contender builds (the "tiny"
 configuration), `load_batches` gives the fixed-shape random batches or the
 real-text ones (see train_throughput.py's docstring), `cycled_dataset` and

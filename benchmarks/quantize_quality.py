@@ -16,7 +16,7 @@ batch size, the input limit data.max_length) by:
   from ours: docs/serving.md).
 
 Each gets detokenized sacreBLEU (default 13a tokenization, its signature
-kept, as shortlist_quality.py scores), its difference to the reference's
+kept), its difference to the reference's
 BLEU, and the share of its outputs identical to the reference's. One JSON
 record is appended to `benchmarks/results/quantize_quality.jsonl`;
 `table_parts` (standard library only) gives report.py's "quantize-quality"

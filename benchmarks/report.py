@@ -22,8 +22,9 @@ README.md or benchmarks/README.md quotes a benchmark figure (a ratio such as
 "1.4x", a rate in tokens/s or sentences/s, a BLEU or chrF score) outside a
 marker.
 
-The name after "table:" or "cell:" picks the generator (in _report_tables.py: serve, serve-summary, data-scale,
-train-throughput, train-variants, train-profile, quality, gpu, complexity, limit-rule) and so the records
+The name after "table:" or "cell:" picks the generator (_report_tables.GENERATORS: serve,
+serve-shortlist, serve-profile, serve-mix, quantize-quality, train-throughput, quality, gpu,
+complexity, data-scale) and so the records
 (benchmarks/results/<name>.jsonl). Every marker pins its records, so that a
 new record changes no committed figure: `commit=ABC` (the record of that
 commit), `time=...` (its start time, as written in the record) or `run=...`
@@ -55,11 +56,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from benchmarks import _records  # noqa: E402
-from benchmarks._generators import GENERATORS  # noqa: E402
 from benchmarks._report_tables import (  # noqa: E402  (the generators, and what the tests and charts use)
-    complexity_table, gpu_name, gpu_statistics, gpu_table, machine_text, milliseconds,
-    parse_options, profile_table, quality_groups, quality_table, search_title, serve_summary_statistics,
-    serve_table, short_name, throughput_table, variants_table,
+    GENERATORS, complexity_table, gpu_name, gpu_statistics, gpu_table, machine_text, milliseconds,
+    parse_options, quality_groups, quality_table, search_title, serve_summary_statistics,
+    serve_table, short_name, throughput_table,
 )
 
 DOCUMENTS = (ROOT / "benchmarks" / "README.md", ROOT / "README.md")

@@ -1,7 +1,7 @@
 """Served decoding speed: the exported SavedModel (plain and XLA variants) and
 CTranslate2 against our in-process search, on the same weights, in the same run.
 
-The workload is `benchmarks/decode.py`'s: the `--preset`'s Transformer
+The workload: the `--preset`'s Transformer
 ("tiny": d_model 256, 3+3 layers, 4 heads, d_ff 1024, the default; "base" and
 "big": the paper's sizes, Table 3) with random weights, a batch of `--batch-size`
 sources of `--source-tokens` tokens (EOS included), and exactly `--steps`
