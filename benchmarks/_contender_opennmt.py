@@ -3,7 +3,7 @@
 OpenNMT-tf needs TensorFlow 2.13 (its virtual environment, `--opennmt-python`,
 default .venv-opennmt/bin/python: `python3.11 -m venv .venv-opennmt &&
 .venv-opennmt/bin/pip install "tensorflow==2.13.1" "opennmt-tf==2.32.0"`),
-so it cannot share a process with ours. The shape of _contender.py, carried
+so it cannot share a process with ours. The shape of _harness.Contender, carried
 out by OpenNMT-tf's own programs:
 
 - build + train_steps (train_throughput.py):
@@ -22,8 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from benchmarks._contender import Contender
-from benchmarks._workloads import BATCH, BOS, EOS, PAD, REAL_TOKENS_PER_BATCH, SIZE, peak_memory_mb
+from benchmarks._harness import BATCH, BOS, EOS, PAD, REAL_TOKENS_PER_BATCH, SIZE, Contender, peak_memory_mb
 
 HERE = Path(__file__).resolve().parent
 INSTALL = ('python3.11 -m venv .venv-opennmt && .venv-opennmt/bin/pip install "tensorflow==2.13.1" '

@@ -6,14 +6,14 @@ source and target and tied to the output, scaled by sqrt(d_model),
 sinusoidal positions, dropout on the embedding sums; torch's Adam(0.9, 0.98,
 1e-9) at a fixed rate and its label-smoothed cross-entropy ignoring pad. It
 runs eagerly (what `torch.nn.Transformer` users run on a CPU). See
-_contender.py for the shape; torch has no decoding harness here.
+_harness.Contender for the shape; torch has no decoding harness here.
 """
 
 import math
 import os
 import time
 
-from benchmarks._contender import Contender, timed_steps
+from benchmarks._harness import Contender, timed_steps
 
 
 def torch_transformer(size):

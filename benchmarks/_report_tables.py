@@ -8,7 +8,7 @@ import statistics
 import importlib
 from collections import OrderedDict
 
-from benchmarks._records import markdown_table
+from benchmarks._harness import markdown_table
 
 SERVE_REFERENCES = ("ours in process, XLA", "CTranslate2 float32")
 

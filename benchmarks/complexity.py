@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 
 # The paper's complexity per layer and sequence, as exponents of (n, d).
 PAPER_EXPONENTS = {
@@ -335,13 +335,13 @@ def main(argv=None):
         parser.error(f"--widths {bad_widths} are not multiples of --heads {settings['heads']}")
     if settings["tokens"] < max(settings["lengths"]):
         parser.error(f"--tokens {settings['tokens']} is less than the longest n {max(settings['lengths'])}")
-    record = _records.start("complexity", argv=argv, packages=("tensorflow", "keras"))
+    record = _harness.start("complexity", argv=argv, packages=("tensorflow", "keras"))
     settings.update(layers=list(layers), date=record["time"], commit=record["commit"], command=record["command"])
 
     started = time.perf_counter()
     seconds = measure(layers, settings["lengths"], settings["widths"], settings["tokens"], settings["heads"],
                       settings["rounds"], settings["repeats"])
-    load = _records.finish(record)["load_average"]
+    load = _harness.finish(record)["load_average"]
     times = per_sequence(seconds, settings["tokens"])
     info = dict(record["machine"], tensorflow=record["versions"].get("tensorflow"))
     text, fits, crossings = report(times, settings, info, load)
@@ -360,7 +360,7 @@ def main(argv=None):
         seconds_per_batch={name: {f"n={n},d={d}": values for (n, d), values in cells.items()}
                            for name, cells in seconds.items()},
     )
-    _records.append(out / "complexity.jsonl", record)
+    _harness.append(out / "complexity.jsonl", record)
     print(f"\nwrote {out / f'complexity-{stamp}.md'}, {out / f'complexity-{stamp}.png'}, "
           f"{out / 'complexity.jsonl'}")
     return 0

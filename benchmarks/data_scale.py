@@ -37,7 +37,7 @@ from pathlib import Path
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _records  # noqa: E402
+import _harness  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 CLI = [sys.executable, "-m", "keras_transformer.cli"]
@@ -178,9 +178,9 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--work-dir", help="where the corpora and runs go (default: a temporary directory)")
-    parser.add_argument("--output", default=_records.default_path("data_scale"))
+    parser.add_argument("--output", default=_harness.default_path("data_scale"))
     args = parser.parse_args(argv)
-    record = _records.start("data_scale", argv)
+    record = _harness.start("data_scale", argv)
     with tempfile.TemporaryDirectory(dir=args.work_dir) as work:
         results = [measure(size, Path(work), args) for size in args.sizes]
     record["results"] = results
@@ -190,7 +190,7 @@ def main(argv=None):
         record["extrapolated_36m_prepare_seconds"] = tb + (36_000_000 - b) * (tb - ta) / (b - a)
         print(f"extrapolated: 36M pairs prepared in about {record['extrapolated_36m_prepare_seconds'] / 60:.0f} "
               "minutes", flush=True)
-    _records.save(args.output, _records.finish(record))
+    _harness.save(args.output, _harness.finish(record))
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 
 # The model sizes' one home, read without importing the package (and Keras).
 PRESETS = runpy.run_path(str(ROOT / "keras_transformer" / "models" / "presets.py"))["PRESETS"]
@@ -358,7 +358,7 @@ def main():
     parser.add_argument("--ct2-device", default="cuda", help="CTranslate2's device (cpu for a dry run)")
     parser.add_argument("--peak-tflops", type=float, default=DENSE_BF16_PEAK_TFLOPS,
                         help="the GPU's dense bf16 peak (H100 SXM and H200: 989)")
-    parser.add_argument("--record", default=_records.default_path("gpu"))
+    parser.add_argument("--record", default=_harness.default_path("gpu"))
     parser.add_argument("--worker-timeout", type=float, default=900,
                         help="seconds a contender's process may take (compile included)")
     parser.add_argument("--commit", help="the commit to record when the checkout is a copy without its git history")
@@ -369,7 +369,7 @@ def main():
         return worker(args)
 
     os.environ.setdefault("KERAS_BACKEND", "jax")  # named in the recorded command
-    record = _records.start("gpu", packages=("jax", "keras", "torch", "ctranslate2"))
+    record = _harness.start("gpu", packages=("jax", "keras", "torch", "ctranslate2"))
     if args.commit:
         record["commit"] = args.commit
     record["results"] = []
@@ -419,7 +419,7 @@ def main():
                       f"{median / args.decode_steps * 1000:6.2f} ms per step (median of "
                       f"{len(result['seconds'])})", flush=True)
     print()
-    _records.save(args.record, _records.finish(record))
+    _harness.save(args.record, _harness.finish(record))
 
 
 if __name__ == "__main__":

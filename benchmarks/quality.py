@@ -33,8 +33,8 @@ contenders. The split and tokenizer are kept in WORK_DIR/data and reused
 while the inputs and options are unchanged.
 
 Contenders, one after another, each in its own process (`--only` picks some).
-Each one's build, training and search is its harness (_contender_ours.py,
-_contender_keras_hub.py, _contender_opennmt.py; one shape, _contender.py);
+Each one's build, training and search is its harness (_harness.Ours,
+_contender_keras_hub.py, _contender_opennmt.py; one shape, _harness.Contender);
 _quality_worker.py is this benchmark's glue around them. Every contender
 decodes with the same search settings: beam 4, the GNMT length penalty
 ((5 + |Y|) / 6) ** 0.6, at most (source tokens with EOS) + 50 output tokens
@@ -111,11 +111,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
-# What this script and its workers share (corpora, the model size, length limits) lives in
-# _quality_common; the workers (_quality_worker) and the contenders' harnesses import it: no cycle.
+from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._quality_common import CORPORA, MODEL, config  # noqa: E402
+from benchmarks._harness import CORPORA, MODEL, config  # noqa: E402
 CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # Settings for a budget of a few thousand steps at most (see benchmarks/README.md):
 # the paper's 4,000-step and OpenNMT-tf's 8,000-step warm-ups never end in
@@ -153,7 +151,7 @@ def parse_args(argv=None):
                         help="directory with ddtp_en_de.jsonl.gz and po_all.jsonl.gz (default: ../shared/data)")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "quality"),
                         help="split, tokenizer, models and outputs (default: runs/quality)")
-    parser.add_argument("--record", "--results", dest="results", default=_records.default_path("quality"),
+    parser.add_argument("--record", "--results", dest="results", default=_harness.default_path("quality"),
                         help="JSON lines appended here, one per contender and seed (default: "
                              "benchmarks/results/quality.jsonl)")
     parser.add_argument("--set", action="append", default=[], dest="assignments", metavar="CONTENDER.KEY=VALUE",
@@ -240,11 +238,11 @@ def peak_learning_rate(settings):
 
 
 def machine():
-    return _records.machine()
+    return _harness.machine()
 
 
 def command_line():
-    return _records.command_line()
+    return _harness.command_line()
 
 
 def run_logged(command, log_path, tag, env=None):
@@ -313,8 +311,8 @@ def main(argv=None):
     records, failed = [], []
     results_path = Path(args.results)
     results_path.parent.mkdir(parents=True, exist_ok=True)
-    run = _records.timestamp()  # names this invocation's records (report.py's table:quality run=...)
-    code_commit = _records.commit()
+    run = _harness.timestamp()  # names this invocation's records (report.py's table:quality run=...)
+    code_commit = _harness.commit()
     # Seeds in turn, every contender once per seed, in an order rotated from
     # seed to seed: the machine's drift falls on every contender alike.
     turns = [(seed, names[i % len(names):] + names[:i % len(names)]) for i, seed in enumerate(args.seeds)]
@@ -323,7 +321,7 @@ def main(argv=None):
         if out.exists():
             shutil.rmtree(out)  # a fresh run: ours would otherwise resume its checkpoints
         out.mkdir(parents=True)
-        load_before = _records.load_average()
+        load_before = _harness.load_average()
         started = time.time()
         if name == "opennmt-tf":
             opennmt = OpenNMT(args.opennmt_python)
@@ -356,7 +354,7 @@ def main(argv=None):
             "command": command,
             "commit": code_commit,
             "machine": machine(),
-            "load_average": {"before": load_before, "after": _records.load_average()},
+            "load_average": {"before": load_before, "after": _harness.load_average()},
             "budget_minutes": args.minutes,
             "settings": {**settings, "peak_learning_rate": peak_learning_rate(settings),
                          **trained.get("settings", {})},
@@ -376,7 +374,7 @@ def main(argv=None):
             "samples": scores["samples"],
         }
         records.append(record)
-        _records.append(results_path, record)
+        _harness.append(results_path, record)
         print(f"[{name}, seed {seed}] BLEU {record['bleu']:.2f}, chrF {record['chrf']:.2f} after {record['steps']} steps "
               f"in {record['train_minutes']:.1f} min -> {results_path}", flush=True)
     print_table(records, split, command)

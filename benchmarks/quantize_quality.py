@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 
 DEFAULT_RUNS = ("/work/runs/quickstart", "/work/runs/parallel_text")
 REFERENCE = "float32"
@@ -57,7 +57,7 @@ def parse_args(argv=None):
     parser.add_argument("runs", nargs="*", default=[r for r in DEFAULT_RUNS if os.path.isfile(r + "/model.keras")])
     parser.add_argument("--limit", type=int, default=None, help="the first N test pairs only (default: all)")
     parser.add_argument("--no-ctranslate2", action="store_true", help="leave out the CTranslate2 rows")
-    parser.add_argument("--record", default=_records.default_path("quantize_quality"),
+    parser.add_argument("--record", default=_harness.default_path("quantize_quality"),
                         help="JSON-lines file the record is appended to ('' for none)")
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
@@ -195,13 +195,13 @@ def main(argv=None):
     args = parse_args(argv)
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    record = _records.start("quantize_quality", argv,
+    record = _harness.start("quantize_quality", argv,
                             packages=("tensorflow", "keras", "sacrebleu", "ctranslate2", "sentencepiece"))
     record["limit"] = args.limit
     record["results"] = [measure(run, args.limit, not args.no_ctranslate2) for run in args.runs]
-    _records.finish(record)
-    _records.print_table(record, table_parts)
-    _records.save(args.record, record)
+    _harness.finish(record)
+    _harness.print_table(record, table_parts)
+    _harness.save(args.record, record)
 
 
 if __name__ == "__main__":

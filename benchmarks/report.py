@@ -55,7 +55,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 from benchmarks._report_tables import (  # noqa: E402  (the generators, and what the tests and charts use)
     GENERATORS, complexity_table, gpu_name, gpu_statistics, gpu_table, machine_text, milliseconds,
     parse_options, quality_groups, quality_table, search_title, serve_summary_statistics,
@@ -84,7 +84,7 @@ def load(name, results=RESULTS):
     path = Path(results) / f"{name}.jsonl"
     if not path.is_file():
         raise ValueError(f"no records: {path} does not exist")
-    return _records.read(path)
+    return _harness.read(path)
 
 
 # --------------------------------------------------------------------------- documents

@@ -37,7 +37,7 @@ Usage:
     KERAS_BACKEND=tensorflow python benchmarks/serve.py [--preset base] [--rounds 7] [--searches beam,greedy]
 
 Each record also names the matrix libraries behind the figures
-(`_records.matrix_libraries`): the CPU model and its AVX/AVX-512/VNNI/AMX
+(`_harness.matrix_libraries`): the CPU model and its AVX/AVX-512/VNNI/AMX
 flags, CTranslate2's CPU backend (Intel MKL only on Intel CPUs, oneDNN
 elsewhere) and TensorFlow's oneDNN use; ratios measured on one CPU say
 nothing about another.
@@ -61,7 +61,7 @@ sys.path.insert(0, ROOT)
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.data import SubwordTokenizer  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
-from benchmarks import _records, _serve_shortlist  # noqa: E402
+from benchmarks import _harness, _serve_shortlist  # noqa: E402
 
 SHARED_DATA = os.path.join(ROOT, "..", "shared", "data")
 EOS, PAD = 3, 0
@@ -99,7 +99,7 @@ def parse_args(argv=None):
                              "serve.jsonl, serve_shortlist.jsonl with --shortlist)")
     args = parser.parse_args(argv)
     if args.record is None:
-        args.record = _records.default_path("serve_shortlist" if args.shortlist else "serve")
+        args.record = _harness.default_path("serve_shortlist" if args.shortlist else "serve")
     return args
 
 
@@ -261,7 +261,7 @@ def main(argv=None):
     sources[:, -1] = EOS
     if args.shortlist:
         shortlist, sources = _serve_shortlist.build(args, tokenizer)
-    record = _records.start("serve_shortlist" if args.shortlist else "serve", argv, packages=("tensorflow", "keras", "ctranslate2"))
+    record = _harness.start("serve_shortlist" if args.shortlist else "serve", argv, packages=("tensorflow", "keras", "ctranslate2"))
     record["workload"] = {"preset": args.preset, "vocabulary": tokenizer.vocabulary_size, "tokenizer_corpus": origin,
                           "batch": args.batch_size, "source_tokens": args.source_tokens, "steps": args.steps,
                           "beam_size": args.beam_size, "alpha": args.alpha}
@@ -280,7 +280,7 @@ def main(argv=None):
             else:
                 contenders = contenders_for(search, model, tokenizer, sources, args, work)
             record["seconds"][search] = run_rounds(contenders, args)
-    _records.finish(record)
+    _harness.finish(record)
     load = record["load_average"]
     print(f"# {record['machine']['cpu']}, {os.cpu_count()} CPUs, load average {load['before'][0]:.1f} before, "
           f"{load['after'][0]:.1f} after; TensorFlow {tf.__version__}, "
@@ -297,7 +297,7 @@ def main(argv=None):
     for search, seconds in record["seconds"].items():
         table(search, seconds, args.batch_size)
     print()
-    _records.save(args.record, record)
+    _harness.save(args.record, record)
 
 
 if __name__ == "__main__":

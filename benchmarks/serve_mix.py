@@ -42,7 +42,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 
 VARIANTS = ("plain", "xla")
 
@@ -204,7 +204,7 @@ def parse_args(argv=None):
     parser.add_argument("--variants", default="plain,xla")
     parser.add_argument("--starts", default="cold,warm", help="cold (no warm-up), warm (records replayed first)")
     parser.add_argument("--export-base", help="where to export (default: a temporary directory)")
-    parser.add_argument("--record", default=_records.default_path("serve_mix"),
+    parser.add_argument("--record", default=_harness.default_path("serve_mix"),
                         help="JSON-lines file the run's record is appended to (default %(default)s)")
     # Internal: one (variant, start) in a child process.
     parser.add_argument("--child", nargs=3, metavar=("EXPORT_DIR", "WARM", "RESULT"), help=argparse.SUPPRESS)
@@ -250,7 +250,7 @@ def main(argv=None):
             json.dump(result, stream)
         return 0
 
-    record = _records.start("serve_mix", argv, packages=("tensorflow", "keras", "tensorflow-serving-api"))
+    record = _harness.start("serve_mix", argv, packages=("tensorflow", "keras", "tensorflow-serving-api"))
     base = args.export_base or tempfile.mkdtemp(prefix="serve-mix-")
     directories, model_config = export_variants(args, base)
     runs = {}
@@ -269,8 +269,8 @@ def main(argv=None):
     record["workload"] = {**model_config, **{key: value for key, value in vars(args).items()
                                              if key not in ("child", "record", "export_base")}}
     record["runs"] = runs
-    _records.finish(record)
-    _records.save(args.record, record)
+    _harness.finish(record)
+    _harness.save(args.record, record)
     return 0
 
 

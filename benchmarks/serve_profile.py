@@ -41,7 +41,7 @@ sys.path.insert(0, ROOT)
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.export.quantize import quantize_model  # noqa: E402
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 
 BOS, EOS = 2, 3
 
@@ -57,7 +57,7 @@ def parse_args(argv=None):
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--quantize", default="float32,int8,bfloat16",
                         help="comma-separated precisions: float32 and quantize_model's modes")
-    parser.add_argument("--record", default=_records.default_path("serve_profile"))
+    parser.add_argument("--record", default=_harness.default_path("serve_profile"))
     return parser.parse_args(argv)
 
 
@@ -131,7 +131,7 @@ def main(argv=None):
     source = rng.integers(4, args.vocabulary_size, size=(args.batch_size, args.source_tokens)).astype("int32")
     source[:, -1] = EOS
     source = tf.constant(source)
-    record = _records.start("serve_profile", argv, packages=("tensorflow", "keras"))
+    record = _harness.start("serve_profile", argv, packages=("tensorflow", "keras"))
     record["workload"] = {"preset": args.preset, "vocabulary": args.vocabulary_size, "batch": args.batch_size,
                           "source_tokens": args.source_tokens, "steps": args.steps, "beam_size": args.beam_size,
                           "rows": args.batch_size * args.beam_size}
@@ -145,11 +145,11 @@ def main(argv=None):
             record["ms_per_step"][key] = {"step": 1000 * step, "products": 1000 * products}
             print(f"{key}: step {1000 * step:.1f} ms, products alone {1000 * products:.1f} ms "
                   f"({100 * products / step:.0f}%), rest {1000 * (step - products):.1f} ms", flush=True)
-    _records.finish(record)
+    _harness.finish(record)
     load = record["load_average"]
     print(f"# {record['machine']['cpu']}, {os.cpu_count()} CPUs, load average {load['before'][0]:.1f} before, "
           f"{load['after'][0]:.1f} after; TensorFlow {tf.__version__}; commit {record['commit']}")
-    _records.save(args.record, record)
+    _harness.save(args.record, record)
 
 
 if __name__ == "__main__":

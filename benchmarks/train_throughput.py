@@ -17,8 +17,8 @@ alone, with nothing else in the step (`matmul_floor_seconds`).
     .venv/bin/python benchmarks/train_throughput.py --rounds 3 --only ours-tf keras-hub opennmt-tf
     .venv/bin/python benchmarks/train_throughput.py --workload real  # real text
 
-Each contender's harness is its `_contender_*.py` module (one shape, see
-_contender.py): ours (`_contender_ours`), KerasHub layers
+Each contender's harness has one shape (`_harness.Contender`): ours
+(`_harness.Ours`), KerasHub layers
 (`_contender_keras_hub`), `torch.nn.Transformer` (`_contender_torch`),
 OpenNMT-tf (`_contender_opennmt`). This script keeps the workload's FLOP
 accounting, the matmul peak and floor, the rounds and the table.
@@ -68,11 +68,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._workloads import SIZE, load_batches, peak_memory_mb, target_tokens  # noqa: E402
+from benchmarks._harness import SIZE, load_batches, peak_memory_mb, target_tokens  # noqa: E402
 
-# Contender name: the harness module whose THROUGHPUT table holds it (_contender.py's shape),
+# Contender name: the harness module whose THROUGHPUT table holds it (_harness.Contender's shape),
 # imported when needed: a worker process imports only its own (ours-jax must not load TensorFlow).
 MODULES = {
     "ours-tf": "ours", "ours-tf-xla": "ours", "ours-jax": "ours", "keras-hub": "keras-hub",
@@ -83,7 +83,7 @@ MODULES = {
 
 def contender(name):
     if MODULES[name] == "ours":
-        from benchmarks._contender_ours import THROUGHPUT
+        from benchmarks._harness import THROUGHPUT
     elif MODULES[name] == "keras-hub":
         from benchmarks._contender_keras_hub import THROUGHPUT
     else:
@@ -215,7 +215,7 @@ def main():
     parser.add_argument("--opennmt-python", default=str(ROOT / ".venv-opennmt" / "bin" / "python"))
     parser.add_argument("--rounds", type=int, default=1,
                         help="run the contenders this many times, taking turns; report medians")
-    parser.add_argument("--record", default=_records.default_path("train_throughput"),
+    parser.add_argument("--record", default=_harness.default_path("train_throughput"),
                         help="JSON-lines file the run's record (machine, load, commit, command, every round's "
                              "seconds and tokens) is appended to (default %(default)s; '' for none)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -266,7 +266,7 @@ def main():
     # Contenders take turns, round after round: this VM's speed drifts by tens
     # of percent over minutes, and a ratio taken within one round (minutes
     # apart) is steadier than one between runs far apart.
-    record = _records.start("train_throughput")
+    record = _harness.start("train_throughput")
     rounds = []
     for index in range(args.rounds):
         current = {}
@@ -333,8 +333,8 @@ def main():
         # Every contender's raw figures, round by round (OpenNMT-tf's with its logged intervals).
         "rounds": rounds, "results": results,
     })
-    _records.finish(record)
-    _records.save(args.record, record)
+    _harness.finish(record)
+    _harness.save(args.record, record)
 
 
 if __name__ == "__main__":
