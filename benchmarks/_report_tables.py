@@ -425,6 +425,18 @@ def serve_profile_table(records, options):
         ["---", "---", "---:", "---:", "---:"])
 
 
+def recipe_table(records, options):
+    """A recipe's run (benchmarks/results/recipes.jsonl, written by hand from the recipe's output): its
+    updates and its test split's scores."""
+    record = select(records, options, "table:recipe")[-1]
+    test = record["test"]
+    if "bleu" not in test:
+        raise ValueError(f"table:recipe {options}: the record scores no single model (pin another)")
+    row = [record["benchmark"], f"{record['steps']:,}", str(test["sentences"]), f"{test['bleu']:.1f}", f"{test['chrf']:.1f}"]
+    return caption(record, "sacreBLEU on the recipe's test split") + "\n\n" + markdown_table(
+        ["recipe", "updates", "test sentences", "BLEU", "chrF"], [row])
+
+
 quantize_quality_table = script_table("quantize_quality", "quantize-quality")
 serve_mix_table = script_table("serve_mix", "serve-mix")
 
@@ -440,4 +452,5 @@ GENERATORS = {
     "gpu": ("gpu", gpu_table),
     "complexity": ("complexity", complexity_table),
     "data-scale": ("data_scale", data_scale_table),
+    "recipe": ("recipes", recipe_table),
 }

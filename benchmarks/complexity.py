@@ -1,38 +1,7 @@
 """The paper's Table 1, measured: how the time of a self-attention, a recurrent
 and a convolutional layer grows with the sequence length n and the width d.
 
-Table 1 gives the complexity per layer (per sequence): self-attention
-O(n^2 * d), recurrent O(n * d^2), convolutional O(k * n * d^2). This script
-times one forward and backward pass (gradients for the inputs and the
-weights) of each layer on the TensorFlow backend, compiled with
-`tf.function`:
-
-- `self-attention`: our `keras_transformer.layers.MultiHeadAttention` used as
-  self-attention (query = key = value = x), with its Q/K/V/O projections
-  (4 n d^2 of the work) and `--heads` heads;
-- `attention core`: its `ScaledDotProductAttention` alone, softmax(QK^T)V on x
-  split into the same heads, no projections: the term Table 1 counts;
-- `LSTM`, `GRU`: `keras.layers.LSTM` / `GRU` with d units, whole sequences;
-- `Conv1D k=3`: `keras.layers.Conv1D` with d filters, kernel 3, "same" padding.
-
-Every (n, d) cell has the same number of tokens per batch (`--tokens`): the
-batch holds tokens / n sequences. Times are reported per sequence (batch
-time / batch size), the unit of Table 1. The layers take turns: each round
-visits every cell and times every layer in it, in an order rotated from round
-to round, so that load from other jobs hits them alike; a cell's time is the
-median over rounds of the best of `--repeats` calls.
-
-The exponents come from a least-squares fit of log(time per sequence) =
-a + p log n + q log d over all cells, and again over the upper half of the
-grid (n and d at or above their middle values), where fixed per-call costs
-weigh less. For each d the script also finds where self-attention becomes
-slower than the recurrent layer (log-linear interpolation between grid
-points) and reports that n against n = d, the paper's rule of thumb
-("self-attention layers are faster than recurrent layers when n < d").
-
-Outputs under `--out-dir` (default benchmarks/results/): complexity-DATE.md
-(the tables), complexity-DATE.png (log-log plots) and a JSON line appended to
-complexity.jsonl (machine, load, commit, command, settings, raw timings).
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `complexity.py`.
 
 Usage:
     python benchmarks/complexity.py                # n 16..2048, d 64..1024 (long; a quiet machine)

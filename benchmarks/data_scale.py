@@ -1,21 +1,6 @@
 """Training on corpora of any size: prepared once, started and resumed in seconds, in bounded memory.
 
-For each corpus size (pairs), a TSV corpus is made on the fly in a temporary
-directory from ../shared/data (numbered copies of the ddtp_en_de and po_all
-pairs, so that no pair repeats; never committed). Then, each command in its
-own process, as a user runs them:
-
-- `keras-transformer prepare`: wall time and peak RSS;
-- `keras-transformer train` (tiny preset, vocabulary 8,000, 4,096 tokens a
-  batch): time from the start of the process to its first step, peak RSS
-  over `--train-steps` steps;
-- the same run killed after step `--kill-after` and started again: time from
-  the new start to its first step (it resumes from its checkpoint);
-- in this process, on the smallest corpus: steady input batches per second
-  of the prepared stream against today's in-memory pipeline (`make_dataset`
-  over the pairs in a list, ids cached after the first pass, which is not
-  timed), taking turns for `--rounds` rounds; and the stream alone on every
-  size.
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `data_scale.py`.
 
 Usage (appends one record to benchmarks/results/data_scale.jsonl):
 

@@ -1,26 +1,6 @@
 """What the int8 and bfloat16 weights cost in BLEU, on trained runs.
 
-For each run directory given (default: /work/runs/quickstart and
-/work/runs/parallel_text where they hold a model), the run's test split is
-translated with the run's decoding settings (beam size, alpha, extra length,
-batch size, the input limit data.max_length) by:
-
-- "float32": the run's model in process (`Translator`), the reference;
-- "int8", "bfloat16": `quantize_model(model, mode)` in process, the model
-  `export --quantize MODE` writes into the SavedModel;
-- "CTranslate2 int8": `export_ctranslate2` of that int8 model (its int8
-  kernels and scales as they are, no second quantization; the record keeps
-  the export's `int8_from_keras`), decoded by `CTranslate2Translator`;
-- "CTranslate2 float32": the float model in the engine, so that the
-  engine's int8 can be read against its own float32 too (its search differs
-  from ours: docs/serving.md).
-
-Each gets detokenized sacreBLEU (default 13a tokenization, its signature
-kept), its difference to the reference's
-BLEU, and the share of its outputs identical to the reference's. One JSON
-record is appended to `benchmarks/results/quantize_quality.jsonl`;
-`table_parts` (standard library only) gives report.py's "quantize-quality"
-table its rows.
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `quantize_quality.py`.
 
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/quantize_quality.py [RUN ...] [--limit N] [--no-ctranslate2]

@@ -1,7 +1,7 @@
 """Regenerates the benchmark tables and the figures quoted in prose (and the charts) from the committed records.
 
-Every generated table sits between two marker comments in README.md or
-benchmarks/README.md:
+Every generated table sits between two marker comments in README.md,
+benchmarks/README.md or a page of docs/:
 
     <!-- table:serve commit=12a761a -->
     ... (generated; edits here are overwritten) ...
@@ -18,13 +18,13 @@ inline markers:
 several; `number=N` keeps the Nth number of the cell, e.g. `number=2` of
 "53.2 (1.02x)"). `--check` fails
 when a table or a cell differs from what the records give, and when
-README.md or benchmarks/README.md quotes a benchmark figure (a ratio such as
+one of those documents quotes a benchmark figure (a ratio such as
 "1.4x", a rate in tokens/s or sentences/s, a BLEU or chrF score) outside a
 marker.
 
 The name after "table:" or "cell:" picks the generator (_report_tables.GENERATORS: serve,
 serve-shortlist, serve-profile, serve-mix, quantize-quality, train-throughput, quality, gpu,
-complexity, data-scale) and so the records
+complexity, data-scale, recipe) and so the records
 (benchmarks/results/<name>.jsonl). Every marker pins its records, so that a
 new record changes no committed figure: `commit=ABC` (the record of that
 commit), `time=...` (its start time, as written in the record) or `run=...`
@@ -62,7 +62,7 @@ from benchmarks._report_tables import (  # noqa: E402  (the generators, and what
     serve_table, short_name, throughput_table,
 )
 
-DOCUMENTS = (ROOT / "benchmarks" / "README.md", ROOT / "README.md")
+DOCUMENTS = (ROOT / "benchmarks" / "README.md", ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
 RESULTS = ROOT / "benchmarks" / "results"
 MARKER = re.compile(r"(?P<open><!-- table:(?P<name>[\w-]+)(?P<options>[^>]*?)-->\n)(?P<body>.*?)(?P<close><!-- /table -->)",
                     re.S)

@@ -1,25 +1,6 @@
 """Where a decoding step's time goes in the served precisions: the matrix products against the rest.
 
-On `serve.py`'s workload (the `--preset`'s Transformer with random weights,
-`--batch-size` sources of `--source-tokens` tokens, beam `--beam-size`: batch x
-beam rows per step), for each precision (`--quantize`: float32, and the
-copies `quantize_model` makes, "int8" and "bfloat16") and each variant (XLA
-and the plain graph), two loops of `--steps` steps are timed, best of
-`--calls` calls:
-
-1. the model's steps alone: `Transformer.incremental_decoder`'s step and an
-   argmax, no search (a served search adds its bookkeeping on top);
-2. the products alone: every product a step makes, through the same layers
-   at the same precision (the fused query/key/value kernel where the step
-   fuses them, else the three Dense layers; the attention output, the
-   cross-attention query and output and the two feed-forward Dense layers
-   of each decoder layer; the tied output projection), on inputs of the
-   step's shapes.
-
-The difference is everything else: attention over the caches, layer norms,
-the embedding, masks, cache writes (and, for int8, nothing: the activation
-quantizers belong to the int8 layers' products). A JSON record is appended
-to `benchmarks/results/serve_profile.jsonl`.
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `serve_profile.py`.
 
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/serve_profile.py --preset base --vocabulary-size 32000

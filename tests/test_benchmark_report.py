@@ -382,6 +382,8 @@ def test_report_check_exit_status(tmp_path, monkeypatch, capsys):
 
 
 def test_committed_documents_quote_no_figure_without_a_record():
+    # The documentation site's pages are checked too (docs/serving.md and docs/recipes.md quote figures).
+    assert {ROOT / "docs" / "serving.md", ROOT / "docs" / "recipes.md"} <= set(report.DOCUMENTS)
     for path in report.DOCUMENTS:
         assert report.unmarked_figures(path.read_text(encoding="utf-8"), str(path)) == []
 
@@ -466,3 +468,13 @@ def test_serve_mix_table_from_a_fixture_record():
     assert "| xla | warm | 16 records, 120 s | 2.00 | 8.86 | 4.4x | 9.00 | 0.5 |" in table
     assert "| xla | cold | none | 2.00 | 8.86 | 4.4x | 9.00 | 0.5 |" in table
     assert "3 requests of 1 to 64 sentences, input limit 64 tokens" in table
+
+
+def test_recipe_table_gives_the_pinned_runs_scores_and_refuses_a_run_without_one():
+    run = {"benchmark": "parallel_text recipe", "time": "t1", "commit": "abc", "command": "python recipes/x.py",
+           "machine": {"cpus": 2}, "steps": 4674, "test": {"sentences": 1000, "bleu": 7.2467, "chrf": 20.7184}}
+    other = dict(run, benchmark="back_translation recipe", time="t2", test={"sentences": 10, "baseline": {}})
+    table = report.GENERATORS["recipe"][1]
+    assert "| parallel_text recipe | 4,674 | 1000 | 7.2 | 20.7 |" in table([run, other], {"time": "t1"})
+    with pytest.raises(ValueError, match="scores no single model"):
+        table([run, other], {"time": "t2"})
