@@ -39,7 +39,7 @@ not the ratio of the medians.
     python benchmarks/report.py --check    # exit 1 and print what differs or is unmarked
     python benchmarks/report.py --charts   # also write PNG charts into benchmarks/results/
 
-Needs numpy (the complexity table's fits, through benchmarks/complexity.py),
+Needs numpy (the complexity table's fits),
 and matplotlib for --charts; no Keras or TensorFlow.
 """
 
