@@ -1,4 +1,4 @@
-"""KerasHub layers as a benchmark contender (TensorFlow backend). See _contender.py for the shape.
+"""KerasHub layers as a benchmark contender (TensorFlow backend). See _harness.Contender for the shape.
 
 Two architectures, one model class (`KerasHubTranslator`):
 
@@ -47,7 +47,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from benchmarks._contender import SEARCH, Contender, compile_ours, set_policy
+from benchmarks._harness import SEARCH, Contender, compile_ours, set_policy
 from keras_transformer.data import BOS_ID, EOS_ID, PAD_ID
 
 ARCHITECTURES = ("tied", "keras-io")

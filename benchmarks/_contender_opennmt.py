@@ -3,18 +3,17 @@
 OpenNMT-tf needs TensorFlow 2.13 (its virtual environment, `--opennmt-python`,
 default .venv-opennmt/bin/python: `python3.11 -m venv .venv-opennmt &&
 .venv-opennmt/bin/pip install "tensorflow==2.13.1" "opennmt-tf==2.32.0"`),
-so it cannot share a process with ours. The shape of _contender.py, carried
+so it cannot share a process with ours. The shape of _harness.Contender, carried
 out by OpenNMT-tf's own programs:
 
-- build + train_steps (train_throughput.py, train_profile.py):
+- build + train_steps (train_throughput.py):
   `run_opennmt` writes the batches' sentences as whitespace tokens and runs
   `onmt-main --auto_config train` on them (an `opennmt.models.Transformer`
   of our size: post-norm, all embeddings shared); its rate is read from the
   intervals it logs (`opennmt_intervals`, `opennmt_rate`);
 - build + train_for + decode (quality.py): the worker _quality_opennmt.py
   (`quality_command` starts it), its Runner trained to a wall-clock budget,
-  then `Runner.infer`, beam 4, length penalty 0.6, and ours' length cap;
-- decode on random weights (decode.py): the worker _opennmt_decode.py.
+  then `Runner.infer`, beam 4, length penalty 0.6, and ours' length cap.
 """
 
 import inspect
@@ -23,8 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from benchmarks._contender import Contender
-from benchmarks._workloads import BATCH, BOS, EOS, PAD, REAL_TOKENS_PER_BATCH, SIZE, peak_memory_mb
+from benchmarks._harness import BATCH, BOS, EOS, PAD, REAL_TOKENS_PER_BATCH, SIZE, Contender, peak_memory_mb
 
 HERE = Path(__file__).resolve().parent
 INSTALL = ('python3.11 -m venv .venv-opennmt && .venv-opennmt/bin/pip install "tensorflow==2.13.1" '
@@ -42,9 +40,9 @@ class OpenNMT(Contender):
     def available(self):
         return Path(self.python).exists()
 
-    def train_steps(self, model, batches, steps, warmup, real=False, prelude=""):
+    def train_steps(self, model, batches, steps, warmup, real=False):
         """`model` is None (OpenNMT-tf builds its own in its process); see `run_opennmt`."""
-        return run_opennmt(batches, steps, warmup, self.python, real, prelude)
+        return run_opennmt(batches, steps, warmup, self.python, real)
 
     def quality_command(self, data_dir, out_dir, minutes, seed, settings, config):
         """The command line of the quality worker (train to `minutes`, then decode the test split)."""
@@ -67,14 +65,12 @@ def model():
 """
 
 
-def run_opennmt(batches, steps, warmup, python, real, prelude="", size=SIZE):
+def run_opennmt(batches, steps, warmup, python, real, size=SIZE):
     """OpenNMT-tf's own trainer on the same sentences, written as whitespace tokens.
 
     Synthetic workload: one fixed-size batch per batch of ours (no
     bucketing, no shuffling). Real workload: the same sentences, batched by
     OpenNMT-tf itself (tokens, at the same budget, its own length buckets).
-    `prelude`: Python run in OpenNMT-tf's process before its trainer starts
-    (train_profile.py starts a profiler there).
     """
     import re
 
@@ -125,7 +121,7 @@ train:
     )
     command = [
         python, "-c",
-        prelude + "\nimport sys; from opennmt.bin.main import main; sys.argv=sys.argv[1:]\n"
+        "import sys; from opennmt.bin.main import main; sys.argv=sys.argv[1:]\n"
         + inspect.getsource(peak_memory_mb)
         + "\ntry: main()\nfinally: print('PEAK_MB', peak_memory_mb())",
         "onmt-main", "--model", str(work / "model.py"), "--config", str(work / "config.yml"),

@@ -6,17 +6,19 @@ source and target and tied to the output, scaled by sqrt(d_model),
 sinusoidal positions, dropout on the embedding sums; torch's Adam(0.9, 0.98,
 1e-9) at a fixed rate and its label-smoothed cross-entropy ignoring pad. It
 runs eagerly (what `torch.nn.Transformer` users run on a CPU). See
-_contender.py for the shape; torch has no decoding harness here.
+_harness.Contender for the shape; torch has no decoding harness here.
 """
 
 import math
 import os
 import time
 
-from benchmarks._contender import Contender, timed_steps
+from benchmarks._harness import Contender, timed_steps
 
 
-def torch_transformer(size):
+def torch_transformer(size, positions=512, padded=True, device="cpu"):
+    """Our size and architecture in torch (see the module docstring): `size` has vocab, d_model, d_ff,
+    heads, layers and dropout; `padded`: pad ids (0) masked out of attention (gpu.py's batches have none)."""
     import torch
 
     d, f, h, v, n = (size[k] for k in ("d_model", "d_ff", "heads", "vocab", "layers"))
@@ -26,11 +28,11 @@ def torch_transformer(size):
             super().__init__()
             self.embedding = torch.nn.Embedding(v, d, padding_idx=0)
             self.core = torch.nn.Transformer(d, h, n, n, f, dropout=size["dropout"], batch_first=True)
-            self.core.encoder.norm = None
+            self.core.encoder.norm = None  # post-LN stacks end without a final norm
             self.core.decoder.norm = None
-            position = torch.arange(512).unsqueeze(1)
+            position = torch.arange(positions).unsqueeze(1)
             div = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
-            table = torch.zeros(512, d)
+            table = torch.zeros(positions, d)
             table[:, 0::2] = torch.sin(position * div)
             table[:, 1::2] = torch.cos(position * div)
             self.register_buffer("positions", table)
@@ -40,15 +42,12 @@ def torch_transformer(size):
             return self.dropout(self.embedding(ids) * math.sqrt(d) + self.positions[: ids.shape[1]])
 
         def forward(self, source, target):
-            causal = torch.nn.Transformer.generate_square_subsequent_mask(target.shape[1])
-            hidden = self.core(
-                self.embed(source), self.embed(target), tgt_mask=causal,
-                src_key_padding_mask=source == 0, memory_key_padding_mask=source == 0,
-                tgt_is_causal=True,
-            )
+            causal = torch.nn.Transformer.generate_square_subsequent_mask(target.shape[1], device=device)
+            masks = dict(src_key_padding_mask=source == 0, memory_key_padding_mask=source == 0) if padded else {}
+            hidden = self.core(self.embed(source), self.embed(target), tgt_mask=causal, tgt_is_causal=True, **masks)
             return hidden @ self.embedding.weight.T
 
-    return TorchTransformer()
+    return TorchTransformer().to(device)
 
 
 class TorchContender(Contender):

@@ -4,7 +4,7 @@ quality.py starts `quality.py --worker NAME`, which runs `run(args)` here:
 "prepare" (the split, the tokenizer and OpenNMT-tf's text files, in
 WORK/data), "ours" and "keras-hub" (train to the budget, then decode the test
 split; WORK/NAME/train.json and hypotheses.json) and "score". Each
-contender's training and decoding is its harness (_contender_ours,
+contender's training and decoding is its harness (_harness.Ours,
 _contender_keras_hub: build, train, decode); what is here is the quality
 benchmark's glue: its data, its clock, its record fields. OpenNMT-tf's worker
 is _quality_opennmt.py, in its own environment.
@@ -16,9 +16,8 @@ import shutil
 import time
 from pathlib import Path
 
-from benchmarks._quality_common import (CORPORA, MAX_CHARS, MAX_LENGTH, MODEL, SAVE_EVERY_STEPS, SOURCE_KEY,
-                                        TARGET_KEY, Clock, count_trained_tokens, read_pairs, search, size,
-                                        versions)
+from benchmarks._harness import (CORPORA, MAX_CHARS, MAX_LENGTH, MODEL, SAVE_EVERY_STEPS, SEARCH, SIZE, SOURCE_KEY,
+                                 TARGET_KEY, Clock, count_trained_tokens, read_pairs, versions)
 
 
 def run(args):
@@ -162,7 +161,7 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
     `decode`."""
     import keras
 
-    from benchmarks._contender_ours import Ours
+    from benchmarks._harness import Ours
     from keras_transformer import config as config_lib
     from keras_transformer import runs
     from keras_transformer.data import SubwordTokenizer
@@ -258,7 +257,7 @@ def train_and_decode_keras_hub(work, out, minutes, settings, seed):
                            training=True, seed=seed, repeat=True, bucket_boundaries=boundaries)
     optimizer, optimizer_used = make_optimizer(settings, MODEL["d_model"])
     harness = KerasHub("keras-hub", architecture=settings["architecture"])
-    model = harness.build(size(tokenizer.vocabulary_size), policy=settings["mixed_precision"], optimizer=optimizer,
+    model = harness.build(dict(SIZE, vocab=tokenizer.vocabulary_size), policy=settings["mixed_precision"], optimizer=optimizer,
                           norm_first=settings["norm_first"])
     trained = harness.train_for(model, dataset, minutes)
     print(f"trained {trained.steps} steps in {trained.seconds / 60:.2f} min", flush=True)
@@ -274,15 +273,15 @@ def decoded(harness, model, tokenizer, work, out, trained, target_tokens, settin
 
     sources = [s for s, _ in read_pairs(work / "data" / "test.jsonl.gz")]
     start = time.time()
-    hypotheses = harness.decode(model, tokenizer, sources, search())
+    hypotheses = harness.decode(model, tokenizer, sources, SEARCH)
     decode_seconds = time.time() - start
     (out / "hypotheses.json").write_text(json.dumps(hypotheses, ensure_ascii=False))
     return {
         "steps": trained.steps, "train_seconds": trained.seconds, "decode_seconds": decode_seconds,
-        "target_tokens": target_tokens, "search": harness.search_description(search()),
+        "target_tokens": target_tokens, "search": harness.search_description(SEARCH),
         "settings": {"optimizer_used": settings["optimizer_used"], "loss": "label smoothing 0.1",
                      "checkpoint_every_steps": settings["checkpoint_every_steps"],
                      "parameters": model.count_params(),
                      "bucket_boundaries": settings["bucket_boundaries"] or "make_dataset default (geometric)"},
-        "versions": {**versions(), "keras_backend": keras.backend.backend()},
+        "versions": {**versions("tensorflow", "keras", "keras-hub"), "keras_backend": keras.backend.backend()},
     }

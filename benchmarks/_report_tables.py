@@ -1,13 +1,15 @@
-"""The table generators of benchmarks/report.py: each turns the records of one benchmark
-(benchmarks/results/<name>.jsonl) into the Markdown that report.py puts between a document's
-markers. Medians are over the rounds of a record, and a ratio is the median of the ratios taken
+"""The table generators of benchmarks/report.py (GENERATORS, by marker name): each turns the records
+of one benchmark (benchmarks/results/<name>.jsonl) into the Markdown that report.py puts between a
+document's markers. Medians are over the rounds of a record, and a ratio is the median of the ratios taken
 within each round, not the ratio of the medians."""
 
 import re
 import statistics
-from collections import Counter, OrderedDict
+import importlib
+import math
+from collections import OrderedDict
 
-from benchmarks._records import markdown_table
+from benchmarks._harness import markdown_table
 
 SERVE_REFERENCES = ("ours in process, XLA", "CTranslate2 float32")
 
@@ -129,29 +131,6 @@ def serve_table(records, options):
                            "ratios") + "\n\n" + markdown_table(header, rows)
 
 
-def serve_summary(records, options):
-    """The README's short form: each contender's median sentences/s and its same-round ratio to ours XLA."""
-    record = select(records, options, "table:serve-summary")[-1]
-    summary = serve_summary_statistics(record)
-    searches = list(summary)
-    names = list(OrderedDict.fromkeys(name for search in searches for name in summary[search]))
-    header = ["contender"] + [f"{search_title(s, record)}: sent/s (vs ours XLA)" for s in searches]
-    rows = []
-    for name in names:
-        row = [short_name(name)]
-        for search in searches:
-            if name in summary[search]:
-                median, _, _, vs_ours, _ = summary[search][name]
-                row.append(f"{median:.1f} ({ratio_text(vs_ours)})")
-            else:
-                row.append("-")
-        rows.append(row)
-    rounds = len(next(iter(record["seconds"][searches[0]].values())))
-    text = (f"`benchmarks/serve.py`, commit {record.get('commit')}, {machine_text(record)}, medians of {rounds} "
-            "rounds, ratios the medians of same-round ratios; record in `benchmarks/results/serve.jsonl`:")
-    return text + "\n\n" + markdown_table(header, rows)
-
-
 # --------------------------------------------------------------------------- training throughput
 
 
@@ -176,73 +155,6 @@ def throughput_table(records, options):
     what = (f"{workload['kind']} workload, non-pad target tokens/s, medians of {workload['rounds']} rounds with "
             "the contenders taking turns; ratios are medians of same-round ratios")
     return caption(record, what) + "\n\n" + markdown_table(header, rows)
-
-
-def variants_table(records, options):
-    """train_variants.py: each candidate change against the shipped layers, paired in one process;
-    medians and ratios computed here from every round's raw rates."""
-    record = select(records, options, "table:train-variants")[-1]
-    workload, rounds = record["workload"], record["rounds"]
-    rows = []
-    for result in record["results"]:
-        name = result["name"]
-        rates = [r[name]["tokens_per_s"] for r in rounds]
-        ratios = [r[name]["tokens_per_s"] / r[record["reference"]]["tokens_per_s"] for r in rounds]
-        rows.append([name, result["label"], f"{statistics.median(rates):.0f}", f"{min(rates):.0f}-{max(rates):.0f}",
-                     f"{statistics.median(ratios):.3f}x", f"{min(ratios):.3f}-{max(ratios):.3f}x"])
-    header = ["variant", "what", "tokens/s (median)", "range", f"vs {record['reference']}", "range"]
-    what = (f"{workload['kind']} workload, non-pad target tokens/s, one process, {len(rounds)} rounds of "
-            f"{workload['steps']} steps per variant taking turns; ratios are medians of same-round ratios")
-    return caption(record, what) + "\n\n" + markdown_table(header, rows)
-
-
-def is_product(op_type):
-    """Matrix-product kernels: (batched) MatMul and Einsum, oneDNN's and Eigen's."""
-    return "MatMul" in op_type or "Einsum" in op_type
-
-
-def profile_table(records, options, others=10):
-    """train_profile.py: kernel time per step by op type, each contender against the reference, per round
-    from the raw sums; medians over rounds, ratios the medians of same-round ratios."""
-    record = select(records, options, "table:train-profile")[-1]
-    workload, rounds, reference = record["workload"], record["rounds"], record["reference"]
-    names = [result["name"] for result in record["results"]]
-
-    def per_step(name, pick):  # [ms per step of the kernels `pick` selects, one per round]
-        return [1000 * sum(s for t, s in r[name]["op_seconds"].items() if pick(t)) / r[name]["steps"]
-                for r in rounds]
-
-    def everything(_):
-        return True
-
-    rows = []
-    for result in record["results"]:
-        name = result["name"]
-        total, products = per_step(name, everything), per_step(name, is_product)
-        ratios = [t / r for t, r in zip(total, per_step(reference, everything))]
-        wall = [1000 * r[name]["wall_seconds"] / r[name]["steps"] for r in rounds]
-        rows.append([name, result["label"], f"{statistics.median(total):.0f}",
-                     f"{statistics.median(products):.0f} ({statistics.median(products) / statistics.median(total):.0%})",
-                     f"{statistics.median(total) - statistics.median(products):.0f}",
-                     f"{statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f}x)",
-                     f"{statistics.median(wall):.0f}"])
-    what = (f"{workload['kind']} workload, one process, {len(rounds)} rounds of one profiled pass over the "
-            f"{workload['batches']} batches per contender taking turns; milliseconds per step, medians over rounds")
-    text = caption(record, what) + "\n\n" + markdown_table(
-        ["contender", "what", "kernel time", "of which matrix products", "other kernels",
-         f"kernel time vs {reference}", "wall time (profiled)"], rows,
-        ["---", "---", "---:", "---:", "---:", "---:", "---:"])
-    sums = Counter()
-    for r in rounds:
-        for op_type, seconds in r[reference]["op_seconds"].items():
-            if not is_product(op_type):
-                sums[op_type] += seconds
-    largest = [op_type for op_type, _ in sums.most_common(others)]
-    text += (f"\n\nThe {len(largest)} largest other op types of {reference} (ms per step, medians over rounds):\n\n")
-    text += markdown_table(["op type", *names], [
-        [op_type, *(f"{statistics.median(per_step(name, lambda t, o=op_type: t == o)):.1f}" for name in names)]
-        for op_type in largest], ["---"] + ["---:"] * len(names))
-    return text
 
 
 # --------------------------------------------------------------------------- time to quality
@@ -398,6 +310,66 @@ def gpu_table(records, options):
 # --------------------------------------------------------------------------- complexity
 
 
+# The paper's complexity per layer and sequence, as exponents of (n, d).
+PAPER_EXPONENTS = {
+    "self-attention": (2, 1),
+    "attention core": (2, 1),
+    "LSTM": (1, 2),
+    "GRU": (1, 2),
+    "Conv1D k=3": (1, 2),
+}
+
+
+def per_sequence(seconds, tokens):
+    """{layer: {(n, d): median seconds per sequence}}."""
+    import numpy as np
+
+    return {name: {(n, d): float(np.median(values)) / max(1, tokens // n) for (n, d), values in cells.items()}
+            for name, cells in seconds.items()}
+
+
+def fit_exponents(times, min_n=None, min_d=None):
+    """(p, q, points): least squares of log t = a + p log n + q log d over the cells with
+    n >= min_n and d >= min_d; None for p or q when the cells do not vary in n or d."""
+    import numpy as np
+
+    cells = [(n, d, t) for (n, d), t in times.items()
+             if (min_n is None or n >= min_n) and (min_d is None or d >= min_d) and t > 0]
+    if len(cells) < 2:
+        return None, None, len(cells)
+    logs = np.log(np.array([(n, d, t) for n, d, t in cells], dtype=float))
+    columns = [np.ones(len(cells))]
+    varying = [len(set(logs[:, i])) > 1 for i in (0, 1)]
+    columns += [logs[:, i] for i in (0, 1) if varying[i]]
+    solution, *_ = np.linalg.lstsq(np.stack(columns, axis=1), logs[:, 2], rcond=None)
+    coefficients = iter(solution[1:])
+    p = float(next(coefficients)) if varying[0] else None
+    q = float(next(coefficients)) if varying[1] else None
+    return p, q, len(cells)
+
+
+def crossover(attention, recurrent, lengths, d):
+    """The n at width d where self-attention becomes slower than the recurrent layer,
+    interpolated on log n; ("below", first n) if it is slower already at the shortest n,
+    ("above", last n) if it is still faster at the longest."""
+    ratios = [math.log(attention[n, d] / recurrent[n, d]) for n in lengths]
+    if ratios[0] >= 0:
+        return "below", lengths[0]
+    for (n0, r0), (n1, r1) in zip(zip(lengths, ratios), zip(lengths[1:], ratios[1:])):
+        if r0 < 0 <= r1:
+            fraction = -r0 / (r1 - r0)
+            return "at", math.exp(math.log(n0) + fraction * (math.log(n1) - math.log(n0)))
+    return "above", lengths[-1]
+
+
+def middle(values):
+    """The grid value nearest the geometric middle."""
+    import numpy as np
+
+    centre = math.exp(np.mean(np.log(values)))
+    return min(values, key=lambda v: abs(math.log(v / centre)))
+
+
 def milliseconds(seconds):
     value = seconds * 1000
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
@@ -407,23 +379,21 @@ def complexity_table(records, options):
     """Table 1 measured: fitted exponents against the paper's, the self-attention / LSTM
     crossover per width, and times per sequence on the diagonal n = d, all recomputed
     from the record's raw per-round seconds."""
-    from benchmarks import complexity
-
     record = select(records, options, "table:complexity")[-1]
     settings = record["settings"]
     tokens, lengths, widths = settings["tokens"], settings["lengths"], settings["widths"]
     seconds = {name: {tuple(int(part.split("=")[1]) for part in key.split(",")): values
                       for key, values in cells.items()}
                for name, cells in record["seconds_per_batch"].items()}
-    times = complexity.per_sequence(seconds, tokens)
-    upper_n, upper_d = complexity.middle(lengths), complexity.middle(widths)
+    times = per_sequence(seconds, tokens)
+    upper_n, upper_d = middle(lengths), middle(widths)
     exponent_rows = []
     for name, cells in times.items():
-        p, q, _ = complexity.fit_exponents(cells)
-        p_upper, q_upper, _ = complexity.fit_exponents(cells, upper_n, upper_d)
-        paper = complexity.PAPER_EXPONENTS.get(name)
-        exponent_rows.append([name, f"({paper[0]}, {paper[1]})" if paper else "-", f"{p:.2f}", f"{q:.2f}",
-                              f"{p_upper:.2f}", f"{q_upper:.2f}"])
+        p, q, _ = fit_exponents(cells)
+        p_upper, q_upper, _ = fit_exponents(cells, upper_n, upper_d)
+        paper = PAPER_EXPONENTS.get(name)
+        exponent_rows.append([name, f"({paper[0]}, {paper[1]})" if paper else "-",
+                              *("-" if value is None else f"{value:.2f}" for value in (p, q, p_upper, q_upper))])
     text = caption(record, f"forward + backward, {tokens} tokens per batch in every cell, the median of "
                            f"{settings['rounds']} rounds of the best of {settings['repeats']} calls") + "\n\n"
     text += markdown_table(
@@ -437,7 +407,7 @@ def complexity_table(records, options):
     if "self-attention" in times and "LSTM" in times:
         rows = []
         for d in widths:
-            where, n = complexity.crossover(times["self-attention"], times["LSTM"], lengths, d)
+            where, n = crossover(times["self-attention"], times["LSTM"], lengths, d)
             rows.append([str(d), {"at": f"{n:.0f} (n/d {n / d:.1f})", "below": f"below {n}",
                                   "above": f"never up to n = {n} (n/d > {n // d})"}[where]])
         text += ("\n\nFrom which n self-attention (with its projections) is slower than the LSTM; "
@@ -479,3 +449,67 @@ def data_scale_table(records, options):
         text += (f"\n\nPreparation time extrapolated linearly from the two largest sizes ({a:,} and {b:,} pairs) "
                  f"to 36 million pairs (WMT14 English-French): {hours:.1f} hours.")
     return text
+
+
+# --------------------------------------------------------------------------- scripts that shape their own tables
+
+
+def script_table(module, marker):
+    """The generator of a benchmark script whose `table_parts(record)` gives (what, header, rows[, align]):
+    quantize_quality.py, serve_mix.py (imported only when a table needs it: they import more than the report)."""
+    def table(records, options):
+        parts = importlib.import_module(f"benchmarks.{module}").table_parts
+        record = select(records, options, f"table:{marker}")[-1]
+        what, header, rows, *align = parts(record)
+        return caption(record, what) + "\n\n" + markdown_table(header, rows, *align)
+    return table
+
+
+def serve_profile_table(records, options):
+    """serve_profile.py (it imports TensorFlow, so its table is built here): each precision and variant's
+    step against its products alone."""
+    record = select(records, options, "table:serve-profile")[-1]
+    workload = record["workload"]
+    rows = []
+    for key, timing in record["ms_per_step"].items():
+        precision, variant = key.split(", ")
+        step, products = timing["step"], timing["products"]
+        rows.append([precision, variant, f"{step:.1f}", f"{products:.1f} ({products / step:.0%})",
+                     f"{step - products:.1f}"])
+    what = (f"{workload['preset']} preset, {workload['vocabulary']}-piece vocabulary, {workload['rows']} rows "
+            f"({workload['batch']} sources x beam {workload['beam_size']}), {workload['steps']} steps; "
+            "milliseconds per step, best of the calls")
+    return caption(record, what) + "\n\n" + markdown_table(
+        ["precision", "variant", "model step", "products alone", "rest"], rows,
+        ["---", "---", "---:", "---:", "---:"])
+
+
+def recipe_table(records, options):
+    """A recipe's run (benchmarks/results/recipes.jsonl, written by hand from the recipe's output): its
+    updates and its test split's scores."""
+    record = select(records, options, "table:recipe")[-1]
+    test = record["test"]
+    if "bleu" not in test:
+        raise ValueError(f"table:recipe {options}: the record scores no single model (pin another)")
+    row = [record["benchmark"], f"{record['steps']:,}", str(test["sentences"]), f"{test['bleu']:.1f}", f"{test['chrf']:.1f}"]
+    return caption(record, "sacreBLEU on the recipe's test split") + "\n\n" + markdown_table(
+        ["recipe", "updates", "test sentences", "BLEU", "chrF"], [row])
+
+
+quantize_quality_table = script_table("quantize_quality", "quantize-quality")
+serve_mix_table = script_table("serve_mix", "serve-mix")
+
+# marker name -> (records name, generator)
+GENERATORS = {
+    "serve": ("serve", serve_table),
+    "serve-shortlist": ("serve_shortlist", serve_table),
+    "serve-profile": ("serve_profile", serve_profile_table),
+    "serve-mix": ("serve_mix", serve_mix_table),
+    "quantize-quality": ("quantize_quality", quantize_quality_table),
+    "train-throughput": ("train_throughput", throughput_table),
+    "quality": ("quality", quality_table),
+    "gpu": ("gpu", gpu_table),
+    "complexity": ("complexity", complexity_table),
+    "data-scale": ("data_scale", data_scale_table),
+    "recipe": ("recipes", recipe_table),
+}

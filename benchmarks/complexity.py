@@ -1,38 +1,7 @@
 """The paper's Table 1, measured: how the time of a self-attention, a recurrent
 and a convolutional layer grows with the sequence length n and the width d.
 
-Table 1 gives the complexity per layer (per sequence): self-attention
-O(n^2 * d), recurrent O(n * d^2), convolutional O(k * n * d^2). This script
-times one forward and backward pass (gradients for the inputs and the
-weights) of each layer on the TensorFlow backend, compiled with
-`tf.function`:
-
-- `self-attention`: our `keras_transformer.layers.MultiHeadAttention` used as
-  self-attention (query = key = value = x), with its Q/K/V/O projections
-  (4 n d^2 of the work) and `--heads` heads;
-- `attention core`: its `ScaledDotProductAttention` alone, softmax(QK^T)V on x
-  split into the same heads, no projections: the term Table 1 counts;
-- `LSTM`, `GRU`: `keras.layers.LSTM` / `GRU` with d units, whole sequences;
-- `Conv1D k=3`: `keras.layers.Conv1D` with d filters, kernel 3, "same" padding.
-
-Every (n, d) cell has the same number of tokens per batch (`--tokens`): the
-batch holds tokens / n sequences. Times are reported per sequence (batch
-time / batch size), the unit of Table 1. The layers take turns: each round
-visits every cell and times every layer in it, in an order rotated from round
-to round, so that load from other jobs hits them alike; a cell's time is the
-median over rounds of the best of `--repeats` calls.
-
-The exponents come from a least-squares fit of log(time per sequence) =
-a + p log n + q log d over all cells, and again over the upper half of the
-grid (n and d at or above their middle values), where fixed per-call costs
-weigh less. For each d the script also finds where self-attention becomes
-slower than the recurrent layer (log-linear interpolation between grid
-points) and reports that n against n = d, the paper's rule of thumb
-("self-attention layers are faster than recurrent layers when n < d").
-
-Outputs under `--out-dir` (default benchmarks/results/): complexity-DATE.md
-(the tables), complexity-DATE.png (log-log plots) and a JSON line appended to
-complexity.jsonl (machine, load, commit, command, settings, raw timings).
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `complexity.py`.
 
 Usage:
     python benchmarks/complexity.py                # n 16..2048, d 64..1024 (long; a quiet machine)
@@ -49,21 +18,14 @@ from pathlib import Path
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
+# The Table 1 arithmetic lives with the report's table (the tests use it from here too).
+from benchmarks._report_tables import (  # noqa: E402, F401
+    PAPER_EXPONENTS, complexity_table, crossover, fit_exponents, middle, per_sequence)
 
-# The paper's complexity per layer and sequence, as exponents of (n, d).
-PAPER_EXPONENTS = {
-    "self-attention": (2, 1),
-    "attention core": (2, 1),
-    "LSTM": (1, 2),
-    "GRU": (1, 2),
-    "Conv1D k=3": (1, 2),
-}
 LAYERS = tuple(PAPER_EXPONENTS)
 RECURRENT = ("LSTM", "GRU")
 
@@ -164,105 +126,6 @@ def measure(layers, lengths, widths, tokens, heads, rounds, repeats, log=print):
     return seconds
 
 
-def per_sequence(seconds, tokens):
-    """{layer: {(n, d): median seconds per sequence}}."""
-    return {name: {(n, d): float(np.median(values)) / max(1, tokens // n) for (n, d), values in cells.items()}
-            for name, cells in seconds.items()}
-
-
-def fit_exponents(times, min_n=None, min_d=None):
-    """(p, q, points): least squares of log t = a + p log n + q log d over the cells with
-    n >= min_n and d >= min_d; None for p or q when the cells do not vary in n or d."""
-    cells = [(n, d, t) for (n, d), t in times.items()
-             if (min_n is None or n >= min_n) and (min_d is None or d >= min_d) and t > 0]
-    if len(cells) < 2:
-        return None, None, len(cells)
-    logs = np.log(np.array([(n, d, t) for n, d, t in cells], dtype=float))
-    columns = [np.ones(len(cells))]
-    varying = [len(set(logs[:, i])) > 1 for i in (0, 1)]
-    columns += [logs[:, i] for i in (0, 1) if varying[i]]
-    solution, *_ = np.linalg.lstsq(np.stack(columns, axis=1), logs[:, 2], rcond=None)
-    coefficients = iter(solution[1:])
-    p = float(next(coefficients)) if varying[0] else None
-    q = float(next(coefficients)) if varying[1] else None
-    return p, q, len(cells)
-
-
-def crossover(attention, recurrent, lengths, d):
-    """The n at width d where self-attention becomes slower than the recurrent layer,
-    interpolated on log n; ("below", first n) if it is slower already at the shortest n,
-    ("above", last n) if it is still faster at the longest."""
-    ratios = [math.log(attention[n, d] / recurrent[n, d]) for n in lengths]
-    if ratios[0] >= 0:
-        return "below", lengths[0]
-    for (n0, r0), (n1, r1) in zip(zip(lengths, ratios), zip(lengths[1:], ratios[1:])):
-        if r0 < 0 <= r1:
-            fraction = -r0 / (r1 - r0)
-            return "at", math.exp(math.log(n0) + fraction * (math.log(n1) - math.log(n0)))
-    return "above", lengths[-1]
-
-
-def middle(values):
-    """The grid value nearest the geometric middle."""
-    centre = math.exp(np.mean(np.log(values)))
-    return min(values, key=lambda v: abs(math.log(v / centre)))
-
-
-def report(times, settings, info, load):
-    """The markdown report: times, fitted exponents against the paper's, crossovers."""
-    lengths, widths, layers = settings["lengths"], settings["widths"], settings["layers"]
-    upper_n, upper_d = middle(lengths), middle(widths)
-    lines = [f"# Table 1, measured ({settings['date']})", "",
-             f"Machine: {info['cpu']}, {info['cpus']} CPUs, GPUs {info['gpus'] or 'none'}, {info['platform']}, "
-             f"TensorFlow {info['tensorflow']}; load average {load['before'][0]:.2f} before, "
-             f"{load['after'][0]:.2f} after; commit {settings['commit']}.", "",
-             f"Command: `{settings['command']}`", "",
-             f"Forward + backward pass, {settings['tokens']} tokens per batch (batch = tokens / n), "
-             f"{settings['heads']} heads, median over {settings['rounds']} rounds of the best of "
-             f"{settings['repeats']} calls; milliseconds per sequence.", ""]
-    for d in widths:
-        lines += [f"## d = {d}", "", "| n | " + " | ".join(layers) + " |",
-                  "|---:|" + "---:|" * len(layers)]
-        for n in lengths:
-            lines.append(f"| {n} | " + " | ".join(f"{times[name][n, d] * 1e3:.4g}" for name in layers) + " |")
-        lines.append("")
-    lines += ["## Fitted exponents", "",
-              "time per sequence ~ n^p d^q, least squares on logs; the paper's per-layer complexity in brackets.",
-              "", f"| layer | paper (p, q) | p, all cells | q, all cells | p, n >= {upper_n}, d >= {upper_d} "
-              f"| q, n >= {upper_n}, d >= {upper_d} |", "|---|---|---:|---:|---:|---:|"]
-    fits = {}
-    for name in layers:
-        p, q, _ = fit_exponents(times[name])
-        p_upper, q_upper, _ = fit_exponents(times[name], upper_n, upper_d)
-        fits[name] = {"all": [p, q], "upper": [p_upper, q_upper]}
-        paper = PAPER_EXPONENTS[name]
-
-        def show(value):
-            return "-" if value is None else f"{value:.2f}"
-
-        lines.append(f"| {name} | ({paper[0]}, {paper[1]}) | {show(p)} | {show(q)} | {show(p_upper)} | "
-                     f"{show(q_upper)} |")
-    lines.append("")
-    crossings = {}
-    for recurrent in [name for name in RECURRENT if name in layers]:
-        if "self-attention" not in layers:
-            break
-        lines += [f"## Self-attention against {recurrent}", "",
-                  "| d | self-attention slower from n | that n / d |", "|---:|---:|---:|"]
-        for d in widths:
-            where, n = crossover(times["self-attention"], times[recurrent], lengths, d)
-            crossings.setdefault(recurrent, {})[d] = [where, n]
-            if where == "at":
-                lines.append(f"| {d} | {n:.0f} | {n / d:.2f} |")
-            elif where == "below":
-                lines.append(f"| {d} | slower already at n = {n} | <= {n / d:.2f} |")
-            else:
-                lines.append(f"| {d} | faster up to n = {n} | > {n / d:.2f} |")
-        lines += ["", "The paper's rule of thumb puts the crossover at n / d = 1 (operation counts, "
-                  "not time on a given machine).", ""]
-    return "\n".join(lines), fits, crossings
-
-
 def plot(times, settings, path):
     import matplotlib
 
@@ -335,22 +198,24 @@ def main(argv=None):
         parser.error(f"--widths {bad_widths} are not multiples of --heads {settings['heads']}")
     if settings["tokens"] < max(settings["lengths"]):
         parser.error(f"--tokens {settings['tokens']} is less than the longest n {max(settings['lengths'])}")
-    record = _records.start("complexity", argv=argv, packages=("tensorflow", "keras"))
+    record = _harness.start("complexity", argv=argv, packages=("tensorflow", "keras"))
     settings.update(layers=list(layers), date=record["time"], commit=record["commit"], command=record["command"])
 
     started = time.perf_counter()
     seconds = measure(layers, settings["lengths"], settings["widths"], settings["tokens"], settings["heads"],
                       settings["rounds"], settings["repeats"])
-    load = _records.finish(record)["load_average"]
+    _harness.finish(record)
     times = per_sequence(seconds, settings["tokens"])
-    info = dict(record["machine"], tensorflow=record["versions"].get("tensorflow"))
-    text, fits, crossings = report(times, settings, info, load)
-    print(text)
+    lengths, widths = settings["lengths"], settings["widths"]
+    fits = {name: {"all": list(fit_exponents(cells)[:2]),
+                   "upper": list(fit_exponents(cells, middle(lengths), middle(widths))[:2])}
+            for name, cells in times.items()}
+    crossings = {name: {d: list(crossover(times["self-attention"], times[name], lengths, d)) for d in widths}
+                 for name in RECURRENT if name in layers and "self-attention" in layers}
 
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stamp = settings["date"].replace(" UTC", "").replace(" ", "-").replace(":", "")
-    (out / f"complexity-{stamp}.md").write_text(text + "\n", encoding="utf-8")
     plot(times, settings, out / f"complexity-{stamp}.png")
     record.update(
         wall_seconds=round(time.perf_counter() - started, 1),
@@ -360,7 +225,10 @@ def main(argv=None):
         seconds_per_batch={name: {f"n={n},d={d}": values for (n, d), values in cells.items()}
                            for name, cells in seconds.items()},
     )
-    _records.append(out / "complexity.jsonl", record)
+    text = complexity_table([record], {})
+    print(text)
+    (out / f"complexity-{stamp}.md").write_text(text + "\n", encoding="utf-8")
+    _harness.append(out / "complexity.jsonl", record)
     print(f"\nwrote {out / f'complexity-{stamp}.md'}, {out / f'complexity-{stamp}.png'}, "
           f"{out / 'complexity.jsonl'}")
     return 0

@@ -1,21 +1,6 @@
 """Training on corpora of any size: prepared once, started and resumed in seconds, in bounded memory.
 
-For each corpus size (pairs), a TSV corpus is made on the fly in a temporary
-directory from ../shared/data (numbered copies of the ddtp_en_de and po_all
-pairs, so that no pair repeats; never committed). Then, each command in its
-own process, as a user runs them:
-
-- `keras-transformer prepare`: wall time and peak RSS;
-- `keras-transformer train` (tiny preset, vocabulary 8,000, 4,096 tokens a
-  batch): time from the start of the process to its first step, peak RSS
-  over `--train-steps` steps;
-- the same run killed after step `--kill-after` and started again: time from
-  the new start to its first step (it resumes from its checkpoint);
-- in this process, on the smallest corpus: steady input batches per second
-  of the prepared stream against today's in-memory pipeline (`make_dataset`
-  over the pairs in a list, ids cached after the first pass, which is not
-  timed), taking turns for `--rounds` rounds; and the stream alone on every
-  size.
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `data_scale.py`.
 
 Usage (appends one record to benchmarks/results/data_scale.jsonl):
 
@@ -37,7 +22,7 @@ from pathlib import Path
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _records  # noqa: E402
+import _harness  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 CLI = [sys.executable, "-m", "keras_transformer.cli"]
@@ -181,9 +166,9 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--work-dir", help="where the corpora and runs go (default: a temporary directory)")
-    parser.add_argument("--output", default=_records.default_path("data_scale"))
+    parser.add_argument("--output", default=_harness.default_path("data_scale"))
     args = parser.parse_args(argv)
-    record = _records.start("data_scale", argv)
+    record = _harness.start("data_scale", argv)
     with tempfile.TemporaryDirectory(dir=args.work_dir) as work:
         results = [measure(size, Path(work), args) for size in args.sizes]
     record["results"] = results
@@ -193,7 +178,7 @@ def main(argv=None):
         record["extrapolated_36m_prepare_seconds"] = tb + (36_000_000 - b) * (tb - ta) / (b - a)
         print(f"extrapolated: 36M pairs prepared in about {record['extrapolated_36m_prepare_seconds'] / 60:.0f} "
               "minutes", flush=True)
-    _records.save(args.output, _records.finish(record))
+    _harness.save(args.output, _harness.finish(record))
 
 
 if __name__ == "__main__":

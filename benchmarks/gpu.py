@@ -1,49 +1,6 @@
 """The paper's models on one GPU: training throughput and decoding speed, with a peer in the same run.
 
-Training: the paper's `base` and `big` models (Table 3; shared vocabulary of
-37,000 ids) on batches of about 25,000 source and 25,000 target tokens (the
-paper's section 5.1), fixed shapes (`--batch` pairs of `--length` tokens, no
-padding), timed after a warm-up. Contenders, each in its own process:
-
-- ours: `keras_transformer.Transformer` on the JAX backend (every step one
-  XLA program), the paper's loss (label smoothing 0.1) and Adam, float32
-  (TF32 matrix products, JAX's default on NVIDIA GPUs since Ampere) and
-  `mixed_bfloat16`;
-- torch.compile: `torch.nn.Transformer` of the same size (post-LN, shared
-  embedding tied to the output, sinusoids, dropout on the same places) with
-  the same loss, its forward and loss under `torch.compile` (Inductor, the
-  default mode; AOTAutograd compiles the backward too) and fused Adam,
-  float32 with TF32 matrix products and bfloat16 autocast: the like-for-like
-  peer of ours (a compiled program per step);
-- torch.compile+cudagraphs: the same under `mode="reduce-overhead"` (Inductor
-  plus CUDA graphs, which apply: every batch has the same shape);
-- torch.compile-max-autotune: `mode="max-autotune"` (Triton matrix-product
-  autotuning plus CUDA graphs); not run by default, its compile takes minutes;
-- torch: the same model run eagerly (no compile), kept as a labelled extra.
-
-The compiled contenders' compile (the first warm-up step) is left out of the
-rate and reported: every contender records its warm-up steps' seconds
-(`warmup_seconds`; ours' first step holds XLA's compile). Inductor keeps its
-cache between processes (its default), so a later torch.compile mode of the
-same run may reuse kernels of an earlier one.
-
-Reported: target tokens per second, seconds per step, the share of the
-GPU's dense bf16 peak (`--peak-tflops`, 989 for an H100 SXM or an H200) that the step's
-matrix products reach, and the paper's own rate for comparison: 8 P100 GPUs
-did a base step (25k + 25k tokens) in about 0.4 s and a big step in about
-1.0 s (section 5.2), i.e. about 62,500 and 25,000 target tokens/s.
-
-Decoding: ours, `greedy_search` and `beam_search` (4 beams, alpha 0.6) under
-`jax.jit` (the XLA path; the GPU machine has no TensorFlow, so no
-SavedModel), random base-model weights, `--decode-batch` sources of 32
-tokens (the last one EOS), exactly `--decode-steps` generated tokens each
-(EOS forbidden until then), float32 (TF32 products), `mixed_bfloat16` and
-`mixed_float16`. The peer: CTranslate2's CUDA build (`pip install
-ctranslate2`) running the same weights (`export.ctranslate2.model_spec`,
-converted at load to each `--ct2-compute-types`: float16, int8_float16,
-...), the same sources (31 pieces; the engine appends EOS), the same fixed
-length (`min_decoding_length` = `max_decoding_length`), beam 4 with length
-penalty 0.6 or greedy, one batch of `--decode-batch` sentences.
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `gpu.py`.
 
     KERAS_BACKEND=jax python benchmarks/gpu.py                 # everything
     KERAS_BACKEND=jax python benchmarks/gpu.py --part train --presets base
@@ -51,9 +8,6 @@ penalty 0.6 or greedy, one batch of `--decode-batch` sentences.
         --ct2-compute-types float16 int8_float16
     KERAS_BACKEND=jax python benchmarks/gpu.py --part train --presets base \
         --contenders ours torch.compile torch.compile-max-autotune torch
-
-One JSON line per run goes to `--record` (default benchmarks/results/gpu.jsonl):
-machine, GPU, versions, command, commit, every contender's raw step times.
 """
 
 import argparse
@@ -70,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 
 # The model sizes' one home, read without importing the package (and Keras).
 PRESETS = runpy.run_path(str(ROOT / "keras_transformer" / "models" / "presets.py"))["PRESETS"]
@@ -150,30 +104,10 @@ def train_torch(args, precision, mode=None):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
-    class Seq2Seq(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embedding = torch.nn.Embedding(VOCABULARY, d, padding_idx=PAD)
-            self.core = torch.nn.Transformer(d, h, n, n, f, dropout=p, batch_first=True)
-            self.core.encoder.norm = None  # post-LN stacks end without a final norm
-            self.core.decoder.norm = None
-            position = torch.arange(1024).unsqueeze(1)
-            inverse = torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))
-            table = torch.zeros(1024, d)
-            table[:, 0::2] = torch.sin(position * inverse)
-            table[:, 1::2] = torch.cos(position * inverse)
-            self.register_buffer("positions", table)
-            self.dropout = torch.nn.Dropout(p)
+    from benchmarks._contender_torch import torch_transformer
 
-        def embed(self, ids):
-            return self.dropout(self.embedding(ids) * math.sqrt(d) + self.positions[: ids.shape[1]])
-
-        def forward(self, source, target):
-            causal = torch.nn.Transformer.generate_square_subsequent_mask(target.shape[1], device=device)
-            hidden = self.core(self.embed(source), self.embed(target), tgt_mask=causal, tgt_is_causal=True)
-            return hidden @ self.embedding.weight.T
-
-    model = Seq2Seq().to(device)
+    model = torch_transformer(dict(vocab=VOCABULARY, d_model=d, d_ff=f, heads=h, layers=n, dropout=p),
+                              positions=1024, padded=False, device=device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=0.1)
     data = [tuple(torch.from_numpy(a).long().to(device) for a in batch) for batch in batches(args.batch, args.length)]
@@ -358,7 +292,7 @@ def main():
     parser.add_argument("--ct2-device", default="cuda", help="CTranslate2's device (cpu for a dry run)")
     parser.add_argument("--peak-tflops", type=float, default=DENSE_BF16_PEAK_TFLOPS,
                         help="the GPU's dense bf16 peak (H100 SXM and H200: 989)")
-    parser.add_argument("--record", default=_records.default_path("gpu"))
+    parser.add_argument("--record", default=_harness.default_path("gpu"))
     parser.add_argument("--worker-timeout", type=float, default=900,
                         help="seconds a contender's process may take (compile included)")
     parser.add_argument("--commit", help="the commit to record when the checkout is a copy without its git history")
@@ -369,7 +303,7 @@ def main():
         return worker(args)
 
     os.environ.setdefault("KERAS_BACKEND", "jax")  # named in the recorded command
-    record = _records.start("gpu", packages=("jax", "keras", "torch", "ctranslate2"))
+    record = _harness.start("gpu", packages=("jax", "keras", "torch", "ctranslate2"))
     if args.commit:
         record["commit"] = args.commit
     record["results"] = []
@@ -419,7 +353,7 @@ def main():
                       f"{median / args.decode_steps * 1000:6.2f} ms per step (median of "
                       f"{len(result['seconds'])})", flush=True)
     print()
-    _records.save(args.record, _records.finish(record))
+    _harness.save(args.record, _harness.finish(record))
 
 
 if __name__ == "__main__":

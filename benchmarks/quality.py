@@ -1,101 +1,11 @@
 """Time to quality: ours, the KerasHub-layer model and OpenNMT-tf, same size, same minutes.
 
-Each contender trains the same Transformer size (d_model 256, 3+3 layers, 4
-heads, d_ff 1024, dropout 0.1, one joint SentencePiece vocabulary of 8,000
-pieces) on the same English-German training split for the same wall-clock
-budget, then translates the same held-out test split with its best available
-search; every output is scored by the same `keras_transformer.evaluation.
-corpus_scores` (sacreBLEU BLEU and chrF, detokenized, with signatures).
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `quality.py`.
 
     KERAS_BACKEND=tensorflow .venv/bin/python benchmarks/quality.py --minutes 30
     .venv/bin/python benchmarks/quality.py --only ours keras-hub --minutes 5
     .venv/bin/python benchmarks/quality.py --minutes 2 --max-train-pairs 5000 --test-size 100   # smoke run
     KERAS_BACKEND=tensorflow .venv/bin/python benchmarks/quality.py --minutes 20 --seeds 0 1 2
-
-Seeds (`--seeds`, default 0): each seed trains every contender once, the
-contenders taking turns in an order rotated from seed to seed; the table
-gives every run and then, per contender, the mean and range over seeds. The
-main table is float32 (every contender in the same precision); rows with
-`mixed_precision=mixed_bfloat16` are printed apart, as extra rows. The data
-(split, tokenizer) is prepared with the first seed.
-
-Data (`--data-dir`, default ../shared/data next to the repository; never
-copied into the repository): ddtp_en_de.jsonl.gz + po_all.jsonl.gz (keys en,
-de), read with `keras_transformer.data.load_corpus` (pairs with a side over
-600 characters dropped, as recipes/parallel_text does). Fixed split: the
-recipes' `split_by_hash` (keras_transformer.data.splits) orders distinct
-English sentences by SHA-256; the first fill the test split (`--test-size` pairs; every pair of a test sentence
-goes there, so no test source occurs in training), the rest is training
-(`--max-train-pairs` keeps the first N of them, in hash order, for smoke
-runs). One SentencePiece model (`SubwordTokenizer.train`, unigram, joint,
-trained on the training split; pad 0, unk 1, bos 2, eos 3) is shared by all
-contenders. The split and tokenizer are kept in WORK_DIR/data and reused
-while the inputs and options are unchanged.
-
-Contenders, one after another, each in its own process (`--only` picks some).
-Each one's build, training and search is its harness (_contender_ours.py,
-_contender_keras_hub.py, _contender_opennmt.py; one shape, _contender.py);
-_quality_worker.py is this benchmark's glue around them. Every contender
-decodes with the same search settings: beam 4, the GNMT length penalty
-((5 + |Y|) / 6) ** 0.6, at most (source tokens with EOS) + 50 output tokens
-per sentence.
-- ours: `keras_transformer.runs.train` (tiny preset, Noam schedule with the
-  warm-up and scale below, token-bucketed batches, label smoothing 0.1,
-  `training.max_minutes`), then `decoding.Translator` (XLA).
-- keras-hub: KerasHub layers, like for like by default (`architecture=tied`:
-  our size and parameter count, one tied `ReversibleEmbedding`, sinusoidal
-  positions, no dropout on attention weights; with `norm_first` the layers'
-  `normalize_first` and a final layer norm after each stack, as ours);
-  `--set keras-hub.architecture=keras-io` gives the keras-io example's
-  architecture (learned positions, untied output, ~11.9M parameters), the
-  contender of the quality figures recorded before 2026-11-26. `model.fit`
-  on the same batches (`make_dataset`), our `LabelSmoothedCrossEntropy(0.1)`
-  and our Adam(0.9, 0.98, 1e-9) with our `NoamSchedule` (same warm-up and
-  scale: `paper_optimizer`, whose Adam makes an embedding's sparse gradient
-  dense first; `--set keras-hub.optimizer=stock` trains with Keras' stock
-  Adam instead, which on TensorFlow mishandles repeated embedding rows, for
-  a labelled "stock Adam" row); then `keras_hub.samplers.BeamSampler(4)`
-  over the decoder layers' caches under `tf.function(jit_compile=True)`,
-  with finished beams frozen, the cap enforced, and the final beams
-  rescored with the length penalty (BeamSampler has none; see
-  _contender_keras_hub.py for how).
-- opennmt-tf: OpenNMT-tf 2.32 (TensorFlow 2.13, `--opennmt-python`, skipped
-  with a message if missing) via benchmarks/_quality_opennmt.py: its Runner
-  (what `onmt-main --auto_config train` runs), `opennmt.models.Transformer`
-  of the same size (post-norm, or its default pre-norm with `norm_first`;
-  all embeddings shared), its data pipeline on
-  the SentencePiece pieces of the same splits and a vocabulary of the same
-  8,000 ids, with the budget settings below overriding its auto-config
-  (Adam 0.9/0.98/1e-9 instead of LazyAdam 0.998, NoamDecay with the same
-  warm-up and scale instead of 8,000 steps x 2.0, 4,096-token batches without
-  its 25,000-token gradient accumulation, no checkpoint averaging); then its
-  `Runner.infer`, beam 4, length penalty 0.6, batches of sources of one
-  length each, each batch capped at that length + 1 + 50 decoding steps
-  (ours' cap; records before 2026-11-26 used its fixed 178); pieces are
-  detokenized with the sentencepiece package.
-
-The settings were tuned on ours alone (short runs of ours; no contender got
-the same grid).
-
-Settings (`--set CONTENDER.KEY=VALUE`, per contender, stated in the table):
-warmup_steps and learning_rate_scale of the Noam schedule, tokens_per_batch,
-mixed_precision (none | mixed_bfloat16; Keras contenders only), norm_first
-(false: the paper's post-LN; true: pre-LN, which tolerates higher rates
-early in training); keras-hub only: optimizer (densified | stock) and
-architecture (tied | keras-io). The model size is the same whatever the
-settings.
-
-Training clock: from just before the training loop starts (so the first
-batch, tracing and the first step are included; reading the corpus,
-building the model and the input pipeline are not) to the end of the first
-step that finishes after `--minutes`. Ours and OpenNMT-tf also save a
-checkpoint every 500 steps inside the budget (their usual operation);
-decoding is timed separately.
-
-Output: a table, and one JSON line per contender and seed appended to
-`--record` (settings, seed, steps, non-pad target tokens per step actually
-trained on, minutes, BLEU, chrF, signatures, machine, load average, date,
-commit and the exact command; `run` names the invocation).
 """
 
 import argparse
@@ -111,11 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
-# What this script and its workers share (corpora, the model size, length limits) lives in
-# _quality_common; the workers (_quality_worker) and the contenders' harnesses import it: no cycle.
+from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._quality_common import CORPORA, MODEL, config  # noqa: E402
+from benchmarks._harness import CORPORA, MODEL, config  # noqa: E402
 CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # Settings for a budget of a few thousand steps at most (see benchmarks/README.md):
 # the paper's 4,000-step and OpenNMT-tf's 8,000-step warm-ups never end in
@@ -153,7 +61,7 @@ def parse_args(argv=None):
                         help="directory with ddtp_en_de.jsonl.gz and po_all.jsonl.gz (default: ../shared/data)")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "quality"),
                         help="split, tokenizer, models and outputs (default: runs/quality)")
-    parser.add_argument("--record", "--results", dest="results", default=_records.default_path("quality"),
+    parser.add_argument("--record", "--results", dest="results", default=_harness.default_path("quality"),
                         help="JSON lines appended here, one per contender and seed (default: "
                              "benchmarks/results/quality.jsonl)")
     parser.add_argument("--set", action="append", default=[], dest="assignments", metavar="CONTENDER.KEY=VALUE",
@@ -240,11 +148,11 @@ def peak_learning_rate(settings):
 
 
 def machine():
-    return _records.machine()
+    return _harness.machine()
 
 
 def command_line():
-    return _records.command_line()
+    return _harness.command_line()
 
 
 def run_logged(command, log_path, tag, env=None):
@@ -313,8 +221,8 @@ def main(argv=None):
     records, failed = [], []
     results_path = Path(args.results)
     results_path.parent.mkdir(parents=True, exist_ok=True)
-    run = _records.timestamp()  # names this invocation's records (report.py's table:quality run=...)
-    code_commit = _records.commit()
+    run = _harness.timestamp()  # names this invocation's records (report.py's table:quality run=...)
+    code_commit = _harness.commit()
     # Seeds in turn, every contender once per seed, in an order rotated from
     # seed to seed: the machine's drift falls on every contender alike.
     turns = [(seed, names[i % len(names):] + names[:i % len(names)]) for i, seed in enumerate(args.seeds)]
@@ -323,7 +231,7 @@ def main(argv=None):
         if out.exists():
             shutil.rmtree(out)  # a fresh run: ours would otherwise resume its checkpoints
         out.mkdir(parents=True)
-        load_before = _records.load_average()
+        load_before = _harness.load_average()
         started = time.time()
         if name == "opennmt-tf":
             opennmt = OpenNMT(args.opennmt_python)
@@ -356,7 +264,7 @@ def main(argv=None):
             "command": command,
             "commit": code_commit,
             "machine": machine(),
-            "load_average": {"before": load_before, "after": _records.load_average()},
+            "load_average": {"before": load_before, "after": _harness.load_average()},
             "budget_minutes": args.minutes,
             "settings": {**settings, "peak_learning_rate": peak_learning_rate(settings),
                          **trained.get("settings", {})},
@@ -376,7 +284,7 @@ def main(argv=None):
             "samples": scores["samples"],
         }
         records.append(record)
-        _records.append(results_path, record)
+        _harness.append(results_path, record)
         print(f"[{name}, seed {seed}] BLEU {record['bleu']:.2f}, chrF {record['chrf']:.2f} after {record['steps']} steps "
               f"in {record['train_minutes']:.1f} min -> {results_path}", flush=True)
     print_table(records, split, command)

@@ -1,26 +1,6 @@
 """What the int8 and bfloat16 weights cost in BLEU, on trained runs.
 
-For each run directory given (default: /work/runs/quickstart and
-/work/runs/parallel_text where they hold a model), the run's test split is
-translated with the run's decoding settings (beam size, alpha, extra length,
-batch size, the input limit data.max_length) by:
-
-- "float32": the run's model in process (`Translator`), the reference;
-- "int8", "bfloat16": `quantize_model(model, mode)` in process, the model
-  `export --quantize MODE` writes into the SavedModel;
-- "CTranslate2 int8": `export_ctranslate2` of that int8 model (its int8
-  kernels and scales as they are, no second quantization; the record keeps
-  the export's `int8_from_keras`), decoded by `CTranslate2Translator`;
-- "CTranslate2 float32": the float model in the engine, so that the
-  engine's int8 can be read against its own float32 too (its search differs
-  from ours: docs/serving.md).
-
-Each gets detokenized sacreBLEU (default 13a tokenization, its signature
-kept, as shortlist_quality.py scores), its difference to the reference's
-BLEU, and the share of its outputs identical to the reference's. One JSON
-record is appended to `benchmarks/results/quantize_quality.jsonl`;
-`table_parts` (standard library only) gives report.py's "quantize-quality"
-table its rows.
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `quantize_quality.py`.
 
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/quantize_quality.py [RUN ...] [--limit N] [--no-ctranslate2]
@@ -36,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 
 DEFAULT_RUNS = ("/work/runs/quickstart", "/work/runs/parallel_text")
 REFERENCE = "float32"
@@ -57,7 +37,7 @@ def parse_args(argv=None):
     parser.add_argument("runs", nargs="*", default=[r for r in DEFAULT_RUNS if os.path.isfile(r + "/model.keras")])
     parser.add_argument("--limit", type=int, default=None, help="the first N test pairs only (default: all)")
     parser.add_argument("--no-ctranslate2", action="store_true", help="leave out the CTranslate2 rows")
-    parser.add_argument("--record", default=_records.default_path("quantize_quality"),
+    parser.add_argument("--record", default=_harness.default_path("quantize_quality"),
                         help="JSON-lines file the record is appended to ('' for none)")
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
@@ -195,13 +175,13 @@ def main(argv=None):
     args = parse_args(argv)
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    record = _records.start("quantize_quality", argv,
+    record = _harness.start("quantize_quality", argv,
                             packages=("tensorflow", "keras", "sacrebleu", "ctranslate2", "sentencepiece"))
     record["limit"] = args.limit
     record["results"] = [measure(run, args.limit, not args.no_ctranslate2) for run in args.runs]
-    _records.finish(record)
-    _records.print_table(record, table_parts)
-    _records.save(args.record, record)
+    _harness.finish(record)
+    _harness.print_table(record, table_parts)
+    _harness.save(args.record, record)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Regenerates the benchmark tables and the figures quoted in prose (and the charts) from the committed records.
 
-Every generated table sits between two marker comments in README.md or
-benchmarks/README.md:
+Every generated table sits between two marker comments in README.md,
+benchmarks/README.md or a page of docs/:
 
     <!-- table:serve commit=12a761a -->
     ... (generated; edits here are overwritten) ...
@@ -18,12 +18,13 @@ inline markers:
 several; `number=N` keeps the Nth number of the cell, e.g. `number=2` of
 "53.2 (1.02x)"). `--check` fails
 when a table or a cell differs from what the records give, and when
-README.md or benchmarks/README.md quotes a benchmark figure (a ratio such as
+one of those documents quotes a benchmark figure (a ratio such as
 "1.4x", a rate in tokens/s or sentences/s, a BLEU or chrF score) outside a
 marker.
 
-The name after "table:" or "cell:" picks the generator (in _report_tables.py: serve, serve-summary, data-scale,
-train-throughput, train-variants, train-profile, quality, gpu, complexity, limit-rule) and so the records
+The name after "table:" or "cell:" picks the generator (_report_tables.GENERATORS: serve,
+serve-shortlist, serve-profile, serve-mix, quantize-quality, train-throughput, quality, gpu,
+complexity, data-scale, recipe) and so the records
 (benchmarks/results/<name>.jsonl). Every marker pins its records, so that a
 new record changes no committed figure: `commit=ABC` (the record of that
 commit), `time=...` (its start time, as written in the record) or `run=...`
@@ -38,7 +39,7 @@ not the ratio of the medians.
     python benchmarks/report.py --check    # exit 1 and print what differs or is unmarked
     python benchmarks/report.py --charts   # also write PNG charts into benchmarks/results/
 
-Needs numpy (the complexity table's fits, through benchmarks/complexity.py),
+Needs numpy (the complexity table's fits),
 and matplotlib for --charts; no Keras or TensorFlow.
 """
 
@@ -54,15 +55,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
-from benchmarks._generators import GENERATORS  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 from benchmarks._report_tables import (  # noqa: E402  (the generators, and what the tests and charts use)
-    complexity_table, gpu_name, gpu_statistics, gpu_table, machine_text, milliseconds,
-    parse_options, profile_table, quality_groups, quality_table, search_title, serve_summary_statistics,
-    serve_table, short_name, throughput_table, variants_table,
+    GENERATORS, complexity_table, gpu_name, gpu_statistics, gpu_table, machine_text, milliseconds,
+    parse_options, quality_groups, quality_table, search_title, serve_summary_statistics,
+    serve_table, short_name, throughput_table,
 )
 
-DOCUMENTS = (ROOT / "benchmarks" / "README.md", ROOT / "README.md")
+DOCUMENTS = (ROOT / "benchmarks" / "README.md", ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
 RESULTS = ROOT / "benchmarks" / "results"
 MARKER = re.compile(r"(?P<open><!-- table:(?P<name>[\w-]+)(?P<options>[^>]*?)-->\n)(?P<body>.*?)(?P<close><!-- /table -->)",
                     re.S)
@@ -84,7 +84,7 @@ def load(name, results=RESULTS):
     path = Path(results) / f"{name}.jsonl"
     if not path.is_file():
         raise ValueError(f"no records: {path} does not exist")
-    return _records.read(path)
+    return _harness.read(path)
 
 
 # --------------------------------------------------------------------------- documents

@@ -1,46 +1,10 @@
 """Served decoding speed: the exported SavedModel (plain and XLA variants) and
 CTranslate2 against our in-process search, on the same weights, in the same run.
 
-The workload is `benchmarks/decode.py`'s: the `--preset`'s Transformer
-("tiny": d_model 256, 3+3 layers, 4 heads, d_ff 1024, the default; "base" and
-"big": the paper's sizes, Table 3) with random weights, a batch of `--batch-size`
-sources of `--source-tokens` tokens (EOS included), and exactly `--steps`
-generated tokens per sentence. Random weights rarely favour EOS; to make it
-exact, the EOS row of the shared embedding is set to zeros (its logit is 0,
-while the top candidates of 8,000 random logits lie far above), and every
-contender's outputs are checked to have `--steps` tokens, so all do the same
-work. Every search runs with `max_extra_length = steps - source_tokens`.
-
-Contenders, each named with its path:
-- ours in process: `beam_search` / `greedy_search` on ids, compiled with XLA
-  (`jit_compile=True`) and as a plain `tf.function` graph;
-- the SavedModel of `export_saved_model`, loaded with `tf.saved_model.load`
-  in this process (the graph TF Serving would run; no RPC), its
-  `translate_ids` signature: the plain variant (what stock TF Serving runs)
-  and the XLA variant (`jit_compile=True`: TF Serving with
-  `--xla_cpu_compilation_enabled`, or GPU);
-- with `--quantize int8|int8_weights|bfloat16` (repeatable), both variants
-  exported in that precision too (`export_saved_model(quantize=...)`);
-  `--no-in-process` leaves out ours in process (a shorter run at base size);
-- CTranslate2 (`pip install ctranslate2`; skipped when missing) running the
-  same weights exported with `export_ctranslate2`, float32 and int8
-  (`compute_type`), on token strings, `intra_threads` = CPU count.
-
-Rounds interleave the contenders (each round calls every contender once, in
-a rotated order), so load from elsewhere hits them alike; the table gives
-each contender's median sentences/s over rounds and the median over rounds
-of its ratio to ours-XLA and to CTranslate2 float32 measured in the same
-round. A JSON record (machine, load, commit, command, raw timings) is
-appended to `benchmarks/results/serve.jsonl` (`--record` to change it).
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `serve.py`.
 
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/serve.py [--preset base] [--rounds 7] [--searches beam,greedy]
-
-Each record also names the matrix libraries behind the figures
-(`_records.matrix_libraries`): the CPU model and its AVX/AVX-512/VNNI/AMX
-flags, CTranslate2's CPU backend (Intel MKL only on Intel CPUs, oneDNN
-elsewhere) and TensorFlow's oneDNN use; ratios measured on one CPU say
-nothing about another.
 """
 
 import argparse
@@ -61,7 +25,8 @@ sys.path.insert(0, ROOT)
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.data import SubwordTokenizer  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
-from benchmarks import _records, _serve_shortlist  # noqa: E402
+from benchmarks import _harness  # noqa: E402
+from benchmarks._report_tables import serve_table  # noqa: E402
 
 SHARED_DATA = os.path.join(ROOT, "..", "shared", "data")
 EOS, PAD = 3, 0
@@ -85,38 +50,48 @@ def parse_args(argv=None):
     parser.add_argument("--no-in-process", action="store_true",
                         help="leave out ours in process (the served variants and CTranslate2 only)")
     parser.add_argument("--shortlist", action="store_true",
-                        help="the vocabulary shortlist A/B instead (benchmarks/_serve_shortlist.py): real sources, "
+                        help="the vocabulary shortlist A/B instead (see the module docstring): real sources, "
                              "ours XLA with and without it, CTranslate2 int8 with and without it as its vmap")
     parser.add_argument("--shortlist-per-source", type=int, default=50)
     parser.add_argument("--shortlist-frequent", type=int, default=100)
     parser.add_argument("--shortlist-size", type=int, default=None,
                         help="with --shortlist: the XLA variant's fixed list size (default Shortlist.default_size())")
     parser.add_argument("--variants", default="plain,XLA",
-                        help="with --shortlist: the SavedModel exports timed, each without and with the list: plain "
+                        help="the SavedModel exports timed (with --shortlist, each without and with the list): plain "
                              "or XLA (float32 and every --quantize precision), or VARIANT:PRECISION for one")
     parser.add_argument("--record", default=None,
                         help="JSON-lines file the run's record is appended to (default: benchmarks/results/"
                              "serve.jsonl, serve_shortlist.jsonl with --shortlist)")
     args = parser.parse_args(argv)
     if args.record is None:
-        args.record = _records.default_path("serve_shortlist" if args.shortlist else "serve")
+        args.record = _harness.default_path("serve_shortlist" if args.shortlist else "serve")
     return args
 
 
-def tokenizer_for(args):
-    """A SentencePiece model of `--vocabulary-size` pieces (shared corpus if present, else synthetic)."""
+def corpus_texts(skip, count):
+    """`count` (English, German) pairs of the shared corpus after the first `skip`, and its path;
+    ([], None) without it."""
     import glob
 
     from keras_transformer.data import read_jsonl
 
-    candidates = sorted(glob.glob(os.path.join(SHARED_DATA, "*en_de*.jsonl.gz")))
-    if candidates:
-        pairs = []
-        for pair in read_jsonl(candidates[0], source_key="en", target_key="de"):
-            pairs.append(pair)
-            if len(pairs) >= 20000:
-                break
-        origin = f"{os.path.relpath(candidates[0], ROOT)} (first {len(pairs)} pairs)"
+    paths = sorted(glob.glob(os.path.join(SHARED_DATA, "*en_de*.jsonl.gz")))
+    if not paths:
+        return [], None
+    texts = []
+    for index, pair in enumerate(read_jsonl(paths[0], source_key="en", target_key="de")):
+        if index >= skip:
+            texts.append(pair)
+        if len(texts) >= count:
+            break
+    return texts, paths[0]
+
+
+def tokenizer_for(args):
+    """A SentencePiece model of `--vocabulary-size` pieces (shared corpus if present, else synthetic)."""
+    pairs, path = corpus_texts(0, 20000)
+    if path:
+        origin = f"{os.path.relpath(path, ROOT)} (first {len(pairs)} pairs)"
     else:
         from keras_transformer.datasets.synthetic_en_de import generate_pairs
 
@@ -139,18 +114,61 @@ def make_model(vocabulary_size, preset="tiny"):
 
 def generated_lengths(ids):
     """Tokens per row of (batch, width) ids up to the first EOS (EOS excluded) or pad."""
-    ids = np.asarray(ids)
     lengths = []
-    for row in ids:
-        row = list(row)
+    for row in np.asarray(ids).tolist():
         end = row.index(EOS) if EOS in row else len(row)
         lengths.append(sum(1 for t in row[:end] if t != PAD))
     return lengths
 
 
-def contenders_for(search, model, tokenizer, sources, args, work):
+def shortlist_and_sources(args, tokenizer):
+    """`--shortlist`: the list built from the tokenizer's corpus pairs, and `--batch-size` real sources
+    of `--source-tokens` tokens (EOS last): the corpus sentences after those, joined until long enough
+    (they are mostly shorter than a benchmark source), then cut."""
+    from keras_transformer.decoding.shortlist import Shortlist
+
+    texts, path = corpus_texts(0, 20000 + args.batch_size * args.source_tokens)
+    if not path:
+        raise SystemExit("--shortlist needs the shared en-de corpus (real sentences): none under " + SHARED_DATA)
+
+    def ids(sentences):
+        return [list(map(int, row)) for row in tokenizer.tokenize(sentences).to_list()]
+
+    pairs = list(zip(ids([s for s, _ in texts[:20000]]), ids([t for _, t in texts[:20000]])))
+    shortlist = Shortlist.build(pairs, tokenizer.vocabulary_size, tokenizer.vocabulary_size,
+                                per_source=args.shortlist_per_source, frequent=args.shortlist_frequent)
+    rows, current, length = [], [], args.source_tokens
+    for source in ids([s for s, _ in texts[20000:]]):
+        current += source
+        if len(current) >= length - 1:
+            rows.append(current[: length - 1] + [EOS])
+            current = []
+            if len(rows) == args.batch_size:
+                return shortlist, np.array(rows, dtype="int32")
+    raise SystemExit(f"the corpus after pair 20000 is too short for {args.batch_size} sources of {length} tokens")
+
+
+def exports(args):
+    """[(variant, precision or None)] of `--variants`: "plain" / "XLA" in float32
+    and every `--quantize` precision, or "VARIANT:PRECISION" for one."""
+    pairs = []
+    for entry in args.variants.split(","):
+        variant, _, precision = entry.partition(":")
+        if variant not in ("plain", "XLA") or precision not in ("", "float32", *args.quantize):
+            raise SystemExit(f"--variants: {entry!r} is not plain or XLA[:float32 or a --quantize precision]")
+        if precision:
+            pairs.append((variant, None if precision == "float32" else precision))
+        else:
+            pairs += [(variant, quantize) for quantize in [None, *args.quantize]]
+    return pairs
+
+
+def contenders_for(search, model, tokenizer, sources, args, work, shortlist=None):
+    """{name: a call that decodes `sources`} for one search; with a `shortlist`, the A/B of the module
+    docstring, and the number of candidate pieces it gives the batch."""
     import tensorflow as tf
 
+    from keras_transformer.decoding import shortlisted
     from keras_transformer.export import export_saved_model
 
     beam = args.beam_size if search == "beam" else 1
@@ -161,53 +179,69 @@ def contenders_for(search, model, tokenizer, sources, args, work):
     run_search = beam_search if beam > 1 else greedy_search
     ids = tf.constant(sources)
 
-    def ours(jit_compile):
-        return lambda: np.asarray(keras.ops.convert_to_numpy(
-            run_search(model, ids, jit_compile=jit_compile, **options)["ids"]))
+    def ours(jit_compile, space=None):
+        if space is None:
+            return lambda: np.asarray(keras.ops.convert_to_numpy(
+                run_search(model, ids, jit_compile=jit_compile, **options)["ids"]))
+        return lambda: np.asarray(keras.ops.convert_to_numpy(shortlisted.search(
+            run_search, model, shortlist, sources, space=space, jit_compile=jit_compile, **options)["ids"]))
 
-    contenders = {} if args.no_in_process else {
-        "ours in process, XLA": ours(True),
-        "ours in process, plain graph": ours(False),
-    }
-    for quantize in [None, *args.quantize]:
-        for variant, jit_compile in (("plain", False), ("XLA", True)):
-            suffix = f", {quantize}" if quantize else ""
-            export_dir = export_saved_model(
-                model, tokenizer, os.path.join(work, f"{search}-{variant}-{quantize}"), beam_size=beam,
-                alpha=args.alpha, max_extra_length=max_extra, max_input_length=args.source_tokens,
-                jit_compile=jit_compile, quantize=quantize, warmup_rows=8,
-            )
-            signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
-            contenders[f"SavedModel {variant} variant{suffix} (translate_ids)"] = (
-                lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
-            )
-    if not args.no_ctranslate2:
-        try:
-            import ctranslate2
-        except ImportError:
-            print("# CTranslate2 is not installed: its rows are left out (pip install ctranslate2)")
+    contenders, count, size = {}, None, None
+    if shortlist is not None:
+        _, count = shortlist.candidates(sources)
+        size = args.shortlist_size or shortlist.default_size()
+        print(f"# {search}: {count} candidate pieces for the batch (padded to "
+              f"{len(shortlist.candidates(sources)[0])}) of {tokenizer.vocabulary_size}")
+        if count > size:
+            print(f"# the batch's {count} candidates exceed the XLA variant's list of {size}: it takes the full search")
+    if not args.no_in_process:
+        contenders["ours in process, XLA"] = ours(True)
+        if shortlist is None:
+            contenders["ours in process, plain graph"] = ours(False)
         else:
-            from keras_transformer.export.ctranslate2 import ctranslate2_options, export_ctranslate2
+            contenders["ours in process, XLA + shortlist (shortlist space)"] = ours(True, "shortlist")
+            contenders["ours in process, XLA + shortlist (full -inf rows)"] = ours(True, "full")
+    for variant, quantize in exports(args):
+        jit_compile = variant == "XLA"
+        for listed in (False, True) if shortlist is not None else (False,):  # the list baked in or not
+            export_dir = export_saved_model(
+                model, tokenizer, os.path.join(work, f"{search}-{variant}-{quantize}-{listed}"), beam_size=beam,
+                alpha=args.alpha, max_extra_length=max_extra, max_input_length=args.source_tokens, warmup_rows=8,
+                jit_compile=jit_compile, quantize=quantize, shortlist=shortlist if listed else None,
+                shortlist_size=size if listed and jit_compile else None)
+            signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
+            name = f"SavedModel {variant} variant" + (f", {quantize}" if quantize else "") + (" + shortlist" if listed else "")
+            contenders[name] = lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
+    if args.no_ctranslate2:
+        return contenders, count
+    try:
+        import ctranslate2
+    except ImportError:
+        print("# CTranslate2 is not installed: its rows are left out (pip install ctranslate2)")
+        return contenders, count
+    from keras_transformer.export.ctranslate2 import ctranslate2_options, export_ctranslate2
 
-            pieces = tokenizer.vocabulary()
-            tokens = [[pieces[t] for t in row if t not in (EOS, PAD)] for row in sources]
-            ct2_dir = os.path.join(work, "ctranslate2")
-            if not os.path.isdir(ct2_dir):
-                export_ctranslate2(model, tokenizer, ct2_dir)
-            for compute_type in ("float32", "int8"):
-                translator = ctranslate2.Translator(
-                    ct2_dir, device="cpu", compute_type=compute_type, inter_threads=1,
-                    intra_threads=os.cpu_count(),
-                )
-                kwargs = ctranslate2_options(beam, args.alpha, max_extra, source_length=args.source_tokens)
-                kwargs["max_batch_size"] = len(tokens)
+    pieces = tokenizer.vocabulary()
+    tokens = [[pieces[t] for t in row if t not in (EOS, PAD)] for row in sources]
+    ct2_dir = os.path.join(work, "ctranslate2")
+    if not os.path.isdir(ct2_dir):
+        export_ctranslate2(model, tokenizer, ct2_dir)
+        if shortlist is not None:  # the same list as CTranslate2's vocabulary map, read only with use_vmap=True
+            with open(os.path.join(ct2_dir, "vmap.txt"), "w", encoding="utf-8") as file:
+                file.write("\n".join(shortlist.ctranslate2_vmap(pieces, pieces)) + "\n")
+    engines = [("float32", False), ("int8", False)] + ([("int8", True)] if shortlist is not None else [])
+    for compute_type, use_vmap in engines:
+        translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=compute_type, inter_threads=1,
+                                            intra_threads=os.cpu_count())
+        kwargs = ctranslate2_options(beam, args.alpha, max_extra, source_length=args.source_tokens)
+        kwargs.update(max_batch_size=len(tokens), use_vmap=use_vmap)
 
-                def call(translator=translator, kwargs=kwargs):
-                    results = translator.translate_batch(tokens, **kwargs)
-                    return [[tokenizer.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
+        def call(translator=translator, kwargs=kwargs):
+            results = translator.translate_batch(tokens, **kwargs)
+            return [[tokenizer.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
 
-                contenders[f"CTranslate2 {compute_type}"] = call
-    return contenders
+        contenders[f"CTranslate2 {compute_type}" + (" + vmap" if use_vmap else "")] = call
+    return contenders, count
 
 
 def run_rounds(contenders, args):
@@ -227,27 +261,6 @@ def run_rounds(contenders, args):
     return seconds
 
 
-def table(search, seconds, batch):
-    rates = {name: [batch / s for s in values] for name, values in seconds.items()}
-    reference_names = ["ours in process, XLA", "CTranslate2 float32", "CTranslate2 int8"]
-    print(f"\n{search}: sentences/s, median of {len(next(iter(rates.values())))} rounds; ratios are medians "
-          "of same-round ratios")
-    header = ["contender", "sent/s (median)", "range", "vs ours XLA", "vs CTranslate2 float32", "vs CTranslate2 int8"]
-    rows = []
-    for name, values in rates.items():
-        row = [name, f"{np.median(values):.1f}", f"{min(values):.1f}-{max(values):.1f}"]
-        for reference in reference_names:
-            if reference in rates:
-                ratios = np.asarray(values) / np.asarray(rates[reference])
-                row.append(f"{np.median(ratios):.2f}x")
-            else:
-                row.append("-")
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    for row in [header, ["-" * w for w in widths]] + rows:
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
-
-
 def main(argv=None):
     args = parse_args(argv)
     if keras.backend.backend() != "tensorflow":
@@ -259,9 +272,10 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     sources = rng.integers(4, tokenizer.vocabulary_size, size=(args.batch_size, args.source_tokens)).astype("int32")
     sources[:, -1] = EOS
+    shortlist = None
     if args.shortlist:
-        shortlist, sources = _serve_shortlist.build(args, tokenizer)
-    record = _records.start("serve_shortlist" if args.shortlist else "serve", argv, packages=("tensorflow", "keras", "ctranslate2"))
+        shortlist, sources = shortlist_and_sources(args, tokenizer)
+    record = _harness.start("serve_shortlist" if args.shortlist else "serve", argv, packages=("tensorflow", "keras", "ctranslate2"))
     record["workload"] = {"preset": args.preset, "vocabulary": tokenizer.vocabulary_size, "tokenizer_corpus": origin,
                           "batch": args.batch_size, "source_tokens": args.source_tokens, "steps": args.steps,
                           "beam_size": args.beam_size, "alpha": args.alpha}
@@ -273,14 +287,11 @@ def main(argv=None):
             xla_size=args.shortlist_size or shortlist.default_size()))
     with tempfile.TemporaryDirectory() as work:
         for search in args.searches.split(","):
+            contenders, count = contenders_for(search, model, tokenizer, sources, args, work, shortlist)
             if args.shortlist:
-                contenders, count = _serve_shortlist.contenders(search, model, tokenizer, shortlist, sources, args,
-                                                                work)
                 record["workload"]["shortlist"]["candidates"][search] = count
-            else:
-                contenders = contenders_for(search, model, tokenizer, sources, args, work)
             record["seconds"][search] = run_rounds(contenders, args)
-    _records.finish(record)
+    _harness.finish(record)
     load = record["load_average"]
     print(f"# {record['machine']['cpu']}, {os.cpu_count()} CPUs, load average {load['before'][0]:.1f} before, "
           f"{load['after'][0]:.1f} after; TensorFlow {tf.__version__}, "
@@ -294,10 +305,8 @@ def main(argv=None):
     print(f"# {args.preset} preset, random weights, {tokenizer.vocabulary_size}-piece vocabulary; {args.batch_size} "
           f"sources of {args.source_tokens} tokens, exactly {args.steps} generated tokens each; beam "
           f"{args.beam_size} alpha {args.alpha}, greedy")
-    for search, seconds in record["seconds"].items():
-        table(search, seconds, args.batch_size)
-    print()
-    _records.save(args.record, record)
+    print("\n" + serve_table([record], {}) + "\n")
+    _harness.save(args.record, record)
 
 
 if __name__ == "__main__":

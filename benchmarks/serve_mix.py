@@ -1,28 +1,6 @@
 """Mixed traffic against an exported SavedModel, with and without TF Serving's warm-up.
 
-No `tensorflow_model_server` binary can be installed here, so a stand-in does
-what the server does with a version directory:
-
-- it loads the SavedModel in a TF1 session (`tf.compat.v1.saved_model.loader.load`,
-  tag `serve`) and runs each request through its SignatureDef's tensor names
-  (`Session.run`, the path of `saved_model_cli run` and of the server);
-- with warm-up, before the first request it replays
-  `assets.extra/tf_serving_warmup_requests` as the server does at load time
-  (each `PredictionLog`'s `PredictRequest` run against its signature; the
-  records are parsed with `tensorflow-serving-api`'s protos).
-
-Then it sends a stream of mixed requests to `serving_default` (1 to 64
-sentences of 3 to 100 words each, drawn with a fixed seed from the synthetic
-English-German generator's sentences) one after the other, and reports per
-variant (plain, XLA) and per start (cold, warm) the p50, p99 and max latency
-and the throughput (sentences/s over the stream). Each (variant, start) runs
-in its own process, so a cold start is cold. A JSON record (machine, its
-matrix libraries, load, commit, command, every latency) is appended to
-`benchmarks/results/serve_mix.jsonl`.
-
-The model is the `--preset`'s Transformer with random weights trained for
-no step, so translations run to the length limit (`--max-extra-length`
-tokens past the source): the worst case for a server's latency.
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `serve_mix.py`.
 
 Usage:
     python benchmarks/serve_mix.py [--preset tiny] [--requests 40] [--warmup-rows 64]
@@ -42,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 
 VARIANTS = ("plain", "xla")
 
@@ -204,7 +182,7 @@ def parse_args(argv=None):
     parser.add_argument("--variants", default="plain,xla")
     parser.add_argument("--starts", default="cold,warm", help="cold (no warm-up), warm (records replayed first)")
     parser.add_argument("--export-base", help="where to export (default: a temporary directory)")
-    parser.add_argument("--record", default=_records.default_path("serve_mix"),
+    parser.add_argument("--record", default=_harness.default_path("serve_mix"),
                         help="JSON-lines file the run's record is appended to (default %(default)s)")
     # Internal: one (variant, start) in a child process.
     parser.add_argument("--child", nargs=3, metavar=("EXPORT_DIR", "WARM", "RESULT"), help=argparse.SUPPRESS)
@@ -250,7 +228,7 @@ def main(argv=None):
             json.dump(result, stream)
         return 0
 
-    record = _records.start("serve_mix", argv, packages=("tensorflow", "keras", "tensorflow-serving-api"))
+    record = _harness.start("serve_mix", argv, packages=("tensorflow", "keras", "tensorflow-serving-api"))
     base = args.export_base or tempfile.mkdtemp(prefix="serve-mix-")
     directories, model_config = export_variants(args, base)
     runs = {}
@@ -269,8 +247,8 @@ def main(argv=None):
     record["workload"] = {**model_config, **{key: value for key, value in vars(args).items()
                                              if key not in ("child", "record", "export_base")}}
     record["runs"] = runs
-    _records.finish(record)
-    _records.save(args.record, record)
+    _harness.finish(record)
+    _harness.save(args.record, record)
     return 0
 
 

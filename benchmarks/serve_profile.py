@@ -1,25 +1,6 @@
 """Where a decoding step's time goes in the served precisions: the matrix products against the rest.
 
-On `serve.py`'s workload (the `--preset`'s Transformer with random weights,
-`--batch-size` sources of `--source-tokens` tokens, beam `--beam-size`: batch x
-beam rows per step), for each precision (`--quantize`: float32, and the
-copies `quantize_model` makes, "int8" and "bfloat16") and each variant (XLA
-and the plain graph), two loops of `--steps` steps are timed, best of
-`--calls` calls:
-
-1. the model's steps alone: `Transformer.incremental_decoder`'s step and an
-   argmax, no search (a served search adds its bookkeeping on top);
-2. the products alone: every product a step makes, through the same layers
-   at the same precision (the fused query/key/value kernel where the step
-   fuses them, else the three Dense layers; the attention output, the
-   cross-attention query and output and the two feed-forward Dense layers
-   of each decoder layer; the tied output projection), on inputs of the
-   step's shapes.
-
-The difference is everything else: attention over the caches, layer norms,
-the embedding, masks, cache writes (and, for int8, nothing: the activation
-quantizers belong to the int8 layers' products). A JSON record is appended
-to `benchmarks/results/serve_profile.jsonl`.
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `serve_profile.py`.
 
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/serve_profile.py --preset base --vocabulary-size 32000
@@ -41,7 +22,7 @@ sys.path.insert(0, ROOT)
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.export.quantize import quantize_model  # noqa: E402
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 
 BOS, EOS = 2, 3
 
@@ -57,7 +38,7 @@ def parse_args(argv=None):
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--quantize", default="float32,int8,bfloat16",
                         help="comma-separated precisions: float32 and quantize_model's modes")
-    parser.add_argument("--record", default=_records.default_path("serve_profile"))
+    parser.add_argument("--record", default=_harness.default_path("serve_profile"))
     return parser.parse_args(argv)
 
 
@@ -76,8 +57,8 @@ def steps_loop(model, source, args, jit_compile):
 
     @tf.function(jit_compile=jit_compile, autograph=False)
     def run(source):
-        decoder = model.incremental_decoder(source, beam_size=args.beam_size, max_length=args.steps,
-                                            xla_layout=jit_compile)
+        decoder = model.incremental_decoder(source, beam_size=args.beam_size, buffer_length=args.steps,
+                                            jit_compile=jit_compile)
 
         def body(step, tokens, state):
             logits, state = decoder.step(state, tokens, step)
@@ -95,8 +76,8 @@ def products_loop(model, source, args, jit_compile):
 
     @tf.function(jit_compile=jit_compile, autograph=False)
     def run(source):
-        decoder = model.incremental_decoder(source, beam_size=args.beam_size, max_length=args.steps,
-                                            xla_layout=jit_compile)
+        decoder = model.incremental_decoder(source, beam_size=args.beam_size, buffer_length=args.steps,
+                                            jit_compile=jit_compile)
         hidden = tf.random.stateless_normal([rows, 1, model.d_model], (1, 2), dtype=dtype)
         inner = tf.random.stateless_normal([rows, 1, model.d_ff], (3, 4), dtype=dtype)
 
@@ -131,7 +112,7 @@ def main(argv=None):
     source = rng.integers(4, args.vocabulary_size, size=(args.batch_size, args.source_tokens)).astype("int32")
     source[:, -1] = EOS
     source = tf.constant(source)
-    record = _records.start("serve_profile", argv, packages=("tensorflow", "keras"))
+    record = _harness.start("serve_profile", argv, packages=("tensorflow", "keras"))
     record["workload"] = {"preset": args.preset, "vocabulary": args.vocabulary_size, "batch": args.batch_size,
                           "source_tokens": args.source_tokens, "steps": args.steps, "beam_size": args.beam_size,
                           "rows": args.batch_size * args.beam_size}
@@ -145,11 +126,11 @@ def main(argv=None):
             record["ms_per_step"][key] = {"step": 1000 * step, "products": 1000 * products}
             print(f"{key}: step {1000 * step:.1f} ms, products alone {1000 * products:.1f} ms "
                   f"({100 * products / step:.0f}%), rest {1000 * (step - products):.1f} ms", flush=True)
-    _records.finish(record)
+    _harness.finish(record)
     load = record["load_average"]
     print(f"# {record['machine']['cpu']}, {os.cpu_count()} CPUs, load average {load['before'][0]:.1f} before, "
           f"{load['after'][0]:.1f} after; TensorFlow {tf.__version__}; commit {record['commit']}")
-    _records.save(args.record, record)
+    _harness.save(args.record, record)
 
 
 if __name__ == "__main__":

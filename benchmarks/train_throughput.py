@@ -1,60 +1,11 @@
 """Training throughput: keras_transformer against the alternatives, in one run.
 
-Every contender trains the same architecture (the "tiny" configuration:
-d_model 256, 3+3 layers, 4 heads, d_ff 1024, shared 8k vocabulary, post-LN,
-dropout 0.1, Adam) on the same batches: 64 pairs of 32 source and 32 target
-tokens, none of them padding. Each runs in its own process (a Keras backend
-is chosen at import; OpenNMT-tf needs its own TensorFlow), warms up, then
-times a fixed number of steps. Reported: non-pad target tokens per second,
-the ratio to ours, the process's peak resident memory, and achieved FLOP/s as
-a share of this machine's float32 matrix-multiply peak (a 4096x4096
-tf.matmul) measured in the same run, and each float32 rate as a share of the
-"matmul floor": the rate the step's own matrix products reach when timed
-alone, with nothing else in the step (`matmul_floor_seconds`).
+How it measures, and what it reports: docs/benchmarks.md, "Methods", `train_throughput.py`.
 
     .venv/bin/python benchmarks/train_throughput.py            # all contenders
     .venv/bin/python benchmarks/train_throughput.py --only ours-tf keras-hub
     .venv/bin/python benchmarks/train_throughput.py --rounds 3 --only ours-tf keras-hub opennmt-tf
     .venv/bin/python benchmarks/train_throughput.py --workload real  # real text
-
-Each contender's harness is its `_contender_*.py` module (one shape, see
-_contender.py): ours (`_contender_ours`), KerasHub layers
-(`_contender_keras_hub`), `torch.nn.Transformer` (`_contender_torch`),
-OpenNMT-tf (`_contender_opennmt`). This script keeps the workload's FLOP
-accounting, the matmul peak and floor, the rounds and the table.
-
-KerasHub rows: `keras-hub-tied` is the like-for-like one, KerasHub layers at
-our exact size (one `ReversibleEmbedding` shared by source and target and
-tied to the output, sinusoidal positions, no dropout on attention weights,
-our `LabelSmoothedCrossEntropy(0.1)` and `paper_optimizer`); `keras-hub` is
-the keras-io example's architecture (untied output, learned positions, stock
-Adam; about 11.9M parameters against our 7.6M), kept as a labelled row.
-
-OpenNMT-tf's rate is its target tokens over its time, summed over the
-intervals it logs (the first, with the tracing, left out). On the real
-workload it batches the sentences itself, so its share of the matmul floor,
-which is computed from our batches, is marked as such.
-
-Each run appends a record (machine, load, commit, command, every round's
-seconds, steps and target tokens per contender) to `--record` (default
-benchmarks/results/train_throughput.jsonl); `benchmarks/report.py` makes the
-tables and charts from them.
-
-`--workload real` replaces the fixed-shape batches by token-bucketed batches
-of real English-German text (ddtp_en_de + po_all from `--data-dir`, default
-../shared/data): a SentencePiece model of 8,000 pieces trained on them, then
-`make_dataset` with 1-token length buckets (`--bucket-width`; OpenNMT-tf's
-`length_bucket_width` is 1 too) and 2,048 tokens per batch (a fixed seed),
-of which the first 24 batches are every contender's workload,
-cycled (variable shapes and padding, as in real training). The Keras and
-torch contenders train on exactly these batches; OpenNMT-tf, which has its
-own batching, gets the same sentences in the same order with its own token
-batching at the same budget. Warm-up then covers one full cycle, so every
-shape is traced (or compiled) before the clock starts.
-
-OpenNMT-tf runs when `--opennmt-python` (default `.venv-opennmt/bin/python`)
-exists: `python3.11 -m venv .venv-opennmt && .venv-opennmt/bin/pip install
-"tensorflow==2.13.1" "opennmt-tf==2.32.0"`.
 """
 
 import argparse
@@ -68,11 +19,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks import _records  # noqa: E402
+from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._workloads import SIZE, load_batches, peak_memory_mb, target_tokens  # noqa: E402
+from benchmarks._harness import SIZE, load_batches, peak_memory_mb, target_tokens  # noqa: E402
 
-# Contender name: the harness module whose THROUGHPUT table holds it (_contender.py's shape),
+# Contender name: the harness module whose THROUGHPUT table holds it (_harness.Contender's shape),
 # imported when needed: a worker process imports only its own (ours-jax must not load TensorFlow).
 MODULES = {
     "ours-tf": "ours", "ours-tf-xla": "ours", "ours-jax": "ours", "keras-hub": "keras-hub",
@@ -83,7 +34,7 @@ MODULES = {
 
 def contender(name):
     if MODULES[name] == "ours":
-        from benchmarks._contender_ours import THROUGHPUT
+        from benchmarks._harness import THROUGHPUT
     elif MODULES[name] == "keras-hub":
         from benchmarks._contender_keras_hub import THROUGHPUT
     else:
@@ -215,7 +166,7 @@ def main():
     parser.add_argument("--opennmt-python", default=str(ROOT / ".venv-opennmt" / "bin" / "python"))
     parser.add_argument("--rounds", type=int, default=1,
                         help="run the contenders this many times, taking turns; report medians")
-    parser.add_argument("--record", default=_records.default_path("train_throughput"),
+    parser.add_argument("--record", default=_harness.default_path("train_throughput"),
                         help="JSON-lines file the run's record (machine, load, commit, command, every round's "
                              "seconds and tokens) is appended to (default %(default)s; '' for none)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -266,7 +217,7 @@ def main():
     # Contenders take turns, round after round: this VM's speed drifts by tens
     # of percent over minutes, and a ratio taken within one round (minutes
     # apart) is steadier than one between runs far apart.
-    record = _records.start("train_throughput")
+    record = _harness.start("train_throughput")
     rounds = []
     for index in range(args.rounds):
         current = {}
@@ -333,8 +284,8 @@ def main():
         # Every contender's raw figures, round by round (OpenNMT-tf's with its logged intervals).
         "rounds": rounds, "results": results,
     })
-    _records.finish(record)
-    _records.save(args.record, record)
+    _harness.finish(record)
+    _harness.save(args.record, record)
 
 
 if __name__ == "__main__":

@@ -194,105 +194,6 @@ def test_throughput_table_rows_from_a_fixture():
     assert report.throughput_chart_name(float32_only) == "train_throughput_synthetic.png"
 
 
-def test_variants_table_computes_same_round_ratios_from_the_rounds():
-    # shipped 1000, 800, 1200; fused 1050, 880, 1140: ratios 1.05, 1.10, 0.95 -> median 1.05
-    # (the ratio of the medians would say 1050 / 1000 = 1.05 too, but the range is 0.95-1.10)
-    rounds = [{"shipped": {"tokens_per_s": a}, "fused": {"tokens_per_s": b}}
-              for a, b in ((1000.0, 1050.0), (800.0, 880.0), (1200.0, 1140.0))]
-    record = {"benchmark": "train_variants", "time": "2026-01-01 00:00:00 UTC", "commit": "abc1234",
-              "command": "python benchmarks/train_variants.py --rounds 3", "machine": {"cpus": 2},
-              "workload": {"kind": "real", "steps": 24}, "reference": "shipped", "rounds": rounds,
-              "results": [{"name": "shipped", "label": "as shipped"}, {"name": "fused", "label": "a change"}]}
-    lines = report.variants_table([record], {}).splitlines()
-    assert "3 rounds of 24 steps" in lines[0]
-    assert lines[2:] == [
-        "| variant | what | tokens/s (median) | range | vs shipped | range |",
-        "| --- | --- | --- | --- | --- | --- |",
-        "| shipped | as shipped | 1000 | 800-1200 | 1.000x | 1.000-1.000x |",
-        "| fused | a change | 1050 | 880-1140 | 1.050x | 0.950-1.100x |",
-    ]
-
-
-def test_profile_table_sums_kernels_per_step_from_the_rounds():
-    def turn(products, others, wall):
-        return {"wall_seconds": wall, "steps": 10, "target_tokens": 1000,
-                "op_seconds": {"_MklMatMul": products, "_MklEinsum": 0.0, **others}}
-
-    rounds = [
-        {"ours-tf": turn(8.0, {"Mul": 1.0, "Sum": 1.0}, 7.0), "hub": turn(8.0, {"Mul": 2.0, "Sum": 2.0}, 8.0)},
-        {"ours-tf": turn(6.0, {"Mul": 1.0, "Sum": 1.0}, 5.0), "hub": turn(9.0, {"Mul": 0.5, "Sum": 0.5}, 6.0)},
-    ]
-    record = {"benchmark": "train_profile", "time": "2026-01-01 00:00:00 UTC", "commit": "abc1234",
-              "command": "python benchmarks/train_profile.py", "machine": {"cpus": 2},
-              "workload": {"kind": "real", "batches": 10, "rounds": 2}, "reference": "ours-tf", "rounds": rounds,
-              "results": [{"name": "ours-tf", "label": "ours"}, {"name": "hub", "label": "theirs"}]}
-    table = report.profile_table([record], {}, others=1)
-    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
-    # ours: kernels 10 s and 8 s over 10 steps -> 1,000 and 800 ms, median 900; products 800 and 600 -> 700
-    # (78% of 900); others 900 - 700 = 200; wall 700 and 500 -> 600 ms.
-    assert "| 900 | 700 (78%) | 200 | 1.000x (1.000-1.000x) | 600 |" in rows["ours-tf"]
-    # hub: kernels 1,200 and 1,000 ms -> 1,100; ratios to ours in the same round 1.2 and 1.25 -> median 1.225
-    # (written to three digits); products 800 and 900 -> 850 (77%).
-    assert "| 1100 | 850 (77%) | 250 | 1.225x (1.200-1.250x) | 700 |" in rows["hub"]
-    # One other op type asked for: the reference's largest non-product one (Mul and Sum tie; Mul comes first),
-    # ours 100 ms in both rounds, hub 200 and 50 -> median 125.
-    assert "| Mul | 100.0 | 125.0 |" in table and "| Sum |" not in table
-
-
-def test_op_seconds_by_type_counts_only_the_executors_kernels(tmp_path):
-    pytest.importorskip("tensorflow")
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    from benchmarks import train_profile
-
-    space = xplane_pb2.XSpace()
-    plane = space.planes.add(name="/host:CPU")
-    names = {1: "model/dense/MatMul:_MklMatMul", 2: "model/add:AddV2", 3: "ExecutorState::Process",
-             4: "StatefulPartitionedCall: __inference_step_42", 5: "EagerExecute"}
-    for key, name in names.items():
-        plane.event_metadata[key].id, plane.event_metadata[key].name = key, name
-    executor = plane.lines.add(name="tf_Compute/123")
-    for key, picoseconds in ((1, 3e12), (1, 1e12), (2, 5e11), (3, 9e12), (4, 9e12), (5, 9e12)):
-        executor.events.add(metadata_id=key, duration_ps=int(picoseconds))
-    # The same kernel name on another thread (Python's, an Eigen pool's) is not an executor's kernel.
-    plane.lines.add(name="python").events.add(metadata_id=1, duration_ps=int(7e12))
-    space.planes.add(name="/device:GPU:0").lines.add(name="tf_Compute/1").events.add(metadata_id=1, duration_ps=1)
-    path = tmp_path / "host.xplane.pb"
-    path.write_bytes(space.SerializeToString())
-    assert train_profile.op_seconds_by_type(path) == {"_MklMatMul": 4.0, "AddV2": 0.5}
-
-
-def test_complete_steps_window_counts_only_whole_steps(tmp_path):
-    pytest.importorskip("tensorflow")
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    from benchmarks import train_profile
-
-    space = xplane_pb2.XSpace()
-    plane = space.planes.add(name="/host:CPU")
-    for key, name in {1: "EagerLocalExecute: __inference__apply_gradients_7", 2: "m/MatMul:_MklMatMul",
-                      3: "m/mul:Mul"}.items():
-        plane.event_metadata[key].id, plane.event_metadata[key].name = key, name
-    # Steps end (apply_gradients ends) at 10, 20 and 30 ps from the lines' common start (1 ns).
-    python = plane.lines.add(name="python", timestamp_ns=1)
-    for offset in (5, 15, 25):
-        python.events.add(metadata_id=1, offset_ps=offset, duration_ps=5)
-    executor = plane.lines.add(name="tf_Compute/9", timestamp_ns=1)
-    # Kernels starting at 2 (a partial step before the window), 12 and 22 (inside), 31 (after it).
-    for offset, key, duration in ((2, 2, 100), (12, 2, 3), (22, 3, 4), (31, 3, 50)):
-        executor.events.add(metadata_id=key, offset_ps=offset, duration_ps=duration)
-    path = tmp_path / "onmt.xplane.pb"
-    path.write_bytes(space.SerializeToString())
-    count, start, end = train_profile.complete_steps(path)
-    assert (count, start, end) == (2, 1000 + 10, 1000 + 30)
-    assert train_profile.op_seconds_by_type(path, (start, end)) == {"_MklMatMul": 3e-12, "Mul": 4e-12}
-    one_call = tmp_path / "short.xplane.pb"
-    del python.events[1:]
-    one_call.write_bytes(space.SerializeToString())
-    with pytest.raises(ValueError, match="fewer than two"):
-        train_profile.complete_steps(one_call)
-
-
 def test_opennmt_rate_is_total_tokens_over_total_time():
     from benchmarks._contender_opennmt import opennmt_intervals, opennmt_rate
 
@@ -481,6 +382,8 @@ def test_report_check_exit_status(tmp_path, monkeypatch, capsys):
 
 
 def test_committed_documents_quote_no_figure_without_a_record():
+    # The documentation site's pages are checked too (docs/serving.md and docs/recipes.md quote figures).
+    assert {ROOT / "docs" / "serving.md", ROOT / "docs" / "recipes.md"} <= set(report.DOCUMENTS)
     for path in report.DOCUMENTS:
         assert report.unmarked_figures(path.read_text(encoding="utf-8"), str(path)) == []
 
@@ -552,30 +455,6 @@ def test_data_scale_table_from_a_fixture():
     assert text.count("`python benchmarks/data_scale.py`") == 2  # the two invocations, not the third
 
 
-def test_limit_rule_table_from_a_fixture():
-    from benchmarks._generators import limit_rule_table
-
-    def result(split, search, rule, bleu, chrf, at_limit, cut, changed, ratio, sentences=200):
-        return {"split": split, "search": search, "beam_size": 1 if search == "greedy" else 4, "rule": rule,
-                "sentences": sentences, "bleu": bleu, "chrf": chrf, "at_limit": at_limit, "cut": cut,
-                "changed_vs_fallback": changed, "length_ratio": ratio}
-
-    run = {"dir": "/runs/pt", "steps": 2345, "decoding": {"alpha": 0.6, "max_extra_length": 50}}
-    record = {"command": "python benchmarks/limit_rule.py /runs/pt", "commit": "abc", "time": "t1",
-              "machine": {"cpus": 2}, "run": run, "limit": 200,
-              "results": [result("ddtp", "beam", "fallback", 12.346, 30.061, 7, 3, 0, 1.046),
-                          result("ddtp", "beam", "force_eos", 12.964, 30.04, 5, 0, 4, 0.998),
-                          result("po", "greedy", "finish", 3.04, 19.94, 42, 42, 0, 1.3, sentences=80)]}
-    text = limit_rule_table([record, dict(record, time="t2", results=[])], {"time": "t1"})
-    rows = [line for line in text.splitlines() if line.startswith("| ddtp") or line.startswith("| po")]
-    # 7 and 3 of 200 sentences: 3.5% and 1.5%; 42 of 80: 52.5%.
-    assert rows == ["| ddtp | beam 4 | fallback | 12.35 | 30.06 | 7 (3.5%) | 3 (1.5%) | 0 | 1.05 |",
-                    "| ddtp | beam 4 | force_eos | 12.96 | 30.04 | 5 (2.5%) | 0 (0.0%) | 4 | 1.00 |",
-                    "| po | greedy | finish | 3.04 | 19.94 | 42 (52.5%) | 42 (52.5%) | 0 | 1.30 |"]
-    assert "after 2345 steps; 80 or 200 sentences a split, the first 200 pairs of each;" in text
-    assert "outputs up to source + 50 tokens" in text and "`python benchmarks/limit_rule.py /runs/pt`" in text
-
-
 def test_serve_mix_table_from_a_fixture_record():
     run = dict(load_s=1.0, latencies_s=[1.0, 2.0, 9.0], rows=[1, 2, 3], sentences=6, stream_s=12.0,
                p50_s=2.0, p99_s=8.86, max_s=9.0, sentences_per_s=0.5)
@@ -591,30 +470,11 @@ def test_serve_mix_table_from_a_fixture_record():
     assert "3 requests of 1 to 64 sentences, input limit 64 tokens" in table
 
 
-def test_decode_variants_tables_from_fixture_records():
-    workload = dict(preset="base", vocabulary=32000, batch=16, source_tokens=32, steps=50, beam_size=4, alpha=0.6,
-                    graphs=["XLA"])
-    speed = {"benchmark": "decode_variants", "kind": "speed", "precision": "int8", "time": "t1", "commit": "abc",
-             "command": "python benchmarks/decode_variants.py", "machine": {"cpus": 2}, "workload": workload,
-             "checks": {"XLA / shipped: same ids as shipped": True, "XLA / fused-int8-qkv: same ids as shipped": False},
-             "seconds": [{"XLA / shipped": 2.0, "XLA / fused-int8-qkv": 1.6},
-                         {"XLA / shipped": 4.0, "XLA / fused-int8-qkv": 4.0},
-                         {"XLA / shipped": 2.0, "XLA / fused-int8-qkv": 2.5}],
-             "results": [{"name": "XLA / shipped", "label": "ref"}, {"name": "XLA / fused-int8-qkv", "label": "one"}]}
-    finished = {"benchmark": "decode_variants", "kind": "finished-rows", "time": "t2", "commit": "abc",
-                "command": "python benchmarks/decode_variants.py --finished-rows r", "machine": {"cpus": 2},
-                "workload": dict(run="runs/r", split="test", sentences=3, model="tiny", batch_size=64, beam_size=4),
-                "row_steps": {"all": 30, "before_done": 21, "kept_when_dropped_at_phase_boundaries": 27}}
-    table = report.GENERATORS["decode-variants"][1]
-    text = table([speed, finished], {"kind": "speed"})
-    # 16 sentences in 2.0, 4.0, 2.0 s: 8, 4, 8 sent/s; in 1.6, 4.0, 2.5 s: 10, 4, 6.4 sent/s.
-    # Same-round ratios 2.0/1.6 = 1.25, 1.0, 2.0/2.5 = 0.8: median 1.0.
-    assert "| int8 | XLA | shipped | ref | 8.00 | 4.00-8.00 | 1.000x | 1.000-1.000x | yes |" in text
-    assert "| int8 | XLA | fused-int8-qkv | one | 6.40 | 4.00-10.00 | 1.000x | 0.800-1.250x | no |" in text
-    both = table([speed, dict(speed, time="t3", precision="float32"), finished], {"time": "t1|t3"})
-    assert both.count("| XLA | fused-int8-qkv |") == 2 and both.count("`python benchmarks/decode_variants.py`") == 2
-    with pytest.raises(ValueError, match="different kinds"):
-        table([speed, finished], {"commit": "abc"})
-    text = table([speed, finished], {"time": "t2"})
-    # 30 - 21 = 9 of 30 steps after their sentence was done; dropped at phase boundaries, 27 still run: 3 saved.
-    assert "| any step | 9 | 30 | 30.0% |" in text and "| phase boundaries | 3 | 30 | 10.0% |" in text
+def test_recipe_table_gives_the_pinned_runs_scores_and_refuses_a_run_without_one():
+    run = {"benchmark": "parallel_text recipe", "time": "t1", "commit": "abc", "command": "python recipes/x.py",
+           "machine": {"cpus": 2}, "steps": 4674, "test": {"sentences": 1000, "bleu": 7.2467, "chrf": 20.7184}}
+    other = dict(run, benchmark="back_translation recipe", time="t2", test={"sentences": 10, "baseline": {}})
+    table = report.GENERATORS["recipe"][1]
+    assert "| parallel_text recipe | 4,674 | 1000 | 7.2 | 20.7 |" in table([run, other], {"time": "t1"})
+    with pytest.raises(ValueError, match="scores no single model"):
+        table([run, other], {"time": "t2"})

@@ -32,7 +32,7 @@ def test_compare_scores_bleu_its_difference_and_identical_outputs_by_hand():
 
 
 def test_quantize_quality_table_from_a_fixture():
-    from benchmarks._generators import quantize_quality_table
+    from benchmarks._report_tables import quantize_quality_table
 
     def row(name, bleu, difference, identical, **extra):
         return {"name": name, "bleu": bleu, "bleu_vs_float32": difference, "identical_to_float32": identical,

@@ -56,7 +56,7 @@ class IncrementalDecoder:
     `position` (with `jit_compile`, keys are stored (batch, heads, depth,
     capacity * beams): XLA's CPU dot reads them faster than operands it must
     transpose, about 5% of a base-size beam search in
-    `benchmarks/decode_variants.py`). `capacity` is the number of positions the
+    `benchmarks/HISTORY.md`, decode_variants.py). `capacity` is the number of positions the
     state has room for: `buffer_length` in `initial_state`, fewer in
     `empty_state(capacity)`; `grow(state, capacity)` appends room at the end
     of every cache (and of the slot history), so entries keep their places.

@@ -105,3 +105,16 @@ def test_keras_hub_beam_search_scores_hypotheses_up_to_eos_within_the_cap():
                 total += logits[step, token] - np.log(np.exp(allowed - allowed.max()).sum()) - allowed.max()
             np.testing.assert_allclose(expected, total, rtol=1e-4, atol=1e-4)
     assert ended_early  # some hypothesis finished before its cap and stayed frozen
+
+
+def test_serve_profile_loops_run_on_the_incremental_decoder_api():
+    """benchmarks/serve_profile.py builds its loops on `Transformer.incremental_decoder`; it raised a
+    TypeError once the decoder's arguments were renamed (`buffer_length`, `jit_compile`)."""
+    from benchmarks import serve_profile
+
+    args = serve_profile.parse_args(["--preset", "tiny", "--batch-size", "1", "--steps", "2", "--beam-size", "2",
+                                     "--record", ""])
+    model = ours(norm_first=False)
+    source = np.array([[5, 6, serve_profile.EOS]], "int32")
+    for loop in (serve_profile.steps_loop, serve_profile.products_loop):
+        assert np.isfinite(np.asarray(loop(model, source, args, jit_compile=False)())).all(), loop.__name__
