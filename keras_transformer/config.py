@@ -28,6 +28,12 @@ SCHEMA = {
         "attention_dropout": (0.0, float, "dropout on attention weights"),
         "norm_first": (False, bool, "pre-LN instead of the paper's post-LN"),
         "positional_encoding": ("sinusoidal", ("sinusoidal", "learned"), "position scheme"),
+        "sinusoid_layout": ("interleaved", ("interleaved", "concatenated"), "sinusoidal positions: sine and "
+                            "cosine alternating (the paper) or the sines then the cosines (Marian, OPUS-MT)"),
+        "activation": ("relu", ("relu", "gelu", "swish", "silu"), "feed-forward activation (paper: relu; gelu "
+                       "is the exact erf form; swish and silu are one function, Marian's swish)"),
+        "layer_norm_epsilon": (1e-6, float, "epsilon of every layer normalization (Marian: 1e-5)"),
+        "output_bias": (False, bool, "a learned bias on the output logits (Marian's final_logits_bias)"),
     },
     "data": {
         "train": (None, str, "training corpus (.tsv, .jsonl[.gz], or the source side of a text pair)"),

@@ -381,7 +381,8 @@ def _adopt_tokenizer(source, destination):
 
 # Settings that must agree between the initial model and the fine-tuned one.
 _INIT_KEYS = ("vocabulary_size", "source_vocabulary_size", "d_model", "num_heads", "d_ff", "num_encoder_layers",
-              "num_decoder_layers", "norm_first", "positional_encoding", "max_length", "activation")
+              "num_decoder_layers", "norm_first", "positional_encoding", "max_length", "activation",
+              "layer_norm_epsilon", "output_bias", "sinusoid_layout")
 
 
 def _load_initial_weights(model, model_path, optimizer_checkpoint=None):

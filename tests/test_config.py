@@ -54,6 +54,7 @@ def test_files_then_assignments_override_in_order(tmp_path):
     assert config["model"]["norm_first"] is True
     assert config_lib.model_overrides(config["model"]) == {
         "d_model": 64, "attention_dropout": 0.0, "norm_first": True, "positional_encoding": "sinusoidal",
+        "sinusoid_layout": "interleaved", "activation": "relu", "layer_norm_epsilon": 1e-6, "output_bias": False,
     }
 
 

@@ -5,41 +5,58 @@ import math
 import keras
 from keras import ops
 
+# The arrangements of the sines and cosines in a SinusoidalPositionalEncoding.
+SINUSOID_LAYOUTS = ("interleaved", "concatenated")
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class SinusoidalPositionalEncoding(keras.layers.Layer):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
 
-    Sine on even dimensions and cosine on odd ones, interleaved exactly as in
-    the paper (some libraries concatenate the halves instead). Computed on the
-    fly, so any sequence length works and there are no weights.
+    `layout="interleaved"` (the default): sine on even dimensions and cosine
+    on odd ones, exactly as in the paper. `layout="concatenated"`: the same
+    sines in the first half of the dimensions and the cosines in the second
+    (column j = sin(pos / 10000^(2j/d)), column d/2 + j = cos(pos /
+    10000^(2j/d))), the layout of Marian and of Transformers' MarianMT; for
+    an odd d the sine half has one column more. Computed on the fly, so any
+    sequence length works and there are no weights.
 
     `call(inputs, start_index=0)` returns the encoding for positions
     start_index .. start_index + length - 1, shaped like `inputs`
     (batch, length, d_model), to be added to the embeddings.
     """
 
-    def __init__(self, max_wavelength=10000.0, **kwargs):
+    def __init__(self, max_wavelength=10000.0, layout="interleaved", **kwargs):
         super().__init__(**kwargs)
+        if layout not in SINUSOID_LAYOUTS:
+            raise ValueError(f"`layout` must be one of {', '.join(map(repr, SINUSOID_LAYOUTS))}; got {layout!r}.")
         self.max_wavelength = float(max_wavelength)
+        self.layout = layout
 
     def call(self, inputs, start_index=0):
         shape = ops.shape(inputs)
         length, d_model = shape[-2], shape[-1]
         positions = ops.cast(ops.arange(length) + start_index, "float32")
-        # 2i for both members of each (sin, cos) pair: 0, 0, 2, 2, 4, 4, ...
-        even_dims = ops.cast((ops.arange(d_model) // 2) * 2, "float32")
+        columns = ops.arange(d_model)
+        if self.layout == "interleaved":
+            # Frequency i for both members of each (sin, cos) pair: 0, 0, 1, 1, 2, 2, ...
+            frequency, is_sine = columns // 2, ops.equal(columns % 2, 0)
+        else:
+            # The first ceil(d/2) columns are sines of frequencies 0, 1, ...; the rest cosines of 0, 1, ...
+            half = (d_model + 1) // 2
+            is_sine = ops.less(columns, half)
+            frequency = ops.where(is_sine, columns, columns - half)
         inverse_frequency = ops.power(
-            ops.cast(self.max_wavelength, "float32"), -even_dims / ops.cast(d_model, "float32")
+            ops.cast(self.max_wavelength, "float32"),
+            -ops.cast(2 * frequency, "float32") / ops.cast(d_model, "float32"),
         )
         angles = ops.expand_dims(positions, 1) * ops.expand_dims(inverse_frequency, 0)
-        is_even = ops.equal(ops.arange(d_model) % 2, 0)
-        encoding = ops.where(is_even, ops.sin(angles), ops.cos(angles))
+        encoding = ops.where(is_sine, ops.sin(angles), ops.cos(angles))
         return ops.broadcast_to(ops.cast(encoding, self.compute_dtype), shape)
 
     def get_config(self):
         config = super().get_config()
-        config.update({"max_wavelength": self.max_wavelength})
+        config.update({"max_wavelength": self.max_wavelength, "layout": self.layout})
         return config
 
 
@@ -95,6 +112,13 @@ class SharedEmbedding(keras.layers.Layer):
     The matrix is initialised with standard deviation d_model^-0.5 so that the
     scaled embeddings have unit variance, comparable to the sinusoids.
 
+    `output_bias=True` adds a (vocabulary,) weight, `output_bias` (zeros
+    at first; None without the option), to every logit the layer computes
+    (Marian's `final_logits_bias`; the paper has none). It lives here so
+    that every path projecting onto the vocabulary (training, the searches,
+    shortlists, the exports) gets it; it stays float when the layer is
+    quantized.
+
     `quantize("int8", config=...)` (called by Keras' `Model.quantize`)
     replaces the float matrix with an int8 copy for serving: the output
     projection's kernel, (d_model, vocabulary) like a Dense kernel, with one
@@ -105,10 +129,12 @@ class SharedEmbedding(keras.layers.Layer):
     without one the kernel is cast to float (weight-only int8).
     """
 
-    def __init__(self, vocabulary_size, d_model, embeddings_initializer=None, **kwargs):
+    def __init__(self, vocabulary_size, d_model, embeddings_initializer=None, output_bias=False, **kwargs):
         super().__init__(**kwargs)
         self.vocabulary_size = int(vocabulary_size)
         self.d_model = int(d_model)
+        self.use_output_bias = bool(output_bias)
+        self.output_bias = None
         if embeddings_initializer is None:
             embeddings_initializer = keras.initializers.RandomNormal(stddev=self.d_model**-0.5)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
@@ -120,6 +146,10 @@ class SharedEmbedding(keras.layers.Layer):
             shape=(self.vocabulary_size, self.d_model),
             initializer=self.embeddings_initializer,
         )
+        if self.use_output_bias:
+            self.output_bias = self.add_weight(
+                name="output_bias", shape=(self.vocabulary_size,), initializer="zeros"
+            )
         self.built = True
 
     def call(self, inputs, mode="embed"):
@@ -143,11 +173,17 @@ class SharedEmbedding(keras.layers.Layer):
 
     def logits(self, outputs, ids=None):
         """The tied projection's logits; with `ids` (a 1-D int tensor),
-        only those vocabulary rows', in that order (a vocabulary shortlist)."""
+        only those vocabulary rows', in that order (a vocabulary shortlist).
+        With `output_bias`, the bias of those rows is added."""
         if self.quantization_mode == "int8":
-            return self._int8_logits(outputs, ids)
-        kernel = self.embeddings if ids is None else ops.take(self.embeddings, ids, axis=0)
-        return ops.matmul(outputs, ops.transpose(ops.cast(kernel, outputs.dtype)))
+            logits = self._int8_logits(outputs, ids)
+        else:
+            kernel = self.embeddings if ids is None else ops.take(self.embeddings, ids, axis=0)
+            logits = ops.matmul(outputs, ops.transpose(ops.cast(kernel, outputs.dtype)))
+        if self.output_bias is None:
+            return logits
+        bias = self.output_bias if ids is None else ops.take(self.output_bias, ids, axis=0)
+        return logits + ops.cast(bias, logits.dtype)
 
     def _int8_logits(self, outputs, ids=None):
         kernel, scale = self.projection_kernel, self.projection_scale
@@ -202,6 +238,7 @@ class SharedEmbedding(keras.layers.Layer):
                 "vocabulary_size": self.vocabulary_size,
                 "d_model": self.d_model,
                 "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+                "output_bias": self.use_output_bias,
             }
         )
         return config

@@ -7,6 +7,7 @@ from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embeddings import (
     LearnedPositionalEmbedding,
     SharedEmbedding,
+    SINUSOID_LAYOUTS,
     SinusoidalPositionalEncoding,
 )
 from keras_transformer.layers.encoder import Encoder
@@ -39,6 +40,15 @@ class Transformer(keras.Model):
         pad_id: id of the padding token.
         key_dim: d_k, the width of each head's queries and keys; None (the
             paper's base) for d_model / num_heads. d_v stays d_model / num_heads.
+        activation: the feed-forward activation, "relu" in the paper ("gelu"
+            is the exact erf form; "swish" = "silu").
+        layer_norm_epsilon: every LayerNorm's epsilon (Marian's: 1e-5).
+        output_bias: add a learned (vocabulary_size,) bias to the output
+            logits (Marian's `final_logits_bias`); the model's `output_bias`
+            is that variable (None without the option).
+        sinusoid_layout: "interleaved" (the paper: sine and cosine
+            alternate) or "concatenated" (Marian: the sines, then the
+            cosines); see `SinusoidalPositionalEncoding`.
     """
 
     def __init__(
@@ -60,6 +70,8 @@ class Transformer(keras.Model):
         source_vocabulary_size=None,
         pad_id=PAD_ID,
         key_dim=None,
+        output_bias=False,
+        sinusoid_layout="interleaved",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -68,6 +80,13 @@ class Transformer(keras.Model):
                 "`positional_encoding` must be 'sinusoidal' or 'learned', "
                 f"got {positional_encoding!r}."
             )
+        if sinusoid_layout not in SINUSOID_LAYOUTS:
+            raise ValueError(
+                f"`sinusoid_layout` must be one of {', '.join(map(repr, SINUSOID_LAYOUTS))}, "
+                f"got {sinusoid_layout!r}."
+            )
+        if not isinstance(output_bias, bool):
+            raise ValueError(f"`output_bias` must be True or False, got {output_bias!r}.")
         self.vocabulary_size = int(vocabulary_size)
         self.d_model = int(d_model)
         self.num_heads = int(num_heads)
@@ -87,10 +106,12 @@ class Transformer(keras.Model):
         )
         self.pad_id = int(pad_id)
         self.key_dim = None if key_dim is None else int(key_dim)
+        self.use_output_bias = output_bias
+        self.sinusoid_layout = sinusoid_layout
 
         policy = self.dtype_policy
         self.target_embedding = SharedEmbedding(
-            self.vocabulary_size, self.d_model, dtype=policy, name="shared_embedding"
+            self.vocabulary_size, self.d_model, output_bias=output_bias, dtype=policy, name="shared_embedding"
         )
         if self.source_vocabulary_size is None:
             self.source_embedding = self.target_embedding
@@ -99,7 +120,9 @@ class Transformer(keras.Model):
                 self.source_vocabulary_size, self.d_model, dtype=policy, name="source_embedding"
             )
         if positional_encoding == "sinusoidal":
-            self.position_encoding = SinusoidalPositionalEncoding(dtype=policy, name="positions")
+            self.position_encoding = SinusoidalPositionalEncoding(
+                layout=self.sinusoid_layout, dtype=policy, name="positions"
+            )
         else:
             self.position_encoding = LearnedPositionalEmbedding(
                 self.max_length, self.d_model, dtype=policy, name="positions"
@@ -121,6 +144,11 @@ class Transformer(keras.Model):
         )
         self.encoder = Encoder(self.num_encoder_layers, name="encoder", **stack_config)
         self.decoder = Decoder(self.num_decoder_layers, name="decoder", **stack_config)
+
+    @property
+    def output_bias(self):
+        """The (vocabulary_size,) bias added to the output logits, or None (see `output_bias=`)."""
+        return self.target_embedding.output_bias
 
     @classmethod
     def from_preset(cls, name, vocabulary_size, **overrides):
@@ -244,6 +272,8 @@ class Transformer(keras.Model):
                 "source_vocabulary_size": self.source_vocabulary_size,
                 "pad_id": self.pad_id,
                 "key_dim": self.key_dim,
+                "output_bias": self.use_output_bias,
+                "sinusoid_layout": self.sinusoid_layout,
             }
         )
         return config
