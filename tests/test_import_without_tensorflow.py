@@ -28,6 +28,8 @@ SCRIPT = textwrap.dedent("""
     import keras_transformer.decoding
     import keras_transformer.evaluation
     import keras_transformer.export
+    import keras_transformer.marian.checkpoint
+    import keras_transformer.marian.convert
     import keras_transformer.runs
     import keras_transformer.training
     from keras_transformer._tensorflow import tensorflow
@@ -36,6 +38,7 @@ SCRIPT = textwrap.dedent("""
 
     assert tensorflow() is None
     _train_step_uses_xla()
+    keras_transformer.marian.convert.MarianIds.for_export(8)
     try:
         keras_transformer.data.SubwordTokenizer
     except ImportError as error:

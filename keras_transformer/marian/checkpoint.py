@@ -303,7 +303,8 @@ def read_hugging_face_folder(folder):
     elif list(folder.glob("model-*.safetensors")):
         raise CheckpointError(f"{folder}: sharded safetensors weights are not read; save the model unsharded")
     else:
-        pickled = [name for name in ("pytorch_model.bin", "model.bin", "flax_model.msgpack") if (folder / name).is_file()]
+        pickled = [name for name in ("pytorch_model.bin", "model.bin", "flax_model.msgpack")
+                   if (folder / name).is_file()]
         if pickled:
             raise CheckpointError(
                 f"{folder / pickled[0]}: only pickled weights here, and pickles are never loaded (they can run "
@@ -319,7 +320,7 @@ def read_hugging_face_folder(folder):
     return MarianCheckpoint(config, _complete_embeddings(config, weights, weights_file), folder, weights_file)
 
 
-def _complete_embeddings(config, weights, path):
+def _complete_embeddings(config, weights, path, size_keys=("vocab_size", "decoder_vocab_size")):
     """Checks the embedding and bias shapes and sets both embed_tokens names
     (the same array when shared); refuses an output projection that is not
     the target embedding."""
@@ -336,12 +337,12 @@ def _complete_embeddings(config, weights, path):
         if encoder is None or decoder is None:
             missing = "model.encoder.embed_tokens.weight" if encoder is None else "model.decoder.embed_tokens.weight"
             raise CheckpointError(f"{path}: separate vocabularies but no `{missing}`")
-    for name, array, rows in (("encoder", encoder, config.vocab_size), ("decoder", decoder, config.decoder_vocab_size)):
+    for name, array, rows, key in (("encoder", encoder, config.vocab_size, size_keys[0]),
+                                   ("decoder", decoder, config.decoder_vocab_size, size_keys[1])):
         if array.shape != (rows, config.d_model):
             raise CheckpointError(
                 f"{path}: the {name} embedding has shape {tuple(array.shape)} but the configuration says "
-                f"{rows} tokens of width {config.d_model} (`{'vocab_size' if name == 'encoder' else 'decoder_vocab_size'}`"
-                ", `d_model`)"
+                f"{rows} tokens of width {config.d_model} (`{key}`, `d_model`)"
             )
     weights["encoder.embed_tokens.weight"] = encoder
     weights["decoder.embed_tokens.weight"] = decoder
@@ -429,7 +430,9 @@ def read_opus_mt_folder(folder):
                                  ("max-length", "max_length", int)):
         if isinstance(decoder.get(key), (int, float)) and not isinstance(decoder.get(key), bool):
             setattr(config, attribute, kind(decoder[key]))
-    return MarianCheckpoint(config, _complete_embeddings(config, weights, path), folder, path)
+    # Sizes count the appended pad row; the message names Marian's key.
+    weights = _complete_embeddings(config, weights, path, ("dim-vocabs + 1", "dim-vocabs + 1"))
+    return MarianCheckpoint(config, weights, folder, path)
 
 
 def _opus_mt_config(options, path):
@@ -501,8 +504,9 @@ def _opus_mt_weights(npz, config, path):
         return np.asarray(npz[name])
 
     weights = {}
+    decoder_blocks = (("self", "self_attn"), ("context", "encoder_attn"))
     for stack, depth, blocks in (("encoder", config.encoder_layers, (("self", "self_attn"),)),
-                                 ("decoder", config.decoder_layers, (("self", "self_attn"), ("context", "encoder_attn")))):
+                                 ("decoder", config.decoder_layers, decoder_blocks)):
         for index in range(depth):
             prefix, ours = f"{stack}_l{index + 1}_", f"{stack}.layers.{index}."
             for marian_block, block in blocks:
