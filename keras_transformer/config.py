@@ -93,6 +93,8 @@ SCHEMA = {
     },
     "decoding": {
         "beam_size": (4, int, "beam size (paper: 4; 1 is greedy)"),
+        "target_language": (None, str, "an imported multilingual Marian model: the target language code put "
+                            "before every source (deu gives >>deu<<)"),
         "alpha": (0.6, float, "length penalty exponent (paper: 0.6)"),
         "max_extra_length": (50, int, "output length limit = input length + this (paper: 50)"),
         "batch_size": (64, int, "sentences per decoding batch"),

@@ -4,6 +4,9 @@ Layout of `output_dir`:
 
     config.json          the resolved configuration
     tokenizer.model      the joint SentencePiece vocabulary
+    marian_tokenizer/    instead of tokenizer.model, an imported Marian model's
+                         tokenizer (source.spm, target.spm, vocab.json; see
+                         `keras-transformer import`)
     prepared/            the prepared training corpus (data.prepared_dir by default; see data/prepare.py)
     checkpoints/         ckpt-<step>.weights.h5 (weights + optimizer state), latest.json
     tensorboard/         training curves
@@ -32,9 +35,13 @@ import numpy as np
 
 from keras_transformer import config as config_lib
 from keras_transformer._tensorflow import tensorflow
-from keras_transformer.run_data import TOKENIZER_FILE, RunError, prepare, prepared_dir  # noqa: F401  (API)
+from keras_transformer.run_data import (  # noqa: F401  (API)
+    MARIAN_TOKENIZER_DIR, TOKENIZER_FILE, RunError, prepare, prepared_dir,
+)
 from keras_transformer.training.progress import read_best
-from keras_transformer.run_translation import make_translator, translate_texts  # noqa: F401  (API)
+from keras_transformer.run_translation import (  # noqa: F401  (API)
+    make_translator, translate_texts, with_target_language,
+)
 
 log = logging.getLogger("keras_transformer")
 
@@ -65,6 +72,14 @@ def load_tokenizer(output_dir):
     from keras_transformer.data import SubwordTokenizer
 
     path = Path(output_dir) / TOKENIZER_FILE
+    marian = Path(output_dir) / MARIAN_TOKENIZER_DIR
+    if not path.is_file() and marian.is_dir():
+        from keras_transformer.data.marian_tokenizer import MarianTokenizer
+
+        try:
+            return MarianTokenizer.load(marian)
+        except ValueError as error:
+            raise RunError(str(error)) from None
     if not path.is_file():
         raise RunError(f"{path}: no tokenizer; run `keras-transformer train` first.")
     return SubwordTokenizer.load(str(path))

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from keras_transformer import config as config_lib
-from keras_transformer.run_translation import translate_texts
+from keras_transformer.run_translation import translate_texts, with_target_language
 from keras_transformer.runs import _read_pairs, bucket_boundaries, load_run
 
 
@@ -36,6 +36,7 @@ def export(output_dir, base_dir=None, *, name="translator", version=None, decodi
 
     model, tokenizer, config = _with_decoding(output_dir, decoding)
     settings = config["decoding"]
+    tokenizer = with_target_language(tokenizer, settings)
     return export_saved_model(
         model, tokenizer, str(base_dir or Path(output_dir) / "export"), name=name, version=version,
         beam_size=settings["beam_size"], alpha=settings["alpha"], max_extra_length=settings["max_extra_length"],
@@ -58,6 +59,7 @@ def export_ctranslate2(output_dir, destination=None, *, quantization="float32", 
 
         model = quantize_model(model, quantize)
     settings = config["decoding"]
+    tokenizer = with_target_language(tokenizer, settings)
     destination = destination or Path(output_dir) / "export" / f"ctranslate2-{quantization}"
     return export_model(
         model, tokenizer, destination, quantization=quantization, force=force, beam_size=settings["beam_size"],

@@ -57,6 +57,9 @@ TARGET_SPM = "target.spm"
 VOCAB_FILE = "vocab.json"
 TARGET_VOCAB_FILE = "target_vocab.json"
 CONFIG_FILE = "tokenizer_config.json"
+# Ours, beside Transformers' files: the `MarianIds` of each side, when a model
+# has a start token of its own (one written by our `marian-hf` export).
+IDS_FILE = "keras_transformer_ids.json"
 
 # Transformers' MarianTokenizer defaults (and every OPUS-MT model's pieces).
 _MARIAN_SPECIAL_PIECES = (EOS_PIECE, UNK_PIECE, PAD_PIECE)
@@ -100,7 +103,7 @@ def _check_vocabulary(vocabulary, origin):
     return dict(vocabulary)
 
 
-def _read_spm(path):
+def read_spm(path):
     try:
         with open(path, "rb") as stream:
             proto = stream.read()
@@ -120,11 +123,20 @@ def _processor(proto, origin):
 class _Side:
     """One side's segmenter and vocabulary: SentencePiece proto, piece -> our id."""
 
-    def __init__(self, proto, vocabulary, name):
+    def __init__(self, proto, vocabulary, name, ids=None):
         self.proto = proto
         self.processor = _processor(proto, name)
-        self.ids = MarianIds(max(vocabulary.values()) + 1, eos_id=vocabulary[EOS_PIECE],
-                             unk_id=vocabulary[UNK_PIECE], pad_id=vocabulary[PAD_PIECE])
+        size = max(vocabulary.values()) + 1
+        if ids is None:
+            ids = MarianIds(size, eos_id=vocabulary[EOS_PIECE], unk_id=vocabulary[UNK_PIECE],
+                            pad_id=vocabulary[PAD_PIECE])
+        found = {"size": size, "eos_id": vocabulary[EOS_PIECE], "unk_id": vocabulary[UNK_PIECE],
+                 "pad_id": vocabulary[PAD_PIECE]}
+        expected = {"size": ids.size, "eos_id": ids.eos_id, "unk_id": ids.unk_id, "pad_id": ids.pad_id}
+        if found != expected:
+            raise MarianVocabularyError(
+                f"{name}: the vocabulary does not match the model: it has {found}, the model {expected}")
+        self.ids = ids
         self.vocabulary = vocabulary
         self.our_pieces = self._our_pieces()
         self.piece_to_our_id = {piece: int(self.ids.ours_of_marian[marian_id])
@@ -138,10 +150,11 @@ class _Side:
         for piece, marian_id in self.vocabulary.items():
             marian_pieces[marian_id] = piece
         pieces = [marian_pieces[marian_id] for marian_id in self.ids.marian_of_ours]
-        bos = BOS_PIECE
-        while bos in self.vocabulary:
-            bos = "<" + bos + ">"
-        pieces[BOS_ID] = bos
+        if self.ids.bos_id is None:
+            bos = BOS_PIECE
+            while bos in self.vocabulary:
+                bos = "<" + bos + ">"
+            pieces[BOS_ID] = bos
         # Ids the vocabulary skips (none in real models) get names too.
         return [f"<keras_transformer_unused_{i}>" if p is None else p for i, p in enumerate(pieces)]
 
@@ -180,6 +193,10 @@ class MarianTokenizer(tf.Module):
         target_language: a language code put before every source (`"deu"`
             or `">>deu<<"`), for multilingual models; it must be a piece of
             the source vocabulary.
+        source_ids, target_ids: the `MarianIds` of each side (the model's,
+            from the import); by default made from the vocabulary's special
+            pieces, with our BOS an extra id. A vocabulary that does not fit
+            them (size, special ids) is an error.
         name: the `tf.Module` name.
     """
 
@@ -190,13 +207,16 @@ class MarianTokenizer(tf.Module):
     model_type = "marian"
 
     def __init__(self, source_proto, target_proto, vocabulary, target_vocabulary=None, *,
-                 target_language=None, name="marian_tokenizer"):
+                 target_language=None, source_ids=None, target_ids=None, name="marian_tokenizer"):
         super().__init__(name=name)
         vocabulary = _check_vocabulary(vocabulary, "vocabulary")
         if target_vocabulary is not None:
             target_vocabulary = _check_vocabulary(target_vocabulary, "target_vocabulary")
-        self._source = _Side(bytes(source_proto), vocabulary, "source_proto")
-        self._target = _Side(bytes(target_proto), target_vocabulary or vocabulary, "target_proto")
+        self._source = _Side(bytes(source_proto), vocabulary, VOCAB_FILE, source_ids)
+        if target_vocabulary is None and target_ids is None:
+            target_ids = self._source.ids
+        self._target = _Side(bytes(target_proto), target_vocabulary or vocabulary,
+                             TARGET_VOCAB_FILE if target_vocabulary is not None else VOCAB_FILE, target_ids)
         self._separate = target_vocabulary is not None
         self._language_piece = self._language_piece_of(target_language)
         # Transformers decodes pieces with the source model unless the
@@ -230,10 +250,11 @@ class MarianTokenizer(tf.Module):
     # Building, saving.
 
     @classmethod
-    def load(cls, folder, *, target_language=None, name="marian_tokenizer"):
+    def load(cls, folder, *, target_language=None, source_ids=None, target_ids=None, name="marian_tokenizer"):
         """Reads `source.spm`, `target.spm`, `vocab.json` (and `target_vocab.json`
         when the folder's `tokenizer_config.json` says `separate_vocabs`, or
-        the file is there) from `folder`."""
+        the file is there) from `folder`. `source_ids`, `target_ids`: the
+        model's `MarianIds` (default: those `save` wrote, or the vocabulary's)."""
         folder = os.fspath(folder)
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"{folder}: no such directory (a Marian tokenizer's folder)")
@@ -245,11 +266,26 @@ class MarianTokenizer(tf.Module):
                     separate = bool(json.load(stream).get("separate_vocabs", separate))
             except (ValueError, UnicodeDecodeError, AttributeError) as error:
                 raise MarianVocabularyError(f"{config_path}: not a JSON object ({error})") from None
-        source = _read_spm(os.path.join(folder, SOURCE_SPM))
-        target = _read_spm(os.path.join(folder, TARGET_SPM))
+        source = read_spm(os.path.join(folder, SOURCE_SPM))
+        target = read_spm(os.path.join(folder, TARGET_SPM))
         vocabulary = _read_vocabulary(os.path.join(folder, VOCAB_FILE))
         target_vocabulary = _read_vocabulary(os.path.join(folder, TARGET_VOCAB_FILE)) if separate else None
-        return cls(source, target, vocabulary, target_vocabulary, target_language=target_language, name=name)
+        ids = {}
+        ids_path = os.path.join(folder, IDS_FILE)
+        if os.path.isfile(ids_path):
+            try:
+                with open(ids_path, encoding="utf-8") as stream:
+                    ids = {f"{side}_ids": MarianIds(**fields) for side, fields in json.load(stream).items()}
+            except (ValueError, TypeError, AttributeError) as error:
+                raise MarianVocabularyError(f"{ids_path}: not the id mapping written by `save` ({error})") from None
+        if source_ids is not None:
+            ids = {"source_ids": source_ids, "target_ids": target_ids}
+        try:
+            return cls(source, target, vocabulary, target_vocabulary, target_language=target_language, name=name,
+                       **ids)
+        except MarianVocabularyError as error:
+            # The message starts with the file's name.
+            raise MarianVocabularyError(os.path.join(folder, str(error))) from None
 
     def save(self, folder):
         """Writes the files `load` reads (Transformers' MarianTokenizer reads them too)."""
@@ -259,6 +295,9 @@ class MarianTokenizer(tf.Module):
                  VOCAB_FILE: _json_bytes(self._source.vocabulary)}
         if self._separate:
             files[TARGET_VOCAB_FILE] = _json_bytes(self._target.vocabulary)
+        files[IDS_FILE] = _json_bytes({side: {"size": ids.size, "eos_id": ids.eos_id, "unk_id": ids.unk_id,
+                                              "pad_id": ids.pad_id, "bos_id": ids.bos_id}
+                                       for side, ids in (("source", self._source.ids), ("target", self._target.ids))})
         files[CONFIG_FILE] = _json_bytes({"tokenizer_class": "MarianTokenizer", "separate_vocabs": self._separate,
                                           "eos_token": EOS_PIECE, "unk_token": UNK_PIECE, "pad_token": PAD_PIECE})
         for file_name, data in files.items():
@@ -269,8 +308,8 @@ class MarianTokenizer(tf.Module):
     def with_target_language(self, language):
         """The same tokenizer putting `>>language<<` before every source (None: none)."""
         return MarianTokenizer(self._source.proto, self._target.proto, self._source.vocabulary,
-                               self._target.vocabulary if self._separate else None,
-                               target_language=language, name=self.name)
+                               self._target.vocabulary if self._separate else None, target_language=language,
+                               source_ids=self._source.ids, target_ids=self._target.ids, name=self.name)
 
     # What the rest of the package reads.
 

@@ -186,6 +186,13 @@ class Translator:
         """Token ids of each text (no BOS/EOS), as lists."""
         return _to_id_lists(self.tokenizer.tokenize(list(texts)))
 
+    def target_token_ids(self, texts):
+        """Token ids of each target text (no BOS/EOS), as lists: the
+        tokenizer's `tokenize_target` where it has one (a Marian model
+        segments its targets with their own model), else `tokenize`."""
+        tokenize = getattr(self.tokenizer, "tokenize_target", self.tokenizer.tokenize)
+        return _to_id_lists(tokenize(list(texts)))
+
     def source_ids(self, texts):
         """Token ids of each text followed by EOS (the training format), as
         lists, cut to `max_source_length` (see `last_truncated`)."""
@@ -382,7 +389,7 @@ class Translator:
             sources = self._with_eos([token_lists[i] for i in to_decode], to_decode, len(texts))
             prefix_ids = None
             if prefixes is not None:
-                prefix_ids = self.token_ids([prefixes[i] for i in to_decode])
+                prefix_ids = self.target_token_ids([prefixes[i] for i in to_decode])
             if count > 1 and distinct:
                 decoded, strings = self.decode_distinct(sources, prefix_ids, n_best=count)
             else:
@@ -426,7 +433,7 @@ class Translator:
         targets, _ = self._check_texts(targets, "targets")
         if len(sources) != len(targets):
             raise ValueError(f"score: {len(sources)} sources but {len(targets)} targets.")
-        target_ids = self.token_ids(targets)
+        target_ids = self.target_token_ids(targets)
         check_target_lengths(target_ids, self.model, self.max_source_length, self.max_extra_length)
         source_ids = self.source_ids(sources)
         results = [None] * len(sources)

@@ -183,7 +183,7 @@ class SignatureFunctions:
         """Forced decoding: log P(target | source), as `Translator.score`."""
         source_tokens = self.tokenizer.tokenize(source)
         source_ids = self.source_ids(source_tokens)
-        target_tokens = self.tokenizer.tokenize(target)
+        target_tokens = getattr(self.tokenizer, "tokenize_target", self.tokenizer.tokenize)(target)
         # A longer target is refused, never cut (a cut one is another sentence).
         limits = (self.model, self.max_input_length, self.max_extra_length)
         refuse = tf.debugging.assert_less_equal(

@@ -90,11 +90,12 @@ def _save_model(folder, size, target_size, separate_vocabs, seed):
         max_position_embeddings=64, activation_function="swish", pad_token_id=size - 1, eos_token_id=0,
         decoder_start_token_id=size - 1, forced_eos_token_id=0, share_encoder_decoder_embeddings=not separate_vocabs,
         scale_embedding=True, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+        init_std=0.3,  # large enough that outputs vary with the source
     )
     model = MarianMTModel(config).eval()
     with torch.no_grad():
         # Random output biases, so that an import that drops them is seen.
-        model.final_logits_bias.normal_(0.0, 1.0)
+        model.final_logits_bias.normal_(0.0, 0.3)
     model.generation_config.num_beams = 4
     model.generation_config.max_length = 32
     model.generation_config.bad_words_ids = [[size - 1]]

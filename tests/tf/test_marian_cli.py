@@ -1,0 +1,160 @@
+"""`keras-transformer import` of a tiny random MarianMT folder, then the run's commands,
+against Transformers (generate + MarianTokenizer) and CTranslate2's own converter."""
+
+import json
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from marian_folder import make_marian_folder
+
+from keras_transformer.cli import main
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# (An empty source gives an empty translation here without a search; Transformers translates [EOS].)
+TEXTS = ["The cat runs.", "A small green house sees the dog!", "Ünï ✓", "big big big river today old new", "a"]
+# Outputs of a random model rarely end: both searches stop at the same length,
+# ours after the source length (EOS included) + EXTRA tokens, with EOS forced
+# last as Transformers' forced_eos_token_id does (--limit-rule force_eos).
+EXTRA = 6
+LIMIT = ["--max-extra-length", str(EXTRA), "--limit-rule", "force_eos"]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("marian")
+    folder = make_marian_folder(root / "hf", model=True)
+    assert main(["import", str(folder), str(root / "run")]) == 0
+    return folder, root / "run"
+
+
+@pytest.fixture(scope="module")
+def reference(imported):
+    """Transformers' greedy translations of TEXTS (and of the >>deu<<-tagged TEXTS)."""
+    folder, _ = imported
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tokenizer = transformers.MarianTokenizer.from_pretrained(str(folder))
+    model = transformers.MarianMTModel.from_pretrained(str(folder)).eval()
+
+    def translate(text):
+        ids = tokenizer(text, return_tensors="pt")["input_ids"]
+        # Ours stops after the source length (EOS included) + EXTRA tokens.
+        with torch.no_grad():
+            output = model.generate(ids, num_beams=1, do_sample=False, max_length=ids.shape[1] + EXTRA + 1)
+        return tokenizer.decode(output[0], skip_special_tokens=True)
+
+    return {"plain": [translate(t) for t in TEXTS], "deu": [translate(">>deu<< " + t) for t in TEXTS]}
+
+
+def _translate(run_dir, capsys, *options):
+    arguments = ["translate", str(run_dir), "--beam-size", "1", *LIMIT]
+    for text in TEXTS:
+        arguments += ["--text", text]
+    capsys.readouterr()
+    assert main(arguments + list(options)) == 0
+    return capsys.readouterr().out.split("\n")[: len(TEXTS)]
+
+
+def test_import_writes_an_ordinary_run(imported):
+    _, run_dir = imported
+    names = {path.name for path in run_dir.iterdir()}
+    assert {"config.json", "model.keras", "marian_tokenizer", "import.json"} <= names
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["decoding"]["beam_size"] == 4  # the folder's generation_config num_beams
+    assert config["model"]["activation"] == "silu" and config["model"]["output_bias"] is True
+    record = json.loads((run_dir / "import.json").read_text())
+    assert record["language_codes"] == [">>deu<<", ">>fra<<"]
+    assert not [path for path in run_dir.parent.iterdir() if path.name.startswith(".keras_transformer_import")]
+
+
+def test_translate_equals_transformers_generate(imported, reference, capsys):
+    _, run_dir = imported
+    assert _translate(run_dir, capsys) == reference["plain"]
+
+
+def test_target_language(imported, reference, capsys):
+    _, run_dir = imported
+    assert _translate(run_dir, capsys, "--target-language", "deu") == reference["deu"]
+    assert main(["translate", str(run_dir), "--text", "x", "--target-language", "spa"]) == 2
+    assert ">>spa<< is not in the vocabulary; the model's codes: >>deu<<, >>fra<<" in capsys.readouterr().err
+
+
+_SERVE = """
+import json, sys
+
+
+class Refuse:  # no Keras nor our package in the serving process
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("keras", "keras_transformer"):
+            raise ImportError(f"refused: {name}")
+
+
+sys.meta_path.insert(0, Refuse())
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece and regex-split ops)
+loaded = tf.saved_model.load(sys.argv[1])
+out = loaded.signatures["serving_default"](text=tf.constant(json.loads(sys.argv[2])))
+print(json.dumps([t.decode("utf-8") for t in out["translations"].numpy()]))
+"""
+
+
+def test_saved_model_export_gives_the_same_texts_without_keras(imported, reference, tmp_path, capsys):
+    _, run_dir = imported
+    assert main(["export", str(run_dir), "--base-dir", str(tmp_path), "--beam-size", "1", *LIMIT,
+                 "--target-language", "deu", "--warmup-rows", "1"]) == 0
+    version = next(path for path in (tmp_path / "translator").iterdir() if path.name.isdigit())
+    output = subprocess.run([sys.executable, "-c", _SERVE, str(version), json.dumps(TEXTS)], check=True,
+                            capture_output=True, text=True).stdout
+    assert json.loads(output) == reference["deu"]
+
+
+def test_ctranslate2_export_equals_ctranslate2_converter(imported, tmp_path, capsys):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    import sentencepiece
+
+    folder, run_dir = imported
+    assert main(["export", str(run_dir), "--format", "ctranslate2", "--output", str(tmp_path / "ours")]) == 0
+    ctranslate2.converters.TransformersConverter(str(folder)).convert(str(tmp_path / "theirs"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tokenizer = transformers.MarianTokenizer.from_pretrained(str(folder))
+    from keras_transformer.export.ctranslate2 import CTranslate2Translator
+
+    ours = CTranslate2Translator(str(tmp_path / "ours"), inter_threads=1, intra_threads=1)
+    theirs = ctranslate2.Translator(str(tmp_path / "theirs"), intra_threads=1)
+    texts = [t for t in TEXTS if t]
+    batch = [tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"]) for text in texts]
+    results = theirs.translate_batch(batch, beam_size=1, max_decoding_length=20)
+    expected = [tokenizer.decode(tokenizer.convert_tokens_to_ids(r.hypotheses[0]), skip_special_tokens=True)
+                for r in results]
+    assert ours.translate(texts, beam_size=1, max_decoding_length=20) == expected
+    del sentencepiece
+
+
+def test_bad_input_names_the_file_and_writes_nothing(imported, tmp_path, capsys):
+    folder, run_dir = imported
+    # RUN_DIR not empty.
+    assert main(["import", str(folder), str(run_dir)]) == 2
+    assert "not empty; give a new RUN_DIR, or --force" in capsys.readouterr().err
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for path in folder.iterdir():
+        (broken / path.name).write_bytes(path.read_bytes())
+    # A missing source.spm.
+    (broken / "source.spm").rename(tmp_path / "source.spm")
+    assert main(["import", str(broken), str(tmp_path / "run1")]) == 2
+    assert f"{broken / 'source.spm'}: no such file" in capsys.readouterr().err
+    (tmp_path / "source.spm").rename(broken / "source.spm")
+    # A vocabulary that does not fit the model's embedding.
+    vocabulary = json.loads((broken / "vocab.json").read_text())
+    vocabulary["▁extra"] = len(vocabulary)
+    (broken / "vocab.json").write_text(json.dumps(vocabulary))
+    assert main(["import", str(broken), str(tmp_path / "run2")]) == 2
+    assert f"{broken / 'vocab.json'}: the vocabulary does not match the model" in capsys.readouterr().err
+    left = sorted(path.name for path in tmp_path.iterdir())
+    assert left == ["broken"]  # no run1, run2, nor temporary folder
