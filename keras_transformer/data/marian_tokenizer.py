@@ -16,7 +16,8 @@ regex-split ops, a tracked hash table, string ops), so an exported
 SavedModel still takes text and returns text without Keras or Python.
 
 What it reproduces of Transformers' `MarianTokenizer` (checked against it in
-tests/tf/test_marian_tokenizer.py):
+tests/tf/test_marian_tokenizer.py; `keras_transformer.marian.pieces` states
+the same rules in plain Python):
 - encoding: the text is split around the special tokens written literally in
   it (`</s>`, `<unk>`, `<pad>`: they keep their ids); a part that starts with
   a language code (`>>deu<<`, up to the first `<<`) gives the code's id; the
@@ -39,7 +40,6 @@ every source, for multilingual models.
 
 import json
 import os
-import re
 
 import numpy as np
 import sentencepiece
@@ -48,29 +48,22 @@ from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops
 
 from keras_transformer.data.tokenizer import _bad_texts_error, _sentencepiece_ops, ids_to_keep
 from keras_transformer.marian.ids import MarianIds
+from keras_transformer.marian.pieces import (  # noqa: F401  (the file names: re-exported)
+    SOURCE_SPM, SPECIAL_PATTERN, SPECIAL_PIECES, TARGET_SPM, TARGET_VOCAB_FILE, UNICODE_SPACE, VOCAB_FILE, surface,
+)
 from keras_transformer.special_tokens import (
     BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE,
 )
 
-SOURCE_SPM = "source.spm"
-TARGET_SPM = "target.spm"
-VOCAB_FILE = "vocab.json"
-TARGET_VOCAB_FILE = "target_vocab.json"
 CONFIG_FILE = "tokenizer_config.json"
 # Ours, beside Transformers' files: the `MarianIds` of each side, when a model
 # has a start token of its own (one written by our `marian-hf` export).
 IDS_FILE = "keras_transformer_ids.json"
 
-# Transformers' MarianTokenizer defaults (and every OPUS-MT model's pieces).
-_MARIAN_SPECIAL_PIECES = (EOS_PIECE, UNK_PIECE, PAD_PIECE)
-
-# A language code opens a part of the text: ">>", anything, up to the first "<<".
+# A language code opens a part of the text: ">>", anything, up to the first "<<"
+# (marian.pieces.language_code).
 _CODE_PATTERN = r"(?s)^(>>.*?<<).*$"
 _CODE_PREFIX = r"(?s)^>>.*?<<"
-
-# str.strip()'s whitespace (RE2's \s is ASCII only).
-_UNICODE_SPACE = (r"[\t\n\x{0b}\f\r \x{1c}-\x{1f}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}"
-                  r"\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]")
 
 
 class MarianVocabularyError(ValueError):
@@ -95,7 +88,7 @@ def _check_vocabulary(vocabulary, origin):
     for piece, marian_id in vocabulary.items():
         if isinstance(marian_id, bool) or not isinstance(marian_id, int) or marian_id < 0:
             raise MarianVocabularyError(f"{origin}: the id of {piece!r} is {marian_id!r}, not an int >= 0")
-    missing = [piece for piece in _MARIAN_SPECIAL_PIECES if piece not in vocabulary]
+    missing = [piece for piece in SPECIAL_PIECES if piece not in vocabulary]
     if missing:
         raise MarianVocabularyError(f"{origin}: no {', '.join(missing)} piece (Marian's special tokens)")
     if len(set(vocabulary.values())) != len(vocabulary):
@@ -222,16 +215,14 @@ class MarianTokenizer(tf.Module):
         # Transformers decodes pieces with the source model unless the
         # vocabularies are separate (MarianTokenizer._decode's default).
         decoding_side = self._target if self._separate else self._source
-        surfaces = [_surface(piece, decoding_side.processor) for piece in self._target.our_pieces]
+        surfaces = [surface(piece, decoding_side.processor) for piece in self._target.our_pieces]
         for special in (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             surfaces[special] = b""
         # Tracked tables and constants: an export carries them (ExportArchive.track).
         self._source_table = _piece_table(self._source)
         self._target_table = self._source_table if not self._separate else _piece_table(self._target)
         self._surfaces = tf.constant(surfaces, dtype=tf.string)
-        specials = sorted({*_MARIAN_SPECIAL_PIECES}, key=len, reverse=True)
-        # A capturing group: without one, TF Text's op finds no delimiter.
-        self._special_pattern = "(" + "|".join(re.escape(piece) for piece in specials) + ")"
+        self._special_pattern = SPECIAL_PATTERN
 
     def _language_piece_of(self, language):
         if language is None:
@@ -427,7 +418,7 @@ class MarianTokenizer(tf.Module):
         `SubwordTokenizer.detokenize`."""
         kept, single = ids_to_keep(ids, self.vocabulary_size, drop=(PAD_ID, BOS_ID, UNK_ID))
         texts = tf.strings.reduce_join(tf.gather(self._surfaces, kept), axis=1)
-        texts = tf.strings.regex_replace(texts, f"^{_UNICODE_SPACE}+|{_UNICODE_SPACE}+$", "")
+        texts = tf.strings.regex_replace(texts, f"^{UNICODE_SPACE}+|{UNICODE_SPACE}+$", "")
         return texts[0] if single else texts
 
     def __repr__(self):
@@ -441,21 +432,6 @@ def _piece_table(side):
     return tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(tf.constant(keys, tf.string), tf.constant(values, tf.int32)),
         default_value=UNK_ID)
-
-
-def _surface(piece, processor):
-    """A piece's text in a decoded sentence, as SentencePiece's decoding of
-    pieces gives it and Transformers' `▁` -> space afterwards: control symbols
-    of the model give nothing, byte pieces their byte, others themselves."""
-    piece_id = processor.piece_to_id(piece)
-    known = not processor.is_unknown(piece_id) or processor.id_to_piece(piece_id) == piece
-    if known and processor.is_control(piece_id):
-        return b""
-    if known and processor.is_unknown(piece_id):
-        return " \u2047 ".encode("utf-8")
-    if known and processor.is_byte(piece_id):
-        return bytes([int(piece[3:-1], 16)])
-    return piece.replace("\u2581", " ").encode("utf-8")
 
 
 def _json_bytes(data):

@@ -45,7 +45,9 @@ import tempfile
 import numpy as np
 
 from keras_transformer.decoding.inputs import source_length_limit, truncate_source
-from keras_transformer.special_tokens import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE
+from keras_transformer.special_tokens import (
+    BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE,
+)
 
 __all__ = [
     "QUANTIZATIONS", "CTRANSLATE2_OPTIONS_PATH", "export_ctranslate2", "ctranslate2_options",
@@ -57,6 +59,8 @@ QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat
                  "float16", "bfloat16")
 CTRANSLATE2_OPTIONS_PATH = "keras_transformer_export.json"
 TOKENIZER_FILE = "sentencepiece.model"
+# An imported Marian model's tokenizer: its folder (data/marian_tokenizer.py).
+MARIAN_TOKENIZER_DIR = "marian_tokenizer"
 # Sinusoidal tables are written this long unless the search needs more.
 _DEFAULT_POSITIONS = 1024
 _TEMP_PREFIX = ".tmp-ctranslate2-"
@@ -172,14 +176,20 @@ def _position_table(model, length):
     return _numpy(ops.cast(model.position_encoding(zeros), "float32"))[0]
 
 
+# Our feed-forward activations and the engine's (its GELU is the erf form, as ours).
+_ACTIVATIONS = {"relu": "RELU", "silu": "SWISH", "swish": "SWISH", "gelu": "GELU"}
+
+
 def _check_activation(model):
+    """The engine's activation of `model`'s feed-forward layers."""
     activation = model.activation
     name = activation if isinstance(activation, str) else getattr(activation, "__name__", "")
-    if name != "relu":
+    if name not in _ACTIVATIONS:
         raise ValueError(
-            f"the CTranslate2 export supports the paper's ReLU feed-forward only; "
+            f"the CTranslate2 export supports the {', '.join(sorted(_ACTIVATIONS))} feed-forward activations; "
             f"the model uses {activation!r}."
         )
+    return getattr(_import_ctranslate2().specs.Activation, _ACTIVATIONS[name])
 
 
 def _check_key_dim(model):
@@ -198,7 +208,7 @@ def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=N
     a list indexed by id, for a model without a tokenizer)."""
     ctranslate2 = _import_ctranslate2()
     specs = ctranslate2.specs
-    _check_activation(model)
+    activation = _check_activation(model)
     _check_key_dim(model)
     if not model.built:
         model.build()
@@ -206,7 +216,7 @@ def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=N
         (model.num_encoder_layers, model.num_decoder_layers),
         model.num_heads,
         pre_norm=model.norm_first,
-        activation=specs.Activation.RELU,
+        activation=activation,
     )
     spec.config.layer_norm_epsilon = model.layer_norm_epsilon
     spec.config.unk_token = UNK_PIECE
@@ -235,7 +245,10 @@ def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=N
     _set_table(decoder.embeddings, target_table)
     decoder.scale_embeddings = True
     decoder.position_encodings.encodings = positions
-    _set_table(decoder.projection, target_table)  # tied softmax, no bias
+    _set_table(decoder.projection, target_table)  # tied softmax
+    output_bias = getattr(model, "output_bias", None)
+    if output_bias is not None:  # an imported Marian model's final_logits_bias
+        decoder.projection.bias = _numpy(output_bias)
     for layer_spec, layer in zip(decoder.layer, model.decoder.stacked_layers):
         _self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_norm)
         _cross_attention(layer_spec.attention, layer.cross_attention, layer.cross_attention_norm)
@@ -244,8 +257,15 @@ def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=N
         _layer_norm(decoder.layer_norm, model.decoder.final_norm)
 
     pieces = list(tokenizer.vocabulary() if pieces is None else pieces)
-    source_pieces = _padded_vocabulary(pieces, source_embeddings.shape[0])
+    # A Marian model's sides may have vocabularies of their own.
+    source_vocabulary = getattr(tokenizer, "source_vocabulary", None) if tokenizer is not None else None
+    source_pieces = _padded_vocabulary(list(source_vocabulary()) if source_vocabulary else pieces,
+                                       source_embeddings.shape[0])
     target_pieces = _padded_vocabulary(pieces, target_embeddings.shape[0])
+    # Our special ids' pieces (an imported Marian vocabulary may name BOS otherwise).
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = (
+        target_pieces[UNK_ID], target_pieces[BOS_ID], target_pieces[EOS_ID])
+    spec.config.decoder_start_token = target_pieces[BOS_ID]
     if source_pieces[0] != PAD_PIECE:
         raise ValueError(f"the tokenizer's id 0 is {source_pieces[0]!r}, expected {PAD_PIECE!r}.")
     spec.register_source_vocabulary(source_pieces)
@@ -368,14 +388,24 @@ def export_ctranslate2(
     temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=parent)
     try:
         spec.save(temp_dir)
-        with open(os.path.join(temp_dir, TOKENIZER_FILE), "wb") as stream:
-            stream.write(tokenizer.proto)
+        if getattr(tokenizer, "model_type", None) == "marian":
+            tokenizer.save(os.path.join(temp_dir, MARIAN_TOKENIZER_DIR))
+            vocabulary = tokenizer.vocabulary()
+            tokenizer_info = {
+                "tokenizer": MARIAN_TOKENIZER_DIR, "tokenizer_kind": "marian",
+                "target_language": tokenizer.target_language,
+                "skip_pieces": sorted({vocabulary[i] for i in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)}),
+            }
+        else:
+            with open(os.path.join(temp_dir, TOKENIZER_FILE), "wb") as stream:
+                stream.write(tokenizer.proto)
+            tokenizer_info = {"tokenizer": TOKENIZER_FILE}
         info = {
             "format": "ctranslate2",
             "ctranslate2_version": ctranslate2.__version__,
             "quantization": quantization,
             "int8_from_keras": bool(quantized),
-            "tokenizer": TOKENIZER_FILE,
+            **tokenizer_info,
             "search": {
                 "beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length,
                 "max_input_length": max_input_length, "learned_positions": learned_positions,
@@ -431,9 +461,13 @@ class CTranslate2Translator:
                 f"{info_path} is missing: {model_dir} is not an export of keras_transformer's "
                 "export_ctranslate2."
             ) from None
-        self.processor = sentencepiece.SentencePieceProcessor(
-            model_file=os.path.join(model_dir, self.info["tokenizer"])
-        )
+        self._marian = None
+        if self.info.get("tokenizer_kind") == "marian":
+            self._marian = _MarianText(os.path.join(model_dir, self.info["tokenizer"]), self.info)
+        else:
+            self.processor = sentencepiece.SentencePieceProcessor(
+                model_file=os.path.join(model_dir, self.info["tokenizer"])
+            )
         self.translator = ctranslate2.Translator(
             model_dir, device=device, compute_type=compute_type, inter_threads=inter_threads,
             intra_threads=intra_threads,
@@ -456,7 +490,10 @@ class CTranslate2Translator:
         if learned_positions is not None:  # no positions beyond the learned table
             max_input_length = min(max_input_length, learned_positions)
         texts = list(texts)
-        token_lists = self.processor.encode(texts) if texts else []
+        if self._marian is not None:  # pieces, which the engine looks up itself
+            token_lists = [self._marian.pieces(text) for text in texts]
+        else:
+            token_lists = self.processor.encode(texts) if texts else []
         self.last_truncated, by_length = [], {}
         for index, tokens in enumerate(token_lists):
             source, cut = truncate_source(tokens, max_input_length)
@@ -470,13 +507,42 @@ class CTranslate2Translator:
             for start in range(0, len(group), max_batch_size):
                 chunk = group[start : start + max_batch_size]
                 results = self.translator.translate_batch(
-                    [[self.processor.id_to_piece(t) for t in tokens] for _, tokens in chunk],
+                    [tokens if self._marian else [self.processor.id_to_piece(t) for t in tokens]
+                     for _, tokens in chunk],
                     max_input_length=0,  # truncated above, by our rule
                     **ctranslate2_options(beam_size, alpha, max_extra_length, source_length=length + 1,
                                           learned_positions=learned_positions),
                 )
                 for (index, _), result in zip(chunk, results):
                     pieces = result.hypotheses[0]
-                    translations[index] = self.processor.decode_pieces(pieces)
+                    translations[index] = (self._marian.text(pieces) if self._marian
+                                           else self.processor.decode_pieces(pieces))
                     scores[index] = result.scores[0]
         return (translations, scores) if return_scores else translations
+
+
+class _MarianText:
+    """An imported Marian model's text <-> pieces in an export's folder
+    (`keras_transformer.marian.pieces`' rules, without TensorFlow)."""
+
+    def __init__(self, folder, info):
+        import sentencepiece
+
+        from keras_transformer.marian.pieces import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB_FILE
+
+        self.source = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, SOURCE_SPM))
+        target = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, TARGET_SPM))
+        # Transformers decodes with the source model unless the vocabularies are separate.
+        self.decoding = target if os.path.isfile(os.path.join(folder, TARGET_VOCAB_FILE)) else self.source
+        self.code = info.get("target_language")
+        self.skip = frozenset(info.get("skip_pieces", ()))
+
+    def pieces(self, text):
+        from keras_transformer.marian.pieces import text_to_pieces
+
+        return ([self.code] if self.code else []) + text_to_pieces(text, self.source)
+
+    def text(self, pieces):
+        from keras_transformer.marian.pieces import pieces_to_text
+
+        return pieces_to_text(pieces, self.decoding, skip=self.skip)
