@@ -53,7 +53,7 @@ def cmd_prepare(args):
 
 
 def _decoding_overrides(args):
-    keys = ("beam_size", "alpha", "max_extra_length", "batch_size", "limit_rule")
+    keys = ("beam_size", "alpha", "max_extra_length", "batch_size", "limit_rule", "length_penalty")
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 
