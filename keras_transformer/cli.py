@@ -52,6 +52,10 @@ def _config_arguments(parser):
 def _decoding_arguments(parser):
     parser.add_argument("--beam-size", type=int, help="beam size (1: greedy; default from the run, 4)")
     parser.add_argument("--alpha", type=float, help="length penalty exponent (default 0.6)")
+    parser.add_argument("--length-penalty", choices=("gnmt", "length"),
+                        help="how beams rank finished translations: gnmt (log P / ((5 + |Y|) / 6) ** alpha, the "
+                             "paper's) or length (log P / |Y| ** alpha, Marian's and Transformers'); default from "
+                             "the run's decoding.length_penalty")
     parser.add_argument("--max-extra-length", type=int, help="output length limit = input length + this")
     parser.add_argument("--batch-size", type=int, help="sentences per decoding batch")
     parser.add_argument("--target-language", metavar="CODE",

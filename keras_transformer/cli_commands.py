@@ -53,7 +53,8 @@ def cmd_prepare(args):
 
 
 def _decoding_overrides(args):
-    keys = ("beam_size", "alpha", "max_extra_length", "batch_size", "limit_rule", "target_language")
+    keys = ("beam_size", "alpha", "max_extra_length", "batch_size", "limit_rule", "length_penalty",
+            "target_language")
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 

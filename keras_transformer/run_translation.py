@@ -38,6 +38,7 @@ def make_translator(model, tokenizer, decoding, max_source_length=None, **option
         batch_size=decoding["batch_size"],
         max_source_length=max_source_length,
         limit_rule=decoding["limit_rule"],
+        length_penalty=decoding["length_penalty"],
         **options,
     )
 

@@ -41,6 +41,7 @@ def export(output_dir, base_dir=None, *, name="translator", version=None, decodi
         model, tokenizer, str(base_dir or Path(output_dir) / "export"), name=name, version=version,
         beam_size=settings["beam_size"], alpha=settings["alpha"], max_extra_length=settings["max_extra_length"],
         max_input_length=config["data"]["max_length"], limit_rule=settings["limit_rule"],
+        length_penalty=settings["length_penalty"],
         jit_compile=jit_compile, check_ops=check_ops,
         warmup_rows=DEFAULT_WARMUP_ROWS if warmup_rows is None else warmup_rows, quantize=quantize,
         shortlist=shortlist, shortlist_size=shortlist_size,
@@ -65,6 +66,10 @@ def export_ctranslate2(output_dir, destination=None, *, quantization="float32", 
         model, tokenizer, destination, quantization=quantization, force=force, beam_size=settings["beam_size"],
         alpha=settings["alpha"], max_extra_length=settings["max_extra_length"],
         max_input_length=config["data"]["max_length"],
+        # A run's "gnmt" (every run's default) exports as before, under the engine's own rule (noted in the
+        # export); "gnmt" asked for in `decoding` (--length-penalty gnmt) is refused unless alpha is 0.
+        length_penalty=(decoding or {}).get("length_penalty",
+                                            "length" if settings["length_penalty"] == "length" else None),
     )
 
 

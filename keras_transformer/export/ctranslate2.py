@@ -26,8 +26,10 @@ Documented differences in the engine's beam search (see the README; the
 first two are checked against its own scores in tests/tf/test_ctranslate2.py):
 it normalises log-probabilities over the tokens it has not suppressed (all
 but pad and BOS with `ctranslate2_options`), ours over the whole vocabulary;
-its length penalty is `log P / length ** alpha`, ours GNMT's
-`((5 + length) / 6) ** alpha`, both counting EOS; and its finished
+its length penalty is `log P / length ** alpha`, our "length" rule
+(`keras_transformer.decoding.penalty`; its `BeamSearch` keeps EOS in the
+hypothesis while scoring, `include_eos_in_hypotheses`, so both count EOS),
+not GNMT's `((5 + length) / 6) ** alpha`, our default; and its finished
 hypotheses compete with live ones for beam slots (with a length penalty it
 stops a sentence once `beam_size` hypotheses have finished). Greedy search
 agrees with ours token for token; beam search without a length penalty
@@ -344,6 +346,7 @@ def export_ctranslate2(
     max_extra_length=50,
     max_input_length=256,
     force=False,
+    length_penalty=None,
 ):
     """Writes `model` and `tokenizer` as a CTranslate2 model directory.
 
@@ -363,12 +366,26 @@ def export_ctranslate2(
         beam_size, alpha, max_extra_length, max_input_length: the run's
             search settings, recorded in `keras_transformer_export.json`
             for clients (the engine takes its options per call).
+        length_penalty: the run's rule. The engine ranks by
+            log P / length ** alpha, our "length" rule, whatever is given:
+            None (default) exports with it and records, for a run of
+            GNMT's penalty, that the engine's rule differs; "length" is
+            reproduced; "gnmt" is refused unless alpha is 0 (both rules
+            are then plain log P).
         force: replace an existing `output_dir`.
 
     Returns:
         `output_dir` (str).
     """
     ctranslate2 = _import_ctranslate2()
+    if length_penalty not in (None, "gnmt", "length"):
+        raise ValueError(f"`length_penalty` must be None, 'gnmt' or 'length', got {length_penalty!r}.")
+    if length_penalty == "gnmt" and alpha != 0:
+        raise ValueError(
+            f"CTranslate2 ranks finished hypotheses by log P / length ** alpha (length_penalty 'length'): it "
+            f"cannot reproduce GNMT's penalty with alpha {alpha}; export with length_penalty 'length' "
+            "(--length-penalty length), or alpha 0 (plain log P)."
+        )
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"`quantization` must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}.")
     output_dir = os.fspath(output_dir)
@@ -409,10 +426,14 @@ def export_ctranslate2(
             "search": {
                 "beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length,
                 "max_input_length": max_input_length, "learned_positions": learned_positions,
+                # The engine's rule (log P / length ** alpha), whatever the run's.
+                "length_penalty": "length",
             },
             "length_penalty_note": (
-                "CTranslate2 divides by length ** alpha, keras_transformer by "
-                "((5 + length) / 6) ** alpha (both count EOS). Greedy agrees token for token."
+                "CTranslate2 divides by length ** alpha (keras_transformer's length_penalty 'length'; both "
+                "count EOS)" + ("" if length_penalty == "length" or alpha == 0 else
+                                ", this run ranks by GNMT's ((5 + length) / 6) ** alpha")
+                + ". Greedy agrees token for token."
             ),
             "model": {key: value for key, value in model.get_config().items()
                       if isinstance(value, (int, float, str, bool, type(None)))},
