@@ -355,6 +355,11 @@ def _init_source(init_from):
         model_path, tokenizer_path = path, path.parent / TOKENIZER_FILE
     else:
         raise RunError(f"training.init_from {init_from}: not a run directory nor a .keras model file.")
+    if not tokenizer_path.is_file() and (tokenizer_path.parent / MARIAN_TOKENIZER_DIR).is_dir():
+        # TODO: prepare() tokenizes with a SentencePiece proto only; an imported
+        # Marian run needs its two models and vocabulary there.
+        raise RunError(f"training.init_from {init_from}: an imported Marian run ({MARIAN_TOKENIZER_DIR}/); "
+                       "fine-tuning it is not supported yet.")
     for name, file in (("model", model_path), ("tokenizer", tokenizer_path)):
         if not file.is_file():
             raise RunError(f"training.init_from {init_from}: no {name} at {file}.")

@@ -2,7 +2,8 @@
 
 The run directory it writes is what `load_run` reads (see
 `keras_transformer.runs`): `config.json` (the model section describes the
-imported architecture; the decoding section takes the model's own beam size),
+imported architecture; the decoding section takes the model's own beam size
+and length penalty, under Marian's length rule),
 `model.keras`, the tokenizer in `marian_tokenizer/` (Transformers'
 MarianTokenizer layout: source.spm, target.spm, vocab.json; see
 `keras_transformer.data.marian_tokenizer`) and `import.json` (where it came
@@ -133,11 +134,12 @@ def _run_config(run_dir, marian, model):
         "sinusoid_layout": model.get_config().get("sinusoid_layout", "concatenated"),
         "layer_norm_epsilon": float(model.get_config().get("layer_norm_epsilon", 1e-5)), "output_bias": True,
     }
-    decoding = {}
+    # Marian and Transformers rank finished beams by log P / length ** length_penalty
+    # (Transformers' default 1.0 where the folder gives none).
+    decoding = {"length_penalty": "length",
+                "alpha": 1.0 if marian.length_penalty is None else float(marian.length_penalty)}
     if marian.num_beams:
         decoding["beam_size"] = int(marian.num_beams)
-    # TODO(length-rule): Marian ranks beams by score / length ** length_penalty;
-    # write decoding.length_penalty once that option exists.
     overrides = {"output_dir": str(run_dir), "model": model_section, "decoding": decoding,
                  # Transformers' MarianTokenizer's model_max_length.
                  "data": {"max_length": 512}}

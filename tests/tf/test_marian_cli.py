@@ -65,7 +65,9 @@ def test_import_writes_an_ordinary_run(imported):
     names = {path.name for path in run_dir.iterdir()}
     assert {"config.json", "model.keras", "marian_tokenizer", "import.json"} <= names
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["decoding"]["beam_size"] == 4  # the folder's generation_config num_beams
+    # The folder's generation_config: num_beams 4, length_penalty 1.0 (Transformers' default), Marian's rule.
+    decoding = config["decoding"]
+    assert (decoding["beam_size"], decoding["length_penalty"], decoding["alpha"]) == (4, "length", 1.0)
     assert config["model"]["activation"] == "silu" and config["model"]["output_bias"] is True
     record = json.loads((run_dir / "import.json").read_text())
     assert record["language_codes"] == [">>deu<<", ">>fra<<"]
@@ -177,3 +179,11 @@ def test_bad_input_names_the_file_and_writes_nothing(imported, tmp_path, capsys)
     assert f"{broken / 'vocab.json'}: the vocabulary does not match the model" in capsys.readouterr().err
     left = sorted(path.name for path in tmp_path.iterdir())
     assert left == ["broken"]  # no run1, run2, nor temporary folder
+
+
+def test_fine_tuning_an_imported_run_is_refused_clearly(imported, tmp_path, capsys):
+    _, run_dir = imported
+    (tmp_path / "train.tsv").write_text("The cat.\tDie Katze.\n")
+    assert main(["train", "--init-from", str(run_dir), "--output-dir", str(tmp_path / "tuned"),
+                 "--train", str(tmp_path / "train.tsv")]) == 2
+    assert "an imported Marian run (marian_tokenizer/); fine-tuning it is not supported yet" in capsys.readouterr().err
