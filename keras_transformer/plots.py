@@ -21,7 +21,7 @@ def cross_attention_weights(model, tokenizer, source_text, target_text, layer=-1
     weights = keras.ops.convert_to_numpy(weights)[layer, 0]
     return (
         weights,
-        [tokenizer.id_to_piece(i) for i in source_ids],
+        [getattr(tokenizer, "source_id_to_piece", tokenizer.id_to_piece)(i) for i in source_ids],
         [tokenizer.id_to_piece(i) for i in target_ids],
     )
 

@@ -116,9 +116,9 @@ def _processor(proto, origin):
 class _Side:
     """One side's segmenter and vocabulary: SentencePiece proto, piece -> our id."""
 
-    def __init__(self, proto, vocabulary, name, ids=None):
+    def __init__(self, proto, vocabulary, name, ids=None, proto_name="proto"):
         self.proto = proto
-        self.processor = _processor(proto, name)
+        self.processor = _processor(proto, proto_name)
         size = max(vocabulary.values()) + 1
         if ids is None:
             ids = MarianIds(size, eos_id=vocabulary[EOS_PIECE], unk_id=vocabulary[UNK_PIECE],
@@ -205,11 +205,12 @@ class MarianTokenizer(tf.Module):
         vocabulary = _check_vocabulary(vocabulary, "vocabulary")
         if target_vocabulary is not None:
             target_vocabulary = _check_vocabulary(target_vocabulary, "target_vocabulary")
-        self._source = _Side(bytes(source_proto), vocabulary, VOCAB_FILE, source_ids)
+        self._source = _Side(bytes(source_proto), vocabulary, VOCAB_FILE, source_ids, "source_proto")
         if target_vocabulary is None and target_ids is None:
             target_ids = self._source.ids
         self._target = _Side(bytes(target_proto), target_vocabulary or vocabulary,
-                             TARGET_VOCAB_FILE if target_vocabulary is not None else VOCAB_FILE, target_ids)
+                             TARGET_VOCAB_FILE if target_vocabulary is not None else VOCAB_FILE, target_ids,
+                             "target_proto")
         self._separate = target_vocabulary is not None
         self._language_piece = self._language_piece_of(target_language)
         # Transformers decodes pieces with the source model unless the
@@ -348,6 +349,10 @@ class MarianTokenizer(tf.Module):
     def id_to_piece(self, token_id):
         """The target piece of our id (the shared vocabulary's when there is one)."""
         return self._target.our_pieces[int(token_id)]
+
+    def source_id_to_piece(self, token_id):
+        """The source piece of our id (differs from `id_to_piece` with separate vocabularies)."""
+        return self._source.our_pieces[int(token_id)]
 
     def piece_to_id(self, piece):
         """Our id of a source piece (unk when it is not in the vocabulary)."""

@@ -178,10 +178,13 @@ def _check_compatible(model, tokenizer, max_input_length):
     if model.pad_id != PAD_ID:
         raise ValueError(f"the model's pad_id is {model.pad_id}, the tokenizer's is {PAD_ID}.")
     source_size = model.source_vocabulary_size or model.vocabulary_size
-    if tokenizer.vocabulary_size > min(model.vocabulary_size, source_size):
+    # A Marian tokenizer's sides may differ (separate vocabularies); one vocabulary serves both otherwise.
+    tokenizer_source_size = getattr(tokenizer, "source_vocabulary_size", tokenizer.vocabulary_size)
+    if tokenizer.vocabulary_size > model.vocabulary_size or tokenizer_source_size > source_size:
         raise ValueError(
-            f"the tokenizer has {tokenizer.vocabulary_size} ids but the model's vocabulary "
-            f"has {min(model.vocabulary_size, source_size)}: they were not trained together."
+            f"the tokenizer has {tokenizer.vocabulary_size} target and {tokenizer_source_size} source ids but "
+            f"the model's vocabularies have {model.vocabulary_size} and {source_size}: they were not trained "
+            "together."
         )
     if model.positional_encoding == "learned" and max_input_length > model.max_length:
         raise ValueError(

@@ -187,3 +187,36 @@ def test_fine_tuning_an_imported_run_is_refused_clearly(imported, tmp_path, caps
     assert main(["train", "--init-from", str(run_dir), "--output-dir", str(tmp_path / "tuned"),
                  "--train", str(tmp_path / "train.tsv")]) == 2
     assert "an imported Marian run (marian_tokenizer/); fine-tuning it is not supported yet" in capsys.readouterr().err
+
+
+def _write_opus_mt_folder(folder, model):
+    """test_marian_import.py's Marian-layout .npz writer (one table of Marian's names for the suite)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "test_marian_import.py"
+    spec = importlib.util.spec_from_file_location("marian_import_tests", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module._write_opus_mt_folder(folder, model)
+
+
+def test_opus_mt_release_folder(imported, reference, tmp_path, capsys):
+    """An OPUS-MT release (Marian .npz, *.spm, one *.vocab.yml without <pad>, decoder.yml
+    naming it) of the same weights and pieces translates as the Transformers folder."""
+    import yaml
+
+    folder, _ = imported
+    release = tmp_path / "release"
+    release.mkdir()
+    _write_opus_mt_folder(release, transformers.MarianMTModel.from_pretrained(str(folder)))
+    for name in ("source.spm", "target.spm"):
+        (release / name).write_bytes((folder / name).read_bytes())
+    vocabulary = json.loads((folder / "vocab.json").read_text())
+    del vocabulary["<pad>"]  # Marian's own vocabulary has none; the converter appends it
+    (release / "opus.spm32k-spm32k.vocab.yml").write_text(yaml.safe_dump(vocabulary, allow_unicode=True),
+                                                          encoding="utf-8")
+    with open(release / "decoder.yml", "a") as stream:
+        stream.write("vocabs:\n  - opus.spm32k-spm32k.vocab.yml\n  - opus.spm32k-spm32k.vocab.yml\n")
+    assert main(["import", str(release), str(tmp_path / "run")]) == 0
+    assert _translate(tmp_path / "run", capsys) == reference["plain"]
