@@ -220,3 +220,17 @@ def test_opus_mt_release_folder(imported, reference, tmp_path, capsys):
         stream.write("vocabs:\n  - opus.spm32k-spm32k.vocab.yml\n  - opus.spm32k-spm32k.vocab.yml\n")
     assert main(["import", str(release), str(tmp_path / "run")]) == 0
     assert _translate(tmp_path / "run", capsys) == reference["plain"]
+
+
+def test_hub_source_offline_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    hub = pytest.importorskip("huggingface_hub")
+    # No network in tests: the download must fail at once, and say so (the
+    # constant is read when huggingface_hub is imported, the variable by a fresh import).
+    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    assert main(["import", "hf://Helsinki-NLP/opus-mt-en-de", str(tmp_path / "run")]) == 2
+    assert "hf://Helsinki-NLP/opus-mt-en-de: the download failed" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    assert main(["import", "hf://just-a-name", str(tmp_path / "run")]) == 2
+    assert "expected hf://OWNER/NAME" in capsys.readouterr().err
