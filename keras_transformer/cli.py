@@ -15,6 +15,8 @@
     keras-transformer average-checkpoints CHECKPOINT_DIR --last 5 --output model.keras --run RUN_DIR
     keras-transformer attention RUN_DIR --text "..." --output attention.png
     keras-transformer plot RUN_DIR [--output curves.png]
+    keras-transformer import SOURCE RUN_DIR [--force]
+        (SOURCE: a MarianMT folder, an OPUS-MT release folder, or hf://OWNER/NAME)
 
 Runs on the TensorFlow backend unless KERAS_BACKEND says otherwise (tf.data
 and the tokenizer need TensorFlow; export needs the TensorFlow backend).
@@ -30,8 +32,8 @@ import sys
 # package imports Keras; setting them here would come too late.
 
 from keras_transformer.cli_commands import (
-    cmd_attention, cmd_average, cmd_evaluate, cmd_export, cmd_plot, cmd_prepare, cmd_score, cmd_shortlist, cmd_train,
-    cmd_translate,
+    cmd_attention, cmd_average, cmd_evaluate, cmd_export, cmd_import, cmd_plot, cmd_prepare, cmd_score, cmd_shortlist,
+    cmd_train, cmd_translate,
 )
 
 
@@ -51,8 +53,15 @@ def _config_arguments(parser):
 def _decoding_arguments(parser):
     parser.add_argument("--beam-size", type=int, help="beam size (1: greedy; default from the run, 4)")
     parser.add_argument("--alpha", type=float, help="length penalty exponent (default 0.6)")
+    parser.add_argument("--length-penalty", choices=("gnmt", "length"),
+                        help="how beams rank finished translations: gnmt (log P / ((5 + |Y|) / 6) ** alpha, the "
+                             "paper's) or length (log P / |Y| ** alpha, Marian's and Transformers'); default from "
+                             "the run's decoding.length_penalty")
     parser.add_argument("--max-extra-length", type=int, help="output length limit = input length + this")
     parser.add_argument("--batch-size", type=int, help="sentences per decoding batch")
+    parser.add_argument("--target-language", metavar="CODE",
+                        help="an imported multilingual Marian model: put >>CODE<< before every source (e.g. deu); "
+                             "same as decoding.target_language")
     parser.add_argument("--limit-rule", choices=("fallback", "force_eos", "finish"),
                         help="a translation reaching its length limit without EOS: fallback (default: kept only "
                              "when none ended), force_eos (EOS forced at the limit) or finish (competes as it is, "
@@ -163,6 +172,8 @@ def build_parser():
     score.add_argument("--output", help="write here (default: stdout)")
     score.add_argument("--alpha", type=float, help="length penalty exponent of the normalised score")
     score.add_argument("--batch-size", type=int, help="pairs per batch")
+    score.add_argument("--target-language", metavar="CODE",
+                       help="an imported multilingual Marian model: put >>CODE<< before every source")
     score.set_defaults(func=cmd_score)
 
     export = commands.add_parser("export", help="export a SavedModel for TensorFlow Serving")
@@ -229,6 +240,19 @@ def build_parser():
     plot.add_argument("run_dir", help="the run's output_dir")
     plot.add_argument("--output", help="PNG file to write (default RUN_DIR/training_curves.png)")
     plot.set_defaults(func=cmd_plot)
+
+    import_ = commands.add_parser(
+        "import", help="a pretrained MarianMT / OPUS-MT model as a run directory",
+        description="Import a pretrained Marian translation model (OPUS-MT, MarianMT) as an ordinary run "
+        "directory that translate, evaluate, score, attention and export take. SOURCE is a Transformers MarianMT "
+        "folder (config.json, model.safetensors or tf_model.h5, source.spm, target.spm, vocab.json), an OPUS-MT "
+        "release folder (Marian .npz, *.spm, *.vocab.yml, decoder.yml) or hf://OWNER/NAME (downloaded with "
+        "huggingface_hub). Pickled weights (pytorch_model.bin) are never loaded. RUN_DIR appears whole or not at "
+        "all.")
+    import_.add_argument("source", help="a MarianMT folder, an OPUS-MT release folder, or hf://OWNER/NAME")
+    import_.add_argument("run_dir", help="the run directory to write (new or empty, unless --force)")
+    import_.add_argument("--force", action="store_true", help="replace an existing non-empty RUN_DIR")
+    import_.set_defaults(func=cmd_import)
     return parser
 
 

@@ -53,7 +53,8 @@ def cmd_prepare(args):
 
 
 def _decoding_overrides(args):
-    keys = ("beam_size", "alpha", "max_extra_length", "batch_size", "limit_rule")
+    keys = ("beam_size", "alpha", "max_extra_length", "batch_size", "limit_rule", "length_penalty",
+            "target_language")
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 
@@ -303,12 +304,24 @@ def cmd_average(args):
     return 0
 
 
+def cmd_import(args):
+    from keras_transformer.marian.run_import import IMPORT_FILE, import_marian
+
+    run_dir = import_marian(args.source, args.run_dir, force=args.force)
+    record = json.loads((run_dir / IMPORT_FILE).read_text())
+    codes = record["language_codes"]
+    print(f"imported: {args.source} -> {run_dir} (vocabulary {record['vocabulary_size']:,} ids"
+          + (f"; target languages: {' '.join(codes)} (--target-language)" if codes else "") + ")")
+    return 0
+
+
 def cmd_attention(args):
     from keras_transformer import runs
     from keras_transformer.plots import plot_cross_attention
 
     model, tokenizer, config = runs.load_run(args.run_dir)
     config = _apply_decoding(config, args)
+    tokenizer = runs.with_target_language(tokenizer, config["decoding"])
     target = args.target
     if target is None:
         target = runs.translate_texts(model, tokenizer, [args.text], config["decoding"])[0]

@@ -99,7 +99,15 @@ SCHEMA = {
     },
     "decoding": {
         "beam_size": (4, int, "beam size (paper: 4; 1 is greedy)"),
+        "target_language": (None, str, "an imported multilingual Marian model: the target language code put "
+                            "before every source (deu gives >>deu<<)"),
         "alpha": (0.6, float, "length penalty exponent (paper: 0.6)"),
+        # The choices are keras_transformer.decoding.penalty.LENGTH_PENALTIES.
+        "length_penalty": ("gnmt", ("gnmt", "length"),
+                           "how beam search ranks finished translations: gnmt (log P / ((5 + |Y|) / 6) ** alpha, "
+                           "the paper's) or length (log P / |Y| ** alpha, Marian's, Transformers' and CTranslate2's; "
+                           "alpha 1.0 is the mean log-probability per token); |Y| counts EOS. `translate`, "
+                           "`evaluate`, `score` and both exports use it"),
         "max_extra_length": (50, int, "output length limit = input length + this (paper: 50)"),
         "batch_size": (64, int, "sentences per decoding batch"),
         # The choices are keras_transformer.decoding.LIMIT_RULES (tests/tf/test_cli.py checks they agree).

@@ -13,7 +13,7 @@ def cross_attention_weights(model, tokenizer, source_text, target_text, layer=-1
     import keras
 
     source_ids = [int(i) for i in np.asarray(tokenizer.tokenize(source_text))] + [tokenizer.eos_id]
-    target_ids = [int(i) for i in np.asarray(tokenizer.tokenize(target_text))] + [tokenizer.eos_id]
+    target_ids = [int(i) for i in np.asarray(getattr(tokenizer, "tokenize_target", tokenizer.tokenize)(target_text))] + [tokenizer.eos_id]
     source = np.array([source_ids], dtype="int32")
     decoder_input = np.array([[tokenizer.bos_id] + target_ids[:-1]], dtype="int32")
     memory = model.encode(source)
@@ -21,7 +21,7 @@ def cross_attention_weights(model, tokenizer, source_text, target_text, layer=-1
     weights = keras.ops.convert_to_numpy(weights)[layer, 0]
     return (
         weights,
-        [tokenizer.id_to_piece(i) for i in source_ids],
+        [getattr(tokenizer, "source_id_to_piece", tokenizer.id_to_piece)(i) for i in source_ids],
         [tokenizer.id_to_piece(i) for i in target_ids],
     )
 

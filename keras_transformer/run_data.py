@@ -16,6 +16,9 @@ class RunError(RuntimeError):
 
 
 TOKENIZER_FILE = "tokenizer.model"
+# An imported Marian model's tokenizer (`keras-transformer import`): a folder in
+# Transformers' MarianTokenizer layout (see data/marian_tokenizer.py).
+MARIAN_TOKENIZER_DIR = "marian_tokenizer"
 
 
 def prepared_dir(config):

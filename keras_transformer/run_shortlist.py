@@ -15,7 +15,7 @@ def training_id_pairs(tokenizer, pairs, chunk=2000):
     for start in range(0, len(pairs), chunk):
         part = pairs[start : start + chunk]
         sources = tokenizer.tokenize([s for s, _ in part])
-        targets = tokenizer.tokenize([t for _, t in part])
+        targets = getattr(tokenizer, "tokenize_target", tokenizer.tokenize)([t for _, t in part])
         sources = sources.to_list() if hasattr(sources, "to_list") else sources
         targets = targets.to_list() if hasattr(targets, "to_list") else targets
         yield from zip(sources, targets)

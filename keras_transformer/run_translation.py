@@ -7,6 +7,23 @@ the recipes; `keras_transformer.runs` re-exports both names.
 import keras
 
 
+def with_target_language(tokenizer, decoding):
+    """The tokenizer that puts `decoding.target_language`'s code (`>>deu<<`)
+    before every source: an imported multilingual Marian model's option."""
+    from keras_transformer.run_data import RunError
+
+    language = decoding.get("target_language")
+    if not language:
+        return tokenizer
+    if not hasattr(tokenizer, "with_target_language"):
+        raise RunError(f"decoding.target_language {language}: the run's tokenizer has no language codes "
+                       "(only imported multilingual Marian models have them)")
+    try:
+        return tokenizer.with_target_language(language)
+    except ValueError as error:
+        raise RunError(f"decoding.target_language: {error}") from None
+
+
 def make_translator(model, tokenizer, decoding, max_source_length=None, **options):
     """A `Translator` with the run's decoding settings (`options` add
     search="sampling", temperature, top_k, top_p, seed, no_repeat_ngram_size)."""
@@ -14,13 +31,14 @@ def make_translator(model, tokenizer, decoding, max_source_length=None, **option
 
     return Translator(
         model,
-        tokenizer,
+        with_target_language(tokenizer, decoding),
         beam_size=decoding["beam_size"],
         alpha=decoding["alpha"],
         max_extra_length=decoding["max_extra_length"],
         batch_size=decoding["batch_size"],
         max_source_length=max_source_length,
         limit_rule=decoding["limit_rule"],
+        length_penalty=decoding["length_penalty"],
         **options,
     )
 

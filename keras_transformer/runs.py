@@ -4,6 +4,9 @@ Layout of `output_dir`:
 
     config.json          the resolved configuration
     tokenizer.model      the joint SentencePiece vocabulary
+    marian_tokenizer/    instead of tokenizer.model, an imported Marian model's
+                         tokenizer (source.spm, target.spm, vocab.json; see
+                         `keras-transformer import`)
     prepared/            the prepared training corpus (data.prepared_dir by default; see data/prepare.py)
     checkpoints/         ckpt-<step>.weights.h5 (weights + optimizer state), latest.json
     tensorboard/         training curves
@@ -33,9 +36,13 @@ import numpy as np
 
 from keras_transformer import config as config_lib
 from keras_transformer._tensorflow import tensorflow
-from keras_transformer.run_data import TOKENIZER_FILE, RunError, prepare, prepared_dir  # noqa: F401  (API)
+from keras_transformer.run_data import (  # noqa: F401  (API)
+    MARIAN_TOKENIZER_DIR, TOKENIZER_FILE, RunError, prepare, prepared_dir,
+)
 from keras_transformer.training.progress import read_best
-from keras_transformer.run_translation import make_translator, translate_texts  # noqa: F401  (API)
+from keras_transformer.run_translation import (  # noqa: F401  (API)
+    make_translator, translate_texts, with_target_language,
+)
 
 log = logging.getLogger("keras_transformer")
 
@@ -66,6 +73,14 @@ def load_tokenizer(output_dir):
     from keras_transformer.data import SubwordTokenizer
 
     path = Path(output_dir) / TOKENIZER_FILE
+    marian = Path(output_dir) / MARIAN_TOKENIZER_DIR
+    if not path.is_file() and marian.is_dir():
+        from keras_transformer.data.marian_tokenizer import MarianTokenizer
+
+        try:
+            return MarianTokenizer.load(marian)
+        except ValueError as error:
+            raise RunError(str(error)) from None
     if not path.is_file():
         raise RunError(f"{path}: no tokenizer; run `keras-transformer train` first.")
     return SubwordTokenizer.load(str(path))
@@ -400,6 +415,11 @@ def _init_source(init_from):
         model_path, tokenizer_path = path, path.parent / TOKENIZER_FILE
     else:
         raise RunError(f"training.init_from {init_from}: not a run directory nor a .keras model file.")
+    if not tokenizer_path.is_file() and (tokenizer_path.parent / MARIAN_TOKENIZER_DIR).is_dir():
+        # TODO: prepare() tokenizes with a SentencePiece proto only; an imported
+        # Marian run needs its two models and vocabulary there.
+        raise RunError(f"training.init_from {init_from}: an imported Marian run ({MARIAN_TOKENIZER_DIR}/); "
+                       "fine-tuning it is not supported yet.")
     for name, file in (("model", model_path), ("tokenizer", tokenizer_path)):
         if not file.is_file():
             raise RunError(f"training.init_from {init_from}: no {name} at {file}.")

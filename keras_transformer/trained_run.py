@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from keras_transformer import config as config_lib
-from keras_transformer.run_translation import translate_texts
+from keras_transformer.run_translation import translate_texts, with_target_language
 from keras_transformer.runs import _read_pairs, bucket_boundaries, load_run
 
 
@@ -36,10 +36,12 @@ def export(output_dir, base_dir=None, *, name="translator", version=None, decodi
 
     model, tokenizer, config = _with_decoding(output_dir, decoding)
     settings = config["decoding"]
+    tokenizer = with_target_language(tokenizer, settings)
     return export_saved_model(
         model, tokenizer, str(base_dir or Path(output_dir) / "export"), name=name, version=version,
         beam_size=settings["beam_size"], alpha=settings["alpha"], max_extra_length=settings["max_extra_length"],
         max_input_length=config["data"]["max_length"], limit_rule=settings["limit_rule"],
+        length_penalty=settings["length_penalty"],
         jit_compile=jit_compile, check_ops=check_ops,
         warmup_rows=DEFAULT_WARMUP_ROWS if warmup_rows is None else warmup_rows, quantize=quantize,
         shortlist=shortlist, shortlist_size=shortlist_size,
@@ -58,11 +60,16 @@ def export_ctranslate2(output_dir, destination=None, *, quantization="float32", 
 
         model = quantize_model(model, quantize)
     settings = config["decoding"]
+    tokenizer = with_target_language(tokenizer, settings)
     destination = destination or Path(output_dir) / "export" / f"ctranslate2-{quantization}"
     return export_model(
         model, tokenizer, destination, quantization=quantization, force=force, beam_size=settings["beam_size"],
         alpha=settings["alpha"], max_extra_length=settings["max_extra_length"],
         max_input_length=config["data"]["max_length"],
+        # A run's "gnmt" (every run's default) exports as before, under the engine's own rule (noted in the
+        # export); "gnmt" asked for in `decoding` (--length-penalty gnmt) is refused unless alpha is 0.
+        length_penalty=(decoding or {}).get("length_penalty",
+                                            "length" if settings["length_penalty"] == "length" else None),
     )
 
 

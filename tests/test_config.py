@@ -11,7 +11,7 @@ def test_defaults_cover_every_schema_key():
     assert set(config) == set(config_lib.SCHEMA)
     assert config["training"]["label_smoothing"] == 0.1
     assert config["decoding"] == {"beam_size": 4, "alpha": 0.6, "max_extra_length": 50, "batch_size": 64,
-                                  "limit_rule": "fallback"}
+                                  "limit_rule": "fallback", "length_penalty": "gnmt", "target_language": None}
 
 
 def test_paper_presets_follow_the_paper():

@@ -37,8 +37,10 @@ def test_scores_equal_full_pass_log_probabilities(model):
         )
 
 
-@pytest.mark.parametrize("search", ["greedy", "beam"])
-def test_search_outputs_score_back_to_their_search_scores(search, model):
+@pytest.mark.parametrize("search, rule", [("greedy", "gnmt"), ("beam", "gnmt"), ("beam", "length")])
+def test_search_outputs_score_back_to_their_search_scores(search, rule, model):
+    """Under either length penalty (the "length" rule divides by the
+    tokens, EOS counted, to the power alpha: checked by hand here)."""
     source = make_sources()
     if search == "greedy":
         result = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
@@ -47,7 +49,8 @@ def test_search_outputs_score_back_to_their_search_scores(search, model):
         # hypotheses cut at the limit are returned with their scores beside finished ones (under the
         # default rule they are returned only when none finished, and their beams are -inf otherwise).
         result = as_numpy(beam_search(model, source, beam_size=3, alpha=0.6, max_extra_length=EXTRA,
-                                      min_length=6, return_all_beams=True, limit_rule="finish"))
+                                      min_length=6, return_all_beams=True, limit_rule="finish",
+                                      length_penalty=rule))
         result = {key: value.reshape((-1,) + value.shape[2:]) for key, value in result.items()}
         source = np.repeat(source, 3, axis=0)
     ended = np.array([EOS in ids[:length] for ids, length in zip(result["ids"], result["lengths"])])
@@ -55,7 +58,10 @@ def test_search_outputs_score_back_to_their_search_scores(search, model):
     targets = np.where(result["ids"] == EOS, PAD, result["ids"])
     for append_eos in (True, False):
         rows = ended if append_eos else ~ended
-        scored = as_numpy(score_translations(model, source[rows], targets[rows], alpha=0.6, append_eos=append_eos))
+        scored = as_numpy(score_translations(model, source[rows], targets[rows], alpha=0.6, append_eos=append_eos,
+                                             length_penalty=rule))
+        if rule == "length":
+            np.testing.assert_allclose(scored["scores"], scored["log_probs"] / scored["lengths"] ** 0.6, rtol=1e-5)
         np.testing.assert_allclose(scored["log_probs"], result["log_probs"][rows], rtol=1e-4, atol=1e-4)
         np.testing.assert_array_equal(scored["lengths"], result["lengths"][rows])
         if search == "beam":

@@ -44,7 +44,17 @@ def test_beam_size_one_equals_the_reference(tiny_vocabulary_model):
 # over full forward passes of the model, one Python list per hypothesis.
 
 
-def reference_beam_search(log_probs_of, limits, beam_size, alpha, limit_rule="fallback"):
+def length_rule_penalty(length, alpha):
+    """Marian's and Transformers' rule, written from Transformers'
+    `_update_finished_beams` (it divides by the generated tokens, the EOS
+    just chosen included, to the power `length_penalty`)."""
+    return float(length) ** alpha
+
+
+PENALTIES = {"gnmt": gnmt_penalty, "length": length_rule_penalty}
+
+
+def reference_beam_search(log_probs_of, limits, beam_size, alpha, limit_rule="fallback", length_penalty="gnmt"):
     """GNMT / tensor2tensor beam search for every sentence of a batch.
 
     `log_probs_of(prefixes)` gives, for each sentence, a list of (decoder
@@ -54,11 +64,13 @@ def reference_beam_search(log_probs_of, limits, beam_size, alpha, limit_rule="fa
     the search's early stop is checked, not copied. `limit_rule` as the
     search's: "fallback" returns the live hypotheses at the limit only when
     none finished, "force_eos" allows only EOS at the last position,
-    "finish" finishes a hypothesis cut at the limit. Returns, per sentence,
+    "finish" finishes a hypothesis cut at the limit. `length_penalty`
+    names the rule that ranks finished hypotheses (`PENALTIES`). Returns, per sentence,
     the finished set sorted best first as (score, log P, tokens), and
     whether pruning changed anything (a finished hypothesis kept while live
     ones went on, or candidates cut to 2 * beam_size).
     """
+    penalty = PENALTIES[length_penalty]
     live = [[((), 0.0)] for _ in limits]
     finished = [[] for _ in limits]
     pruned = [False for _ in limits]
@@ -84,7 +96,7 @@ def reference_beam_search(log_probs_of, limits, beam_size, alpha, limit_rule="fa
             live[row] = []
             for log_p, tokens in candidates[: 2 * beam_size]:
                 if tokens[-1] == EOS or (last and limit_rule == "finish"):
-                    finished[row].append((log_p / gnmt_penalty(len(tokens), alpha), log_p, tokens))
+                    finished[row].append((log_p / penalty(len(tokens), alpha), log_p, tokens))
                 elif len(live[row]) < beam_size:
                     live[row].append((tokens, log_p))
             if finished[row] and live[row] and not last:
@@ -92,7 +104,7 @@ def reference_beam_search(log_probs_of, limits, beam_size, alpha, limit_rule="fa
             finished[row] = sorted(finished[row], key=lambda h: -h[0])[:beam_size]
     for row, hypotheses in enumerate(live):
         if limit_rule == "fallback" and not finished[row]:
-            finished[row] = [(log_p / gnmt_penalty(len(tokens), alpha), log_p, tokens) for tokens, log_p in hypotheses]
+            finished[row] = [(log_p / penalty(len(tokens), alpha), log_p, tokens) for tokens, log_p in hypotheses]
     return finished, pruned
 
 
@@ -127,11 +139,14 @@ def tiny_vocabulary_model():
     return make_model(vocabulary_size=9, num_encoder_layers=1, num_decoder_layers=1)
 
 
-@pytest.mark.parametrize("beam_size, alpha, limit_rule", [
-    (2, 0.0, "fallback"), (3, 0.6, "fallback"), (4, 0.6, "fallback"), (4, 0.0, "fallback"),
-    (3, 0.0, "force_eos"), (2, 0.6, "force_eos"), (3, 0.6, "finish"), (2, 0.0, "finish"),
+@pytest.mark.parametrize("beam_size, alpha, limit_rule, length_penalty", [
+    (2, 0.0, "fallback", "gnmt"), (3, 0.6, "fallback", "gnmt"), (4, 0.6, "fallback", "gnmt"),
+    (4, 0.0, "fallback", "gnmt"), (3, 0.0, "force_eos", "gnmt"), (2, 0.6, "force_eos", "gnmt"),
+    (3, 0.6, "finish", "gnmt"), (2, 0.0, "finish", "gnmt"),
+    # Marian's and Transformers' rule: 1.0 (the mean log P per token), and 0.6 with CTranslate2's limit rule.
+    (4, 1.0, "fallback", "length"), (3, 0.6, "finish", "length"),
 ])
-def test_beam_search_equals_an_independent_standard_beam_search(beam_size, alpha, limit_rule,
+def test_beam_search_equals_an_independent_standard_beam_search(beam_size, alpha, limit_rule, length_penalty,
                                                                 tiny_vocabulary_model):
     model = tiny_vocabulary_model
     # Mixed source lengths in one batch (EOS included), limits source + EXTRA.
@@ -142,9 +157,10 @@ def test_beam_search_equals_an_independent_standard_beam_search(beam_size, alpha
         # EOS scales from 1 to 2.75: some models end early, some run long.
         draw_weights(model, seed=100 * beam_size + seed, eos_scale=1.0 + 0.25 * seed)
         result = as_numpy(beam_search(model, source, beam_size=beam_size, alpha=alpha,
-                                      max_extra_length=EXTRA, return_all_beams=True, limit_rule=limit_rule))
+                                      max_extra_length=EXTRA, return_all_beams=True, limit_rule=limit_rule,
+                                      length_penalty=length_penalty))
         expected, pruned = reference_beam_search(full_pass_log_probs(model, source), limits, beam_size, alpha,
-                                                 limit_rule)
+                                                 limit_rule, length_penalty)
         for row, hypotheses in enumerate(expected):
             rows += 1
             best_score, best_log_p, best_tokens = hypotheses[0]
@@ -221,9 +237,10 @@ def test_finished_hypothesis_is_not_pushed_out_by_live_ones():
     np.testing.assert_allclose(result["scores"][0], np.log(0.2), rtol=1e-6)
 
 
-def exhaustive_hypotheses(model, source_row, limit, alpha, vocabulary_size, limit_rule):
+def exhaustive_hypotheses(model, source_row, limit, alpha, vocabulary_size, limit_rule, length_penalty="gnmt"):
     """Every output sequence the rule can return (ending with EOS; under
-    "finish" also those cut at `limit`) with its GNMT score."""
+    "finish" also those cut at `limit`) with its score under
+    `length_penalty` (`PENALTIES`), best first."""
     allowed = [t for t in range(vocabulary_size) if t not in (PAD, BOS)]
     continuing = [t for t in allowed if t != EOS]
     sequences = []
@@ -237,7 +254,7 @@ def exhaustive_hypotheses(model, source_row, limit, alpha, vocabulary_size, limi
     hypotheses = []
     for index, sequence in enumerate(sequences):
         log_p = sum(log_probs[index, position, token] for position, token in enumerate(sequence))
-        hypotheses.append((log_p / gnmt_penalty(len(sequence), alpha), log_p, sequence))
+        hypotheses.append((log_p / PENALTIES[length_penalty](len(sequence), alpha), log_p, sequence))
     return sorted(hypotheses, key=lambda h: -h[0])
 
 
@@ -248,21 +265,26 @@ def six_token_model():
     return make_model(vocabulary_size=6, seed=1)
 
 
-@pytest.mark.parametrize("alpha, limit_rule", [(0.0, "fallback"), (0.6, "fallback"), (2.0, "fallback"),
-                                               (0.6, "finish"), (2.0, "finish"), (0.6, "force_eos")])
-def test_wide_beam_finds_the_exhaustive_optimum(alpha, limit_rule, six_token_model):
+@pytest.mark.parametrize("alpha, limit_rule, length_penalty", [
+    (0.0, "fallback", "gnmt"), (0.6, "fallback", "gnmt"), (2.0, "fallback", "gnmt"), (0.6, "finish", "gnmt"),
+    (2.0, "finish", "gnmt"), (0.6, "force_eos", "gnmt"), (1.0, "fallback", "length"),
+])
+def test_wide_beam_finds_the_exhaustive_optimum(alpha, limit_rule, length_penalty, six_token_model):
     model, vocabulary_size = six_token_model, 6
     # Non-pad source lengths 2 and 1 with max_extra_length=1: output limits 3 and 2.
     source = np.array([[4, EOS], [EOS, PAD]], "int32")
     beam_size = 40  # every hypothesis of length <= 3 fits: 1 + 3 + 9 * 4
     result = as_numpy(beam_search(model, source, beam_size=beam_size, alpha=alpha, max_extra_length=1,
-                                  return_all_beams=True, limit_rule=limit_rule))
-    best_lengths = []
+                                  return_all_beams=True, limit_rule=limit_rule, length_penalty=length_penalty))
+    best_lengths, rules_part = [], False
     for row, limit in enumerate([3, 2]):
         # Each sentence is scored alone, without the batch's padding.
         alone = source[row, : int((source[row] != PAD).sum())]
-        expected = exhaustive_hypotheses(model, alone, limit, alpha, vocabulary_size, limit_rule)
+        expected = exhaustive_hypotheses(model, alone, limit, alpha, vocabulary_size, limit_rule, length_penalty)
         best_score, best_log_p, best_sequence = expected[0]
+        # Whether GNMT's penalty would rank another sequence first (the same sequences, rescored).
+        gnmt_best = max(expected, key=lambda h: h[1] / gnmt_penalty(len(h[2]), alpha))[2]
+        rules_part |= gnmt_best != best_sequence
         best_lengths.append(len(best_sequence))
         assert len(expected) <= beam_size
         ids, lengths = result["ids"][row], result["lengths"][row]
@@ -279,6 +301,8 @@ def test_wide_beam_finds_the_exhaustive_optimum(alpha, limit_rule, six_token_mod
         assert found_sequences == sorted(tuple(h[2]) for h in expected)
     if alpha == 2.0 and limit_rule == "finish":
         assert best_lengths[0] == 3  # a strong penalty favours long (here: cut) hypotheses
+    if length_penalty == "length":
+        assert rules_part  # the rule decided an output: one that ignored it would fail above
 
 
 # ---------------------------------------------------------------------------

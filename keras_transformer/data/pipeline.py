@@ -318,7 +318,7 @@ def make_dataset(
     strings = _pairs_to_string_dataset(data)
 
     def tokenize(sources, targets):
-        return tokenizer.tokenize(sources), tokenizer.tokenize(targets)
+        return tokenizer.tokenize(sources), getattr(tokenizer, "tokenize_target", tokenizer.tokenize)(targets)
 
     def tokenize_and_prepare(dataset, stats):
         ids = (

@@ -355,46 +355,8 @@ class SubwordTokenizer(tf.Module):
         character). Ids that are not integers (or Python ints beyond int64)
         raise `TypeError`.
         """
-        if isinstance(ids, (list, tuple)):
-            try:
-                ids = tf.ragged.constant(ids, dtype=tf.int64)
-            except (TypeError, ValueError) as error:
-                raise TypeError(
-                    f"detokenize: ids must be integers in the int64 range "
-                    f"(nested lists of ints or an int tensor): {error}"
-                ) from None
-        elif not isinstance(ids, tf.RaggedTensor):
-            try:
-                ids = tf.convert_to_tensor(ids)
-            except (TypeError, ValueError) as error:
-                raise TypeError(f"detokenize: ids must be integers: {error}") from None
-        if not ids.dtype.is_integer:
-            raise TypeError(f"detokenize: ids must be integers, got {ids.dtype.name}")
-        # Range checks in int64: a cast to int32 first would wrap 2**32 + 5
-        # around to the valid id 5.
-        ids = tf.cast(ids, tf.int64)
-        if ids.shape.rank == 1:
-            return self.detokenize(ids[tf.newaxis])[0]
-        if ids.shape.rank != 2:
-            raise ValueError(
-                f"detokenize expects 1-D or 2-D ids, got shape {ids.shape}"
-            )
-        if isinstance(ids, tf.RaggedTensor):
-            # Padding with pad is harmless: pad is removed below.
-            ids = ids.to_tensor(default_value=PAD_ID)
-        before_eos = (
-            tf.math.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1)
-            == 0
-        )
-        keep = (
-            before_eos
-            & tf.not_equal(ids, PAD_ID)
-            & tf.not_equal(ids, BOS_ID)
-            & (ids >= 0)
-            & (ids < self._vocabulary_size)
-        )
-        ids = tf.cast(tf.ragged.boolean_mask(ids, keep), tf.int32)
-        return _sentencepiece_ops.sentencepiece_detokenize_op(
+        ids, single = ids_to_keep(ids, self._vocabulary_size, drop=(PAD_ID, BOS_ID))
+        texts = _sentencepiece_ops.sentencepiece_detokenize_op(
             self._model_handle(),
             ids.flat_values,
             ids.row_splits,
@@ -402,6 +364,11 @@ class SubwordTokenizer(tf.Module):
             add_eos=False,
             reverse=False,
         )
+        return texts[0] if single else texts
+
+    def tokenize_target(self, texts):
+        """Target strings to ids: `tokenize` (one vocabulary serves both sides)."""
+        return self.tokenize(texts)
 
     def __call__(self, texts):
         return self.tokenize(texts)
@@ -411,6 +378,51 @@ class SubwordTokenizer(tf.Module):
             f"SubwordTokenizer(model_type={self._model_type!r}, "
             f"vocabulary_size={self._vocabulary_size})"
         )
+
+
+def ids_to_keep(ids, vocabulary_size, drop):
+    """The ids a detokenizer turns into text: each row up to its first eos,
+    without the ids in `drop` and those outside [0, vocabulary_size).
+
+    `ids`: a 1-D or 2-D int tensor (dense or ragged) or nested lists of ints.
+    Returns (a 2-D int32 `tf.RaggedTensor`, whether `ids` was 1-D).
+    """
+    if isinstance(ids, (list, tuple)):
+        try:
+            ids = tf.ragged.constant(ids, dtype=tf.int64)
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"detokenize: ids must be integers in the int64 range "
+                f"(nested lists of ints or an int tensor): {error}"
+            ) from None
+    elif not isinstance(ids, tf.RaggedTensor):
+        try:
+            ids = tf.convert_to_tensor(ids)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"detokenize: ids must be integers: {error}") from None
+    if not ids.dtype.is_integer:
+        raise TypeError(f"detokenize: ids must be integers, got {ids.dtype.name}")
+    # Range checks in int64: a cast to int32 first would wrap 2**32 + 5
+    # around to the valid id 5.
+    ids = tf.cast(ids, tf.int64)
+    single = ids.shape.rank == 1
+    if single:
+        ids = ids[tf.newaxis]
+    if ids.shape.rank != 2:
+        raise ValueError(
+            f"detokenize expects 1-D or 2-D ids, got shape {ids.shape}"
+        )
+    if isinstance(ids, tf.RaggedTensor):
+        # Padding with pad is harmless: pad is removed below.
+        ids = ids.to_tensor(default_value=PAD_ID)
+    before_eos = (
+        tf.math.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1)
+        == 0
+    )
+    keep = before_eos & (ids >= 0) & (ids < vocabulary_size)
+    for dropped in drop:
+        keep &= tf.not_equal(ids, dropped)
+    return tf.cast(tf.ragged.boolean_mask(ids, keep), tf.int32), single
 
 
 def _bad_texts_error(texts, error):

@@ -10,6 +10,7 @@ from keras_transformer.evaluation import compound_split_bleu
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.evaluation import evaluate
 from keras_transformer.evaluation import split_compounds
+from keras_transformer.decoding.search import LENGTH_PENALTIES
 from keras_transformer.decoding.search import LIMIT_RULES
 from keras_transformer.decoding.search import beam_search
 from keras_transformer.decoding.search import greedy_search
@@ -23,6 +24,7 @@ from keras_transformer.decoding.translate import translate
 
 __all__ = [
     "Hypothesis",
+    "LENGTH_PENALTIES",
     "LIMIT_RULES",
     "StepFunction",
     "Translator",

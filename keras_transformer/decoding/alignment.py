@@ -90,14 +90,16 @@ def words_alignment(source_positions, source_word_of, target_word_of):
     return " ".join(f"{i}-{j}" for i, j in sorted(links))
 
 
-def _words_of(tokenizer, ids, eos_id):
-    """Word index of each token (a piece starting with "▁" starts a word); None for EOS."""
+def _words_of(tokenizer, ids, eos_id, source=False):
+    """Word index of each token (a piece starting with "▁" starts a word); None for EOS.
+    `source`: the ids are a source's (a Marian tokenizer's sides may differ)."""
+    id_to_piece = getattr(tokenizer, "source_id_to_piece", tokenizer.id_to_piece) if source else tokenizer.id_to_piece
     words, word = [], -1
     for token in ids:
         if token == eos_id:
             words.append(None)
             continue
-        piece = tokenizer.id_to_piece(int(token))
+        piece = id_to_piece(int(token))
         if piece.startswith("▁") or word < 0:
             word += 1
         words.append(word)
@@ -126,7 +128,7 @@ def translation_alignments(translator, sources, decoded):
         )["source_positions"])
         for position, (row, k) in enumerate(chunk):
             results[row][k] = words_alignment(
-                positions[position], _words_of(translator.tokenizer, sources[row], translator.eos_id),
+                positions[position], _words_of(translator.tokenizer, sources[row], translator.eos_id, source=True),
                 _words_of(translator.tokenizer, target_lists[position], translator.eos_id),
             )
     return results

@@ -8,8 +8,8 @@ from keras_transformer.decoding import compiled, phases
 from keras_transformer.decoding.candidates import _NEG_INF, _top_k_and_logsumexp, top_k
 from keras_transformer.decoding.constraints import _Constraints
 from keras_transformer.decoding.inputs import check_inputs, check_prefix
-from keras_transformer.decoding.options import check_alpha, check_int, check_search_options
-from keras_transformer.decoding.penalty import length_penalty
+from keras_transformer.decoding import penalty
+from keras_transformer.decoding.options import check_alpha, check_int, check_length_penalty, check_search_options
 from keras_transformer.models.incremental import batch_size_of, write_column
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -43,8 +43,11 @@ class BeamState(NamedTuple):
 def _beam(
     model, source_ids, beam_size, alpha, max_extra_length, max_output_length, min_length,
     bos_id, eos_id, pad_id, use_cache, return_all_beams, jit_compile=False, prefix_ids=None,
-    no_repeat_ngram_size=0, limit_rule="fallback",
+    no_repeat_ngram_size=0, limit_rule="fallback", length_penalty="gnmt",
 ):
+    def divisor(length):
+        return penalty.length_penalty(length, alpha, length_penalty)
+
     source_ids = ops.cast(source_ids, "int32")
     limits, buffer_length = phases._lengths_and_buffer(source_ids, pad_id, max_extra_length, max_output_length)
     decoder = phases._decoder(model, source_ids, beam_size, buffer_length, use_cache, jit_compile)
@@ -71,8 +74,9 @@ def _beam(
         sentence_constraints = constraints if sentences is None else constraints.select(sentences)
         batch = batch_size_of(limits)
         rows = batch * beam_size
-        # The most favourable penalty a live hypothesis can still get: the one at its limit.
-        best_penalty = length_penalty(limits, alpha)
+        # The most favourable penalty a live hypothesis can still get: the
+        # one at its limit (both rules grow with the length, log P <= 0).
+        best_penalty = divisor(limits)
         row_limits = ops.repeat(limits, beam_size, axis=0)  # (rows,)
         limits = ops.expand_dims(limits, 1)  # (batch, 1) against (batch, candidates)
         row_offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * beam_size, 1)
@@ -116,7 +120,7 @@ def _beam(
 
             # Finished: the best beam_size of the kept ones and those ending now
             # (ties keep the earlier ones, which come first).
-            ending_scores = ops.where(ends, log_probs / length_penalty(step + 1, alpha), neg_inf)
+            ending_scores = ops.where(ends, log_probs / divisor(step + 1), neg_inf)
             pooled_scores = ops.concatenate([beam.finished_scores, ending_scores], axis=1)
             finished_scores, picks = top_k(pooled_scores, beam_size)
             finished_tokens = _take_rows(ops.concatenate([beam.finished_tokens, hypotheses], axis=1), picks)
@@ -179,7 +183,7 @@ def _beam(
         # cut at the limit (tensor2tensor's rule).
         none_finished = ops.expand_dims(ops.equal(scores[:, 0], neg_inf), 1)
         live_lengths = ops.broadcast_to(limits, (batch, beam_size))
-        live_scores = beam.live_log_probs / length_penalty(live_lengths, alpha)
+        live_scores = beam.live_log_probs / divisor(live_lengths)
         tokens = ops.where(ops.expand_dims(none_finished, -1),
                            # The width named, not -1: an empty batch has nothing to infer it from.
                            ops.reshape(beam.live_tokens, (batch, beam_size, ops.shape(tokens)[-1])), tokens)
@@ -220,11 +224,13 @@ def beam_search(
     prefix_ids=None,
     no_repeat_ngram_size=0,
     limit_rule="fallback",
+    length_penalty="gnmt",
 ):
-    """Beam search with the GNMT length penalty (the paper's setting: 4 beams, alpha 0.6).
+    """Beam search with a length penalty (the paper's setting: 4 beams, GNMT's penalty, alpha 0.6).
 
-    Hypotheses are ranked by log P / ((5 + length) / 6) ** alpha, the length
-    counting EOS. The standard algorithm (GNMT, tensor2tensor): `beam_size`
+    Hypotheses are ranked by log P / ((5 + length) / 6) ** alpha (GNMT), or
+    by log P / length ** alpha (`length_penalty="length"`, Marian's and
+    Transformers'), the length counting EOS. The standard algorithm (GNMT, tensor2tensor): `beam_size`
     live hypotheses drawn from the `2 * beam_size` best extensions at each
     step, finished ones kept in a separate set of the `beam_size` best, the
     best finished one returned (see the module docstring for early stopping).
@@ -233,6 +239,8 @@ def beam_search(
     `no_repeat_ngram_size` included), plus:
         beam_size: number of beams.
         alpha: length penalty exponent (0: plain log-probability).
+        length_penalty: "gnmt" (default) or "length"
+            (`keras_transformer.decoding.penalty.LENGTH_PENALTIES`).
         return_all_beams: return the kept finished hypotheses, best first,
             instead of the best one.
         limit_rule: "fallback" (default, tensor2tensor's rule): a
@@ -254,6 +262,7 @@ def beam_search(
                                 limit_rule)
     check_int("beam_size", beam_size, 1)
     alpha = check_alpha(alpha)
+    check_length_penalty(length_penalty)
     check_int("no_repeat_ngram_size", no_repeat_ngram_size, 0)
     source_ids, _ = check_inputs(model, compiled.as_ids("source_ids", source_ids), pad_id=pad_id)
     extra_inputs = check_prefix(prefix_ids, source_ids, bos_id, eos_id, pad_id, model.vocabulary_size)
@@ -264,12 +273,12 @@ def beam_search(
             max_output_length=max_output_length, min_length=min_length, return_all_beams=return_all_beams,
             bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, use_cache=use_cache,
             jit_compile=bool(jit_compile), prefix_ids=prefix_ids, no_repeat_ngram_size=no_repeat_ngram_size,
-            limit_rule=limit_rule,
+            limit_rule=limit_rule, length_penalty=length_penalty,
         )
 
     key = (
         "beam", beam_size, alpha, max_extra_length, max_output_length, min_length, return_all_beams,
         bos_id, eos_id, pad_id, use_cache, jit_compile, bool(extra_inputs), no_repeat_ngram_size,
-        limit_rule, phases.PHASE_CAPACITIES,
+        limit_rule, length_penalty, phases.PHASE_CAPACITIES,
     )
     return compiled.run(model, source_ids, key, search, compile, jit_compile, extra_inputs)

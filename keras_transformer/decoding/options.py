@@ -1,8 +1,11 @@
 """Checks of the searches' options, each written once: ints, alpha, the
-sampling options, the limit rule (`LIMIT_RULES`) and the special ids.
+length penalty (`LENGTH_PENALTIES`), the sampling options, the limit rule
+(`LIMIT_RULES`) and the special ids.
 Used by the searches, `score_translations`, `Translator` and the exports."""
 
 import math
+
+from keras_transformer.decoding.penalty import LENGTH_PENALTIES
 
 # What becomes of a hypothesis at its length limit without EOS (see
 # `keras_transformer.decoding.search`).
@@ -17,7 +20,7 @@ def check_int(name, value, minimum):
 
 
 def check_alpha(alpha):
-    """The GNMT length penalty's exponent as a float: finite and >= 0."""
+    """The length penalty's exponent as a float: finite and >= 0."""
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha < 0:
         raise ValueError(f"`alpha` must be a finite number >= 0, got {alpha!r}.")
     return float(alpha)
@@ -34,6 +37,14 @@ def check_sampling_options(temperature=1.0, top_k=0, top_p=1.0, seed=None):
         raise ValueError(f"`top_p` must be a number in (0, 1], got {top_p!r}.")
     if seed is not None:
         check_int("seed", seed, 0)
+
+
+def check_length_penalty(length_penalty):
+    """`length_penalty` if it names a rule of `LENGTH_PENALTIES`, else a ValueError naming it."""
+    if not isinstance(length_penalty, str) or length_penalty not in LENGTH_PENALTIES:
+        raise ValueError(f"`length_penalty` must be one of {', '.join(map(repr, LENGTH_PENALTIES))}, "
+                         f"got {length_penalty!r}.")
+    return length_penalty
 
 
 def check_limit_rule(limit_rule):

@@ -2,21 +2,22 @@
 
 One full forward pass of the decoder over BOS + each target: the
 log-probability the model gives every target token and the EOS after it,
-their sum, the token count (EOS included) and the GNMT length-normalised
-score, on the same scale as `beam_search`'s "log_probs" and "scores" (a
-beam output scored here gets back its beam score). `keras.ops` only.
+their sum, the token count (EOS included) and the length-normalised
+score (GNMT's penalty or the "length" rule, `penalty.py`), on the same
+scale as `beam_search`'s "log_probs" and "scores" (a beam output scored
+here gets back its beam score). `keras.ops` only.
 """
 
 from keras import ops
 
 from keras_transformer.decoding import compiled
 from keras_transformer.decoding.inputs import check_inputs
-from keras_transformer.decoding.options import check_alpha
-from keras_transformer.decoding.penalty import length_penalty
+from keras_transformer.decoding import penalty
+from keras_transformer.decoding.options import check_alpha, check_length_penalty
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
-def _score(model, source_ids, target_ids, alpha, bos_id, eos_id, pad_id, append_eos):
+def _score(model, source_ids, target_ids, alpha, bos_id, eos_id, pad_id, append_eos, length_penalty="gnmt"):
     source_ids = ops.cast(source_ids, "int32")
     target_ids = ops.cast(target_ids, "int32")
     rows = ops.shape(target_ids)[0]
@@ -39,7 +40,7 @@ def _score(model, source_ids, target_ids, alpha, bos_id, eos_id, pad_id, append_
         "token_log_probs": token_log_probs,
         "log_probs": total,
         "lengths": lengths,
-        "scores": total / length_penalty(lengths, alpha),
+        "scores": total / penalty.length_penalty(lengths, alpha, length_penalty),
     }
 
 
@@ -54,6 +55,7 @@ def score_translations(
     eos_id=EOS_ID,
     pad_id=PAD_ID,
     compile=True,
+    length_penalty="gnmt",
 ):
     """Log-probabilities of given translations.
 
@@ -63,7 +65,9 @@ def score_translations(
             included (the search's input format).
         target_ids: (batch, target_length) ids of the translations, without
             BOS or EOS, padded with `pad_id`.
-        alpha: GNMT length penalty exponent of "scores".
+        alpha: length penalty exponent of "scores".
+        length_penalty: the rule of "scores", "gnmt" (default) or "length"
+            (`keras_transformer.decoding.penalty.LENGTH_PENALTIES`).
         append_eos: score the EOS after each target too (as a finished
             hypothesis); False scores a prefix or a hypothesis cut at its
             length limit.
@@ -72,9 +76,11 @@ def score_translations(
         A dict of tensors: "token_log_probs" (batch, target_length + 1),
         log P of each target token (then EOS) and 0 at padding;
         "log_probs" (batch,) their sum; "lengths" (batch,) the tokens
-        scored; "scores" log_probs / ((5 + length) / 6) ** alpha.
+        scored; "scores" log_probs / ((5 + length) / 6) ** alpha (GNMT),
+        or log_probs / length ** alpha ("length").
     """
     alpha = check_alpha(alpha)
+    check_length_penalty(length_penalty)
     target_ids = compiled.as_ids("target_ids", target_ids)
     source = compiled.as_ids("source_ids", source_ids)
     # Out-of-range ids, and sources or targets longer than learned positions, refused alike on every backend.
@@ -86,7 +92,8 @@ def score_translations(
         )
 
     def search(model, source_ids, target_ids):
-        return _score(model, source_ids, target_ids, float(alpha), bos_id, eos_id, pad_id, append_eos)
+        return _score(model, source_ids, target_ids, float(alpha), bos_id, eos_id, pad_id, append_eos,
+                      length_penalty)
 
-    key = ("score", float(alpha), append_eos, bos_id, eos_id, pad_id)
+    key = ("score", float(alpha), append_eos, bos_id, eos_id, pad_id, length_penalty)
     return compiled.run(model, source_ids, key, search, compile, False, (target_ids,))

@@ -51,9 +51,11 @@ Conventions shared by both searches:
   (CTranslate2) finishes it as it is, unpaid, competing with those that
   ended. Greedy search and sampling have one hypothesis: "fallback" and
   "finish" return it as it is, "force_eos" ends it with EOS.
-- Reported lengths count the generated tokens *including* EOS, as GNMT and
-  tensor2tensor do; the GNMT length penalty uses that length:
-  lp = ((5 + length) / 6) ** alpha, score = log P / lp.
+- Reported lengths count the generated tokens *including* EOS, as GNMT,
+  tensor2tensor, Transformers and CTranslate2 do; the length penalty uses
+  that length: score = log P / lp, lp = ((5 + length) / 6) ** alpha under
+  "gnmt" (the default), length ** alpha under "length" (Marian's and
+  Transformers' rule; `penalty.LENGTH_PENALTIES`).
 - Output ids hold the generated tokens (no BOS), EOS where the hypothesis
   ended, then `pad_id` (0) up to the buffer width.
 - `pad_id` and `bos_id` are never generated (their log-probabilities are set
@@ -78,7 +80,7 @@ The pieces, one concept a module: `options` (argument checks), `inputs`
 (the input contract), `phases` (limits, buffer, the phased loop),
 `candidates` (allowed tokens and the top-k), `constraints` (prefixes and
 n-gram blocking), `greedy` (greedy search and sampling), `beam` (beam
-search), `penalty` (the GNMT length penalty), `step_function` (driving a
+search), `penalty` (the length penalties), `step_function` (driving a
 search with a hand-written model). This module gathers the public API.
 """
 
@@ -86,6 +88,6 @@ from keras_transformer.decoding.beam import BeamState, beam_search  # noqa: F401
 from keras_transformer.decoding.candidates import BLOCKWISE_TOP_K_MIN_VOCABULARY  # noqa: F401  (read-only here)
 from keras_transformer.decoding.greedy import greedy_search, sampling_search  # noqa: F401
 from keras_transformer.decoding.options import LIMIT_RULES, check_limit_rule, check_sampling_options  # noqa: F401
-from keras_transformer.decoding.penalty import length_penalty  # noqa: F401
+from keras_transformer.decoding.penalty import LENGTH_PENALTIES, length_penalty  # noqa: F401
 from keras_transformer.decoding.phases import PHASE_CAPACITIES  # noqa: F401  (read-only here)
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID  # noqa: F401  (re-exported)

@@ -15,7 +15,7 @@ from keras import ops
 from keras_transformer.data.corpus import unpaired_surrogate
 from keras_transformer.decoding.alignment import translation_alignments
 from keras_transformer.decoding.inputs import check_target_lengths, source_length_limit, truncate_source
-from keras_transformer.decoding.options import check_int
+from keras_transformer.decoding.options import check_int, check_length_penalty
 from keras_transformer.decoding.scoring import score_translations
 from keras_transformer.decoding import shortlisted
 from keras_transformer.decoding.shortlist import Shortlist
@@ -66,7 +66,12 @@ class Translator:
         model: a `keras_transformer.Transformer`.
         tokenizer: e.g. `keras_transformer.data.SubwordTokenizer`.
         beam_size: 1 for greedy search, else beam search (the paper: 4).
-        alpha: GNMT length penalty exponent (the paper: 0.6).
+        alpha: length penalty exponent (the paper: 0.6).
+        length_penalty: how beam search ranks finished hypotheses and
+            `score` normalises: "gnmt" (default, the paper's: log P /
+            ((5 + length) / 6) ** alpha) or "length" (Marian's and
+            Transformers': log P / length ** alpha), the length counting
+            EOS (`keras_transformer.decoding.penalty`).
         max_extra_length: outputs stop after source length + this many tokens.
         max_output_length: optional cap on output lengths (tokens, EOS
             included), as the SavedModel export's `max_output_length`.
@@ -115,6 +120,7 @@ class Translator:
         search=None,
         no_repeat_ngram_size=0,
         limit_rule="fallback",
+        length_penalty="gnmt",
         temperature=1.0,
         top_k=0,
         top_p=1.0,
@@ -131,6 +137,7 @@ class Translator:
         # Bad sampling options fail here, naming the argument, not at the first search.
         check_sampling_options(temperature, top_k, top_p, seed)
         self.limit_rule = check_limit_rule(limit_rule)
+        self.length_penalty = check_length_penalty(length_penalty)
         if search is None:
             search = "greedy" if beam_size == 1 else "beam"
         if search not in ("beam", "greedy", "sampling"):
@@ -177,7 +184,8 @@ class Translator:
             options.update(self.sampling, seed=None if self.seed is None else self.seed + batch_index)
         else:
             function = beam_search
-            options.update(beam_size=beam_size or self.beam_size, alpha=self.alpha, return_all_beams=all_beams)
+            options.update(beam_size=beam_size or self.beam_size, alpha=self.alpha, return_all_beams=all_beams,
+                           length_penalty=self.length_penalty)
         if self.shortlist is not None:
             return shortlisted.search(function, self.model, self.shortlist, source_ids, **options)
         return function(self.model, source_ids, **options)
@@ -185,6 +193,13 @@ class Translator:
     def token_ids(self, texts):
         """Token ids of each text (no BOS/EOS), as lists."""
         return _to_id_lists(self.tokenizer.tokenize(list(texts)))
+
+    def target_token_ids(self, texts):
+        """Token ids of each target text (no BOS/EOS), as lists: the
+        tokenizer's `tokenize_target` where it has one (a Marian model
+        segments its targets with their own model), else `tokenize`."""
+        tokenize = getattr(self.tokenizer, "tokenize_target", self.tokenizer.tokenize)
+        return _to_id_lists(tokenize(list(texts)))
 
     def source_ids(self, texts):
         """Token ids of each text followed by EOS (the training format), as
@@ -382,7 +397,7 @@ class Translator:
             sources = self._with_eos([token_lists[i] for i in to_decode], to_decode, len(texts))
             prefix_ids = None
             if prefixes is not None:
-                prefix_ids = self.token_ids([prefixes[i] for i in to_decode])
+                prefix_ids = self.target_token_ids([prefixes[i] for i in to_decode])
             if count > 1 and distinct:
                 decoded, strings = self.decode_distinct(sources, prefix_ids, n_best=count)
             else:
@@ -412,8 +427,8 @@ class Translator:
         """Log-probabilities of given translations (forced decoding).
 
         Returns one dict per pair: "log_prob" (the target tokens and EOS),
-        "tokens" (their count, EOS included), "score" (log_prob over the GNMT
-        length penalty with this translator's alpha), and with `per_token`,
+        "tokens" (their count, EOS included), "score" (log_prob over this
+        translator's length penalty and alpha), and with `per_token`,
         "token_log_probs". Batched and length-sorted like `translate`. An
         empty source or target is scored as it is (EOS alone). Sources are
         cut as `translate` cuts them (`last_truncated`); a target longer
@@ -426,7 +441,7 @@ class Translator:
         targets, _ = self._check_texts(targets, "targets")
         if len(sources) != len(targets):
             raise ValueError(f"score: {len(sources)} sources but {len(targets)} targets.")
-        target_ids = self.token_ids(targets)
+        target_ids = self.target_token_ids(targets)
         check_target_lengths(target_ids, self.model, self.max_source_length, self.max_extra_length)
         source_ids = self.source_ids(sources)
         results = [None] * len(sources)
@@ -438,6 +453,7 @@ class Translator:
                 self._padded(rows, target_ids, 1) if any(target_ids[i] for i in rows)
                 else np.full((len(rows), 1), self.pad_id, "int32"),
                 alpha=self.alpha, bos_id=self.bos_id, eos_id=self.eos_id, pad_id=self.pad_id,
+                length_penalty=self.length_penalty,
             )
             values = {key: ops.convert_to_numpy(value) for key, value in scored.items()}
             for position, index in enumerate(rows):

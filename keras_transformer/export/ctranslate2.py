@@ -31,8 +31,10 @@ Documented differences in the engine's beam search (see the README; the
 first two are checked against its own scores in tests/tf/test_ctranslate2.py):
 it normalises log-probabilities over the tokens it has not suppressed (all
 but pad and BOS with `ctranslate2_options`), ours over the whole vocabulary;
-its length penalty is `log P / length ** alpha`, ours GNMT's
-`((5 + length) / 6) ** alpha`, both counting EOS; and its finished
+its length penalty is `log P / length ** alpha`, our "length" rule
+(`keras_transformer.decoding.penalty`; its `BeamSearch` keeps EOS in the
+hypothesis while scoring, `include_eos_in_hypotheses`, so both count EOS),
+not GNMT's `((5 + length) / 6) ** alpha`, our default; and its finished
 hypotheses compete with live ones for beam slots (with a length penalty it
 stops a sentence once `beam_size` hypotheses have finished). Greedy search
 agrees with ours token for token; beam search without a length penalty
@@ -50,7 +52,9 @@ import tempfile
 import numpy as np
 
 from keras_transformer.decoding.inputs import source_length_limit, truncate_source
-from keras_transformer.special_tokens import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE
+from keras_transformer.special_tokens import (
+    BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE,
+)
 
 __all__ = [
     "QUANTIZATIONS", "CTRANSLATE2_OPTIONS_PATH", "export_ctranslate2", "ctranslate2_options",
@@ -62,6 +66,8 @@ QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat
                  "float16", "bfloat16")
 CTRANSLATE2_OPTIONS_PATH = "keras_transformer_export.json"
 TOKENIZER_FILE = "sentencepiece.model"
+# An imported Marian model's tokenizer: its folder (data/marian_tokenizer.py).
+MARIAN_TOKENIZER_DIR = "marian_tokenizer"
 # Sinusoidal tables are written this long unless the search needs more.
 _DEFAULT_POSITIONS = 1024
 _TEMP_PREFIX = ".tmp-ctranslate2-"
@@ -257,8 +263,15 @@ def model_spec(model, tokenizer=None, max_positions=_DEFAULT_POSITIONS, pieces=N
         _layer_norm(decoder.layer_norm, model.decoder.final_norm)
 
     pieces = list(tokenizer.vocabulary() if pieces is None else pieces)
-    source_pieces = _padded_vocabulary(pieces, source_embeddings.shape[0])
+    # A Marian model's sides may have vocabularies of their own.
+    source_vocabulary = getattr(tokenizer, "source_vocabulary", None) if tokenizer is not None else None
+    source_pieces = _padded_vocabulary(list(source_vocabulary()) if source_vocabulary else pieces,
+                                       source_embeddings.shape[0])
     target_pieces = _padded_vocabulary(pieces, target_embeddings.shape[0])
+    # Our special ids' pieces (an imported Marian vocabulary may name BOS otherwise).
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = (
+        target_pieces[UNK_ID], target_pieces[BOS_ID], target_pieces[EOS_ID])
+    spec.config.decoder_start_token = target_pieces[BOS_ID]
     if source_pieces[0] != PAD_PIECE:
         raise ValueError(f"the tokenizer's id 0 is {source_pieces[0]!r}, expected {PAD_PIECE!r}.")
     spec.register_source_vocabulary(source_pieces)
@@ -337,6 +350,7 @@ def export_ctranslate2(
     max_extra_length=50,
     max_input_length=256,
     force=False,
+    length_penalty=None,
 ):
     """Writes `model` and `tokenizer` as a CTranslate2 model directory.
 
@@ -356,12 +370,26 @@ def export_ctranslate2(
         beam_size, alpha, max_extra_length, max_input_length: the run's
             search settings, recorded in `keras_transformer_export.json`
             for clients (the engine takes its options per call).
+        length_penalty: the run's rule. The engine ranks by
+            log P / length ** alpha, our "length" rule, whatever is given:
+            None (default) exports with it and records, for a run of
+            GNMT's penalty, that the engine's rule differs; "length" is
+            reproduced; "gnmt" is refused unless alpha is 0 (both rules
+            are then plain log P).
         force: replace an existing `output_dir`.
 
     Returns:
         `output_dir` (str).
     """
     ctranslate2 = _import_ctranslate2()
+    if length_penalty not in (None, "gnmt", "length"):
+        raise ValueError(f"`length_penalty` must be None, 'gnmt' or 'length', got {length_penalty!r}.")
+    if length_penalty == "gnmt" and alpha != 0:
+        raise ValueError(
+            f"CTranslate2 ranks finished hypotheses by log P / length ** alpha (length_penalty 'length'): it "
+            f"cannot reproduce GNMT's penalty with alpha {alpha}; export with length_penalty 'length' "
+            "(--length-penalty length), or alpha 0 (plain log P)."
+        )
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"`quantization` must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}.")
     output_dir = os.fspath(output_dir)
@@ -381,21 +409,35 @@ def export_ctranslate2(
     temp_dir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=parent)
     try:
         spec.save(temp_dir)
-        with open(os.path.join(temp_dir, TOKENIZER_FILE), "wb") as stream:
-            stream.write(tokenizer.proto)
+        if getattr(tokenizer, "model_type", None) == "marian":
+            tokenizer.save(os.path.join(temp_dir, MARIAN_TOKENIZER_DIR))
+            vocabulary = tokenizer.vocabulary()
+            tokenizer_info = {
+                "tokenizer": MARIAN_TOKENIZER_DIR, "tokenizer_kind": "marian",
+                "target_language": tokenizer.target_language,
+                "skip_pieces": sorted({vocabulary[i] for i in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)}),
+            }
+        else:
+            with open(os.path.join(temp_dir, TOKENIZER_FILE), "wb") as stream:
+                stream.write(tokenizer.proto)
+            tokenizer_info = {"tokenizer": TOKENIZER_FILE}
         info = {
             "format": "ctranslate2",
             "ctranslate2_version": ctranslate2.__version__,
             "quantization": quantization,
             "int8_from_keras": bool(quantized),
-            "tokenizer": TOKENIZER_FILE,
+            **tokenizer_info,
             "search": {
                 "beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length,
                 "max_input_length": max_input_length, "learned_positions": learned_positions,
+                # The engine's rule (log P / length ** alpha), whatever the run's.
+                "length_penalty": "length",
             },
             "length_penalty_note": (
-                "CTranslate2 divides by length ** alpha, keras_transformer by "
-                "((5 + length) / 6) ** alpha (both count EOS). Greedy agrees token for token."
+                "CTranslate2 divides by length ** alpha (keras_transformer's length_penalty 'length'; both "
+                "count EOS)" + ("" if length_penalty == "length" or alpha == 0 else
+                                ", this run ranks by GNMT's ((5 + length) / 6) ** alpha")
+                + ". Greedy agrees token for token."
             ),
             "model": {key: value for key, value in model.get_config().items()
                       if isinstance(value, (int, float, str, bool, type(None)))},
@@ -444,9 +486,13 @@ class CTranslate2Translator:
                 f"{info_path} is missing: {model_dir} is not an export of keras_transformer's "
                 "export_ctranslate2."
             ) from None
-        self.processor = sentencepiece.SentencePieceProcessor(
-            model_file=os.path.join(model_dir, self.info["tokenizer"])
-        )
+        self._marian = None
+        if self.info.get("tokenizer_kind") == "marian":
+            self._marian = _MarianText(os.path.join(model_dir, self.info["tokenizer"]), self.info)
+        else:
+            self.processor = sentencepiece.SentencePieceProcessor(
+                model_file=os.path.join(model_dir, self.info["tokenizer"])
+            )
         self.translator = ctranslate2.Translator(
             model_dir, device=device, compute_type=compute_type, inter_threads=inter_threads,
             intra_threads=intra_threads,
@@ -469,7 +515,10 @@ class CTranslate2Translator:
         if learned_positions is not None:  # no positions beyond the learned table
             max_input_length = min(max_input_length, learned_positions)
         texts = list(texts)
-        token_lists = self.processor.encode(texts) if texts else []
+        if self._marian is not None:  # pieces, which the engine looks up itself
+            token_lists = [self._marian.pieces(text) for text in texts]
+        else:
+            token_lists = self.processor.encode(texts) if texts else []
         self.last_truncated, by_length = [], {}
         for index, tokens in enumerate(token_lists):
             source, cut = truncate_source(tokens, max_input_length)
@@ -483,13 +532,42 @@ class CTranslate2Translator:
             for start in range(0, len(group), max_batch_size):
                 chunk = group[start : start + max_batch_size]
                 results = self.translator.translate_batch(
-                    [[self.processor.id_to_piece(t) for t in tokens] for _, tokens in chunk],
+                    [tokens if self._marian else [self.processor.id_to_piece(t) for t in tokens]
+                     for _, tokens in chunk],
                     max_input_length=0,  # truncated above, by our rule
                     **ctranslate2_options(beam_size, alpha, max_extra_length, source_length=length + 1,
                                           learned_positions=learned_positions),
                 )
                 for (index, _), result in zip(chunk, results):
                     pieces = result.hypotheses[0]
-                    translations[index] = self.processor.decode_pieces(pieces)
+                    translations[index] = (self._marian.text(pieces) if self._marian
+                                           else self.processor.decode_pieces(pieces))
                     scores[index] = result.scores[0]
         return (translations, scores) if return_scores else translations
+
+
+class _MarianText:
+    """An imported Marian model's text <-> pieces in an export's folder
+    (`keras_transformer.marian.pieces`' rules, without TensorFlow)."""
+
+    def __init__(self, folder, info):
+        import sentencepiece
+
+        from keras_transformer.marian.pieces import SOURCE_SPM, TARGET_SPM, TARGET_VOCAB_FILE
+
+        self.source = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, SOURCE_SPM))
+        target = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, TARGET_SPM))
+        # Transformers decodes with the source model unless the vocabularies are separate.
+        self.decoding = target if os.path.isfile(os.path.join(folder, TARGET_VOCAB_FILE)) else self.source
+        self.code = info.get("target_language")
+        self.skip = frozenset(info.get("skip_pieces", ()))
+
+    def pieces(self, text):
+        from keras_transformer.marian.pieces import text_to_pieces
+
+        return ([self.code] if self.code else []) + text_to_pieces(text, self.source)
+
+    def text(self, pieces):
+        from keras_transformer.marian.pieces import pieces_to_text
+
+        return pieces_to_text(pieces, self.decoding, skip=self.skip)

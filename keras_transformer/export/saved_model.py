@@ -53,7 +53,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
-from keras_transformer.decoding.options import check_alpha, check_limit_rule
+from keras_transformer.decoding.options import check_alpha, check_length_penalty, check_limit_rule
 from keras_transformer.decoding.options import check_int
 from keras_transformer.export.opcheck import check_serving_ops
 from keras_transformer.export.signatures import (
@@ -178,10 +178,13 @@ def _check_compatible(model, tokenizer, max_input_length):
     if model.pad_id != PAD_ID:
         raise ValueError(f"the model's pad_id is {model.pad_id}, the tokenizer's is {PAD_ID}.")
     source_size = model.source_vocabulary_size or model.vocabulary_size
-    if tokenizer.vocabulary_size > min(model.vocabulary_size, source_size):
+    # A Marian tokenizer's sides may differ (separate vocabularies); one vocabulary serves both otherwise.
+    tokenizer_source_size = getattr(tokenizer, "source_vocabulary_size", tokenizer.vocabulary_size)
+    if tokenizer.vocabulary_size > model.vocabulary_size or tokenizer_source_size > source_size:
         raise ValueError(
-            f"the tokenizer has {tokenizer.vocabulary_size} ids but the model's vocabulary "
-            f"has {min(model.vocabulary_size, source_size)}: they were not trained together."
+            f"the tokenizer has {tokenizer.vocabulary_size} target and {tokenizer_source_size} source ids but "
+            f"the model's vocabularies have {model.vocabulary_size} and {source_size}: they were not trained "
+            "together."
         )
     if model.positional_encoding == "learned" and max_input_length > model.max_length:
         raise ValueError(
@@ -203,6 +206,7 @@ def export_saved_model(
     max_input_length=None,
     max_output_length=None,
     limit_rule="fallback",
+    length_penalty="gnmt",
     jit_compile=False,
     check_ops=True,
     warmup_rows=warmup_lib.DEFAULT_WARMUP_ROWS,
@@ -225,7 +229,7 @@ def export_saved_model(
             overwritten.
         beam_size: beams of the search (1: greedy search, raw log-probability
             scores).
-        alpha: GNMT length penalty exponent.
+        alpha: length penalty exponent.
         max_extra_length: a translation has at most its source's token count
             (EOS included) plus this many tokens.
         max_input_length: longer inputs are truncated to their first
@@ -236,6 +240,9 @@ def export_saved_model(
         limit_rule: what becomes of a translation reaching its length limit
             without EOS (`keras_transformer.decoding.LIMIT_RULES`, as for
             `Translator`): baked into the signatures.
+        length_penalty: how beams rank finished translations and the
+            score signature normalises, "gnmt" (default) or "length" (as
+            for `Translator`): baked into the signatures.
         jit_compile: the XLA variant: the search is compiled with XLA
             (`jit_compile=True`; tokenization stays outside), 2-3x faster
             on CPU, for TF Serving started with
@@ -296,6 +303,7 @@ def export_saved_model(
     alpha = check_alpha(alpha)
     check_int("max_extra_length", max_extra_length, 0)
     check_limit_rule(limit_rule)
+    check_length_penalty(length_penalty)
     if max_input_length is None:
         max_input_length = DEFAULT_MAX_INPUT_LENGTH
         if getattr(model, "positional_encoding", None) == "learned":
@@ -337,7 +345,7 @@ def export_saved_model(
     translator = SignatureFunctions(
         model, tokenizer, beam_size, float(alpha), max_extra_length, max_input_length,
         max_output_length, jit_compile=bool(jit_compile), limit_rule=limit_rule, shortlist=shortlist,
-        shortlist_size=shortlist_size,
+        shortlist_size=shortlist_size, length_penalty=length_penalty,
     )
     temp_dir = _make_temp_dir(model_dir)
     try:
@@ -454,6 +462,7 @@ def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, qu
         "search": {
             "beam_size": translator.beam_size,
             "alpha": translator.alpha,
+            "length_penalty": translator.length_penalty,
             "max_extra_length": translator.max_extra_length,
             "max_input_length": translator.max_input_length,
             "max_output_length": translator.max_output_length,

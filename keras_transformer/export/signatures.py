@@ -26,8 +26,10 @@ class SignatureFunctions:
     """The graph functions behind the signatures (traced by ExportArchive)."""
 
     def __init__(self, model, tokenizer, beam_size, alpha, max_extra_length, max_input_length,
-                 max_output_length, jit_compile=False, limit_rule="fallback", shortlist=None, shortlist_size=None):
+                 max_output_length, jit_compile=False, limit_rule="fallback", shortlist=None, shortlist_size=None,
+                 length_penalty="gnmt"):
         self.limit_rule = limit_rule
+        self.length_penalty = length_penalty
         self.shortlist = shortlist
         # The XLA variant's fixed candidate count (static shapes); None without a shortlist or XLA.
         self.shortlist_size = shortlist_size
@@ -103,7 +105,7 @@ class SignatureFunctions:
             result = greedy_search(model, source_ids, **options)
         else:
             result = beam_search(model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
-                                 **options)
+                                 length_penalty=self.length_penalty, **options)
         return tf.convert_to_tensor(result["ids"]), tf.convert_to_tensor(result["scores"])
 
     def _kept_hypotheses_ops(self, source_ids):
@@ -112,7 +114,7 @@ class SignatureFunctions:
         result = beam_search(
             self._search_model(source_ids), source_ids, beam_size=self.beam_size, alpha=self.alpha,
             max_extra_length=self.max_extra_length, max_output_length=self.max_output_length, return_all_beams=True,
-            limit_rule=self.limit_rule,
+            limit_rule=self.limit_rule, length_penalty=self.length_penalty,
         )
         return {key: tf.convert_to_tensor(value) for key, value in result.items()}
 
@@ -183,7 +185,7 @@ class SignatureFunctions:
         """Forced decoding: log P(target | source), as `Translator.score`."""
         source_tokens = self.tokenizer.tokenize(source)
         source_ids = self.source_ids(source_tokens)
-        target_tokens = self.tokenizer.tokenize(target)
+        target_tokens = getattr(self.tokenizer, "tokenize_target", self.tokenizer.tokenize)(target)
         # A longer target is refused, never cut (a cut one is another sentence).
         limits = (self.model, self.max_input_length, self.max_extra_length)
         refuse = tf.debugging.assert_less_equal(
@@ -195,7 +197,8 @@ class SignatureFunctions:
         with tf.control_dependencies([refuse]):
             target_ids = tf.identity(target_tokens.to_tensor(default_value=PAD_ID))
         target_ids = tf.pad(target_ids, [[0, 0], [0, 1]], constant_values=PAD_ID)  # at least one column
-        scored = score_translations(self.model, source_ids, target_ids, alpha=self.alpha)
+        scored = score_translations(self.model, source_ids, target_ids, alpha=self.alpha,
+                                    length_penalty=self.length_penalty)
         return {
             "log_probs": tf.convert_to_tensor(scored["log_probs"]),
             "scores": tf.convert_to_tensor(scored["scores"]),
