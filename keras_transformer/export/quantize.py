@@ -6,7 +6,8 @@
   projections, feed-forward layers: int8 kernels, one abs-max scale per
   output column) and on the shared embedding (`SharedEmbedding.quantize`:
   the tied output projection as an int8 (d_model, vocabulary) kernel, one
-  scale per vocabulary row, lookups reading the same rows). Activations are
+  scale per vocabulary row, lookups reading the same rows; an output bias
+  stays float32 and is added after the product). Activations are
   quantized per row at run time (abs-max), products are int8 x int8 ->
   int32, then rescaled: the scheme of CTranslate2's int8 compute type.
 - "int8_weights": the same int8 weights, no activation quantizer: the int8

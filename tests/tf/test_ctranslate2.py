@@ -232,15 +232,18 @@ def test_export_refuses_to_overwrite_and_checks_quantization(tokenizer, tmp_path
 
 
 def test_int8_export_keeps_the_output_bias_in_float(tokenizer):
+    """An int8 copy with separate source and target embeddings: each int8 table goes to its side,
+    the output bias stays float."""
     from keras_transformer.export.ctranslate2 import optimized_spec
     from keras_transformer.export.quantize import quantize_model
 
     model = kt.Transformer(vocabulary_size=tokenizer.vocabulary_size, d_model=16, num_heads=2, d_ff=32,
-                           num_encoder_layers=1, num_decoder_layers=1, output_bias=True)
+                           num_encoder_layers=1, num_decoder_layers=1, output_bias=True, source_vocabulary_size=130)
     model.build()
     bias = np.random.default_rng(6).normal(size=tokenizer.vocabulary_size).astype("float32")
     model.output_bias.assign(bias)
-    spec = optimized_spec(quantize_model(model, "int8"), tokenizer, "int8")
+    int8_model = quantize_model(model, "int8")
+    spec = optimized_spec(int8_model, tokenizer, "int8")
     variables = spec.variables()
 
     def array(value):
@@ -251,6 +254,9 @@ def test_int8_export_keeps_the_output_bias_in_float(tokenizer):
     projection = spec.decoder.projection
     assert array(projection.weight).dtype == np.int8
     np.testing.assert_array_equal(array(projection.bias), bias)
+    for table, embedding in ((spec.encoder.embeddings[0], int8_model.source_embedding),
+                             (spec.decoder.embeddings, int8_model.target_embedding)):
+        np.testing.assert_array_equal(array(table.weight), keras.ops.convert_to_numpy(embedding.projection_kernel).T)
 
 
 def test_export_refuses_an_activation_the_engine_lacks(tokenizer, tmp_path):
