@@ -171,6 +171,9 @@ def build_parser():
                        help="text: 'log_prob ||| tokens ||| score' per line (default), or JSON lines")
     score.add_argument("--output", help="write here (default: stdout)")
     score.add_argument("--alpha", type=float, help="length penalty exponent of the normalised score")
+    score.add_argument("--length-penalty", choices=("gnmt", "length"),
+                       help="the normalised score's rule: gnmt (log P / ((5 + |Y|) / 6) ** alpha) or length "
+                            "(log P / |Y| ** alpha); default from the run's decoding.length_penalty")
     score.add_argument("--batch-size", type=int, help="pairs per batch")
     score.add_argument("--target-language", metavar="CODE",
                        help="an imported multilingual Marian model: put >>CODE<< before every source")

@@ -2,8 +2,9 @@
 beside GNMT's penalty (backend-agnostic: run under tensorflow, jax and
 torch): n-best lists and `Translator.score` against numpy log-probabilities
 of a bigram model, and the rule reaching the search from the command line's
-`--length-penalty` and the run's `decoding.length_penalty`. The search
-itself is checked against independent references in
+`--length-penalty` and the run's `decoding.length_penalty`, and (torch)
+the search against Transformers' `generate` under docs/decoding.md's
+flags. The search itself is checked against independent references in
 test_search_references.py; the SavedModel's rule in tests/tf/test_export.py.
 """
 
@@ -113,3 +114,76 @@ def test_the_command_line_and_the_config_give_the_search_its_rule(tables):
     assert outputs["gnmt"] != outputs["length"]
     with pytest.raises(config_lib.ConfigError, match="decoding.length_penalty"):
         config_lib.resolve(assignments=["decoding.length_penalty=average"])
+
+
+def test_equals_transformers_generate_with_early_stopping_never():
+    """docs/decoding.md's recipe, against Transformers' own beam search: a
+    tiny random MarianMTModel drives our search (a StepFunction over its
+    full forward pass; ids as Marian's: EOS 0, decoding started from the
+    pad token, id 1 stands for our pad and is banned on both sides).
+    Under `length_penalty="length"`, `limit_rule="finish"` and
+    `max_output_length` = `max_new_tokens`, the outputs and scores equal
+    `generate(num_beams=4, early_stopping="never", forced_eos_token_id=None)`
+    (cut at the limit and EOS-ended alike); its default early stop
+    (`early_stopping=False`) returns a worse hypothesis for the model of
+    seed 4, where Transformers stops before the best one finishes."""
+    import keras
+
+    if keras.backend.backend() != "torch":
+        pytest.skip("drives a torch model from the search: the torch backend, eager")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from keras import ops
+
+    from keras_transformer.decoding import StepFunction, beam_search
+
+    vocabulary, limit, eos, start, our_pad = 24, 10, 0, 23, 1
+    compared, stopped_early = 0, 0
+    for seed in (0, 2, 4):
+        torch.manual_seed(seed)
+        config = transformers.MarianConfig(
+            vocab_size=vocabulary, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, pad_token_id=start,
+            eos_token_id=eos, decoder_start_token_id=start, max_position_embeddings=64, forced_eos_token_id=None,
+            activation_function="swish")
+        marian = transformers.MarianMTModel(config).eval()
+        with torch.no_grad():  # peaked distributions and an EOS bias: runs of tokens, some ending, some cut
+            marian.model.shared.weight.mul_(6.0)
+            marian.final_logits_bias[0, eos] = -1.0 + 0.5 * seed
+        rng = np.random.default_rng(seed)
+        sources = [list(rng.integers(2, start, size=n)) + [eos] for n in (3, 5, 2)]
+        width = max(map(len, sources))
+        ours_source = np.array([s + [our_pad] * (width - len(s)) for s in sources], "int32")
+
+        def tokens_to_logits(source_ids, inputs, step, marian=marian):
+            source = torch.as_tensor(source_ids).long()
+            mask = (source != our_pad).long()
+            with torch.no_grad():
+                output = marian(input_ids=torch.where(mask.bool(), source, start), attention_mask=mask,
+                                decoder_input_ids=torch.as_tensor(inputs)[:, : int(step) + 1].long())
+            return output.logits[:, -1].float()
+
+        ours = beam_search(StepFunction(tokens_to_logits, vocabulary, pad_id=our_pad), ours_source, beam_size=4,
+                           alpha=1.0, length_penalty="length", limit_rule="finish", max_extra_length=100,
+                           max_output_length=limit, bos_id=start, eos_id=eos, pad_id=our_pad, compile=False)
+        ids, lengths, scores = (ops.convert_to_numpy(ours[key]) for key in ("ids", "lengths", "scores"))
+        hf_source = torch.tensor([s + [start] * (width - len(s)) for s in sources])
+        for early_stopping in ("never", False):
+            with torch.no_grad():
+                theirs = marian.generate(
+                    input_ids=hf_source, attention_mask=(hf_source != start).long(), num_beams=4,
+                    length_penalty=1.0, early_stopping=early_stopping, max_new_tokens=limit, do_sample=False,
+                    bad_words_ids=[[our_pad], [start]], forced_eos_token_id=None, return_dict_in_generate=True,
+                    output_scores=True)
+            for row in range(len(sources)):
+                tokens = [int(t) for t in theirs.sequences[row][1:] if t != start]  # start: Marian's pad
+                tokens = tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
+                same = tokens == ids[row, : lengths[row]].tolist()
+                if early_stopping == "never":
+                    compared += 1
+                    assert same, (seed, row)
+                    assert float(theirs.sequences_scores[row]) == pytest.approx(float(scores[row]), abs=1e-5)
+                elif not same:
+                    stopped_early += 1
+                    assert float(theirs.sequences_scores[row]) < float(scores[row])  # stopped before our best
+    assert compared == 9 and stopped_early > 0

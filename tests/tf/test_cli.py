@@ -243,18 +243,26 @@ def test_console_script_runs():
         assert command in result.stdout
 
 
-def test_export_command_writes_a_versioned_saved_model(trained_run, tmp_path):
+def test_export_command_writes_a_versioned_saved_model(trained_run, tmp_path, capsys):
     work, _ = trained_run
-    # Flags other than the run's decoding (beam 2, limit rule "fallback"); greedy also has fewer signatures to trace.
+    # Flags other than the run's decoding (beam 2, limit rule "fallback", GNMT's penalty); greedy also has
+    # fewer signatures to trace.
     assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path), "--beam-size", "1",
-                     "--limit-rule", "force_eos"]) == 0
+                     "--limit-rule", "force_eos", "--length-penalty", "length"]) == 0
     assert (tmp_path / "translator" / "1" / "saved_model.pb").is_file()
     info = json.loads((tmp_path / "translator" / "1" / "assets.extra" / "keras_transformer_export.json").read_text())
     assert info["search"]["limit_rule"] == "force_eos" and info["search"]["beam_size"] == 1
+    assert info["search"]["length_penalty"] == "length"
     assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path)]) == 0
     assert (tmp_path / "translator" / "2" / "saved_model.pb").is_file()  # next version, nothing overwritten
     info = json.loads((tmp_path / "translator" / "2" / "assets.extra" / "keras_transformer_export.json").read_text())
     assert info["search"]["limit_rule"] == "fallback" and info["search"]["beam_size"] == 2  # the run's decoding
+    assert info["search"]["length_penalty"] == "gnmt"
+    # GNMT's penalty asked for in a CTranslate2 export: the engine cannot reproduce it; nothing is written.
+    assert cli.main(["export", str(work / "run"), "--format", "ctranslate2", "--output", str(tmp_path / "ct2"),
+                     "--length-penalty", "gnmt"]) == 2
+    assert "cannot reproduce GNMT's penalty" in capsys.readouterr().err
+    assert not (tmp_path / "ct2").exists()
 
 
 def test_console_script_prints_only_its_own_error(tmp_path):

@@ -223,9 +223,17 @@ def test_export_refuses_to_overwrite_and_checks_quantization(tokenizer, tmp_path
     with pytest.raises(ValueError, match="quantization"):
         export_ctranslate2(model, tokenizer, tmp_path / "other", quantization="int4")
     assert not (tmp_path / "other").exists()
-    export_ctranslate2(model, tokenizer, path, force=True, quantization="int8")
+    info = json.loads((path / "keras_transformer_export.json").read_text())
+    # The engine's rule, whatever the run's: GNMT's (the default) is noted as different.
+    assert info["search"]["length_penalty"] == "length" and "GNMT" in info["length_penalty_note"]
+    # GNMT's penalty asked for explicitly: the engine cannot reproduce it (alpha 0 is plain log P).
+    with pytest.raises(ValueError, match=r"cannot reproduce GNMT's penalty with alpha 0.6.*length_penalty 'length'"):
+        export_ctranslate2(model, tokenizer, tmp_path / "other", length_penalty="gnmt")
+    assert not (tmp_path / "other").exists()
+    export_ctranslate2(model, tokenizer, path, force=True, quantization="int8", length_penalty="length")
     info = json.loads((path / "keras_transformer_export.json").read_text())
     assert info["quantization"] == "int8" and (path / "sentencepiece.model").is_file()
+    assert info["search"]["length_penalty"] == "length" and "GNMT" not in info["length_penalty_note"]
     small = random_model(tokenizer.vocabulary_size - 5)
     with pytest.raises(ValueError, match="not trained together"):
         export_ctranslate2(small, tokenizer, tmp_path / "small")

@@ -47,6 +47,10 @@ from keras_transformer.export.signatures import SignatureFunctions
 
 BEAM_SIZE = 4
 ALPHA = 0.6
+# Both exports here rank by the "length" rule (log P / length ** alpha), which every in-process
+# comparison below is given too; the other exports of the suite (test_quantize, test_warmup,
+# test_shortlist_xla, test_cli, ...) keep the default, GNMT's penalty.
+RULE = "length"
 MAX_EXTRA_LENGTH = 6
 MAX_INPUT_LENGTH = 12
 EOS = 3
@@ -264,7 +268,7 @@ def export_dir(model, tokenizer, tmp_path_factory):
         for name in ("translate_text", "translate_ids", "translate_n_best", "score", "_kept_hypotheses_ops"):
             patch.setattr(SignatureFunctions, name, _counting(name, getattr(SignatureFunctions, name)))
         return export_saved_model(
-            model, tokenizer, base, beam_size=BEAM_SIZE, alpha=ALPHA,
+            model, tokenizer, base, beam_size=BEAM_SIZE, alpha=ALPHA, length_penalty=RULE,
             max_extra_length=MAX_EXTRA_LENGTH, max_input_length=MAX_INPUT_LENGTH,
         )
 
@@ -298,7 +302,8 @@ def server(servers):
 def xla_export_dir(model, tokenizer, tmp_path_factory):
     base = tmp_path_factory.mktemp("xla-models")
     return export_saved_model(
-        model, tokenizer, base, beam_size=BEAM_SIZE, alpha=ALPHA, max_extra_length=MAX_EXTRA_LENGTH,
+        model, tokenizer, base, beam_size=BEAM_SIZE, alpha=ALPHA, length_penalty=RULE,
+        max_extra_length=MAX_EXTRA_LENGTH,
         max_input_length=MAX_INPUT_LENGTH, jit_compile=True,
     )
 
@@ -350,7 +355,7 @@ def test_versioned_layout_and_export_info(export_dir, model, tokenizer):
     assert info["search"] == {
         "beam_size": BEAM_SIZE, "alpha": ALPHA, "max_extra_length": MAX_EXTRA_LENGTH,
         "max_input_length": MAX_INPUT_LENGTH, "max_output_length": None, "limit_rule": "fallback",
-        "jit_compile": False, "shortlist": None,
+        "length_penalty": RULE, "jit_compile": False, "shortlist": None,
     }
     assert info["tokenizer"]["vocabulary_size"] == tokenizer.vocabulary_size
     # The SentencePiece model ships beside the graph for clients that tokenize themselves.
@@ -402,7 +407,7 @@ def test_fresh_process_loads_without_keras(server):
 def test_text_signature_matches_in_process_search(server, model, tokenizer):
     texts = NORMAL_TEXTS + MIXED_BATCH
     expected = beam_search(
-        model, source_ids(tokenizer, texts), beam_size=BEAM_SIZE, alpha=ALPHA,
+        model, source_ids(tokenizer, texts), beam_size=BEAM_SIZE, alpha=ALPHA, length_penalty=RULE,
         max_extra_length=MAX_EXTRA_LENGTH,
     )
     expected_texts = decode_strict(tokenizer.detokenize(expected["ids"]).numpy())
@@ -421,7 +426,7 @@ def test_text_signature_matches_in_process_search(server, model, tokenizer):
 def test_text_signature_matches_translate(server, model, tokenizer):
     # The in-process API with the export's settings (it cuts long sources too).
     translator = Translator(
-        model, tokenizer, beam_size=BEAM_SIZE, alpha=ALPHA, max_extra_length=MAX_EXTRA_LENGTH,
+        model, tokenizer, beam_size=BEAM_SIZE, alpha=ALPHA, length_penalty=RULE, max_extra_length=MAX_EXTRA_LENGTH,
         max_source_length=MAX_INPUT_LENGTH,
     )
     texts = NORMAL_TEXTS + MIXED_BATCH
@@ -433,14 +438,15 @@ def test_text_signature_matches_translate(server, model, tokenizer):
     # its defaults, in a smaller batch (other padding): the same translations.
     assert max(token_counts(tokenizer, NORMAL_TEXTS)) < MAX_INPUT_LENGTH
     assert translate(
-        model, tokenizer, NORMAL_TEXTS, beam_size=BEAM_SIZE, alpha=ALPHA,
+        model, tokenizer, NORMAL_TEXTS, beam_size=BEAM_SIZE, alpha=ALPHA, length_penalty=RULE,
         max_extra_length=MAX_EXTRA_LENGTH,
     ) == expected[: len(NORMAL_TEXTS)]
 
 
 def test_ids_signature_matches_in_process_search(server, model, tokenizer):
     expected = beam_search(
-        model, server["ids_sent"], beam_size=BEAM_SIZE, alpha=ALPHA, max_extra_length=MAX_EXTRA_LENGTH,
+        model, server["ids_sent"], beam_size=BEAM_SIZE, alpha=ALPHA, length_penalty=RULE,
+        max_extra_length=MAX_EXTRA_LENGTH,
     )
     exported = server["eager"]["translate_ids"]
     expected_ids = strip_after_eos(keras.ops.convert_to_numpy(expected["ids"]))
@@ -462,7 +468,7 @@ def test_n_best_signature_matches_in_process_n_best(loaded, model, tokenizer):
     exported = loaded.signatures["translate_n_best"](text=tf.constant(texts))
     translations = [[t.decode("utf-8") for t in row] for row in exported["translations"].numpy()]
     scores, counts = exported["scores"].numpy(), exported["counts"].numpy()
-    translator = Translator(model, tokenizer, beam_size=BEAM_SIZE, alpha=ALPHA,
+    translator = Translator(model, tokenizer, beam_size=BEAM_SIZE, alpha=ALPHA, length_penalty=RULE,
                             max_extra_length=MAX_EXTRA_LENGTH, max_source_length=MAX_INPUT_LENGTH)
     expected = translator.translate(texts, n_best=BEAM_SIZE)
     for row, hypotheses in enumerate(expected):
@@ -482,12 +488,15 @@ def test_score_signature_matches_in_process_scores(loaded, model, tokenizer):
     sources = [NORMAL_TEXTS[0], NORMAL_TEXTS[1], "", "ein langer Satz " * 40]
     targets = ["Die kleine Katze.", "", "Hallo.", "Ein Satz."]
     exported = loaded.signatures["score"](source=tf.constant(sources), target=tf.constant(targets))
-    translator = Translator(model, tokenizer, alpha=ALPHA, max_source_length=MAX_INPUT_LENGTH)
+    translator = Translator(model, tokenizer, alpha=ALPHA, length_penalty=RULE, max_source_length=MAX_INPUT_LENGTH)
     with pytest.warns(UserWarning, match="truncated"):
         expected = translator.score(sources, targets)
     np.testing.assert_allclose(exported["log_probs"].numpy(), [e["log_prob"] for e in expected], atol=1e-4)
     np.testing.assert_allclose(exported["scores"].numpy(), [e["score"] for e in expected], atol=1e-4)
     assert exported["tokens"].numpy().tolist() == [e["tokens"] for e in expected]
+    # The rule baked in, by hand: log P over the tokens (EOS counted) to the power alpha.
+    np.testing.assert_allclose(exported["scores"].numpy(),
+                               exported["log_probs"].numpy() / exported["tokens"].numpy() ** ALPHA, rtol=1e-5)
     assert exported["truncated"].numpy().tolist() == [False, False, False, True]
     # Bad input never fails a request (a target over the limit does, below).
     bad = [b"\xff\xfe", b"", "日本語".encode(), b"x" * 5000]
@@ -663,7 +672,7 @@ def test_score_refuses_a_target_over_the_limit(loaded, model, tokenizer):
     limit = MAX_INPUT_LENGTH + MAX_EXTRA_LENGTH
     fits = " ".join(words[: max(n for n, length in lengths.items() if length <= limit)])
     over = " ".join(words[: min(n for n, length in lengths.items() if length > limit)])
-    translator = Translator(model, tokenizer, alpha=ALPHA, max_source_length=MAX_INPUT_LENGTH,
+    translator = Translator(model, tokenizer, alpha=ALPHA, length_penalty=RULE, max_source_length=MAX_INPUT_LENGTH,
                             max_extra_length=MAX_EXTRA_LENGTH)
     score = loaded.signatures["score"]
     exported = score(source=tf.constant(["A cat.", "A dog."]), target=tf.constant([fits, "Ein Hund."]))
