@@ -275,15 +275,15 @@ def test_console_script_prints_only_its_own_error(tmp_path):
 
 def test_bucket_width_default_follows_xla_and_can_be_set(monkeypatch):
     from keras_transformer import config as config_lib
-    from keras_transformer import runs
+    from keras_transformer import run_data, runs
 
     config = config_lib.defaults()
     config["data"]["max_length"] = 30
     # Without XLA (TensorFlow on this CPU-only machine): one bucket per length.
-    assert not runs._train_step_uses_xla()
+    assert not run_data._train_step_uses_xla()
     assert runs.bucket_boundaries(config) == list(range(1, 31))
     # With XLA every shape is a compilation: the pipeline's geometric default.
-    monkeypatch.setattr(runs, "_train_step_uses_xla", lambda: True)
+    monkeypatch.setattr(run_data, "_train_step_uses_xla", lambda: True)
     assert runs.bucket_boundaries(config) is None
     config["data"]["bucket_width"] = 8
     assert runs.bucket_boundaries(config) == [8, 16, 24, 32]
