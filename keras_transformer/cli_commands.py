@@ -324,7 +324,8 @@ def cmd_attention(args):
     tokenizer = runs.with_target_language(tokenizer, config["decoding"])
     target = args.target
     if target is None:
-        target = runs.translate_texts(model, tokenizer, [args.text], config["decoding"])[0]
+        target = runs.translate_texts(model, tokenizer, [args.text], config["decoding"],
+                                      max_source_length=config["data"]["max_length"])[0]  # as translate cuts
     path = plot_cross_attention(model, tokenizer, args.text, target, args.output, layer=args.layer)
     print(f"{args.text}\n-> {target}\nattention heatmap: {path}")
     return 0

@@ -6,15 +6,24 @@ steps of an epoch and the batches from any step on, for one process or for
 one worker of a cluster.
 """
 
+import logging
 from pathlib import Path
 
+import keras
+
+from keras_transformer._tensorflow import tensorflow
 from keras_transformer.data.corpus import CorpusError
+
+log = logging.getLogger("keras_transformer")
 
 
 class RunError(RuntimeError):
     """A run directory or its inputs are unusable; the message says which file."""
 
 
+# The files of a run directory (keras_transformer.runs describes the layout).
+CONFIG_FILE = "config.json"
+MODEL_FILE = "model.keras"
 TOKENIZER_FILE = "tokenizer.model"
 # An imported Marian model's tokenizer (`keras-transformer import`): a folder in
 # Transformers' MarianTokenizer layout (see data/marian_tokenizer.py).
@@ -201,3 +210,58 @@ def check_plan(checkpoint_dir, record, has_checkpoints):
 def _short(value):
     text = repr(value)
     return text if len(text) <= 60 else text[:28] + "..." + text[-28:]
+
+
+def read_pairs(config, split):
+    """The text pairs of the run's data.<split> corpus (train, valid or test)."""
+    from keras_transformer.data.corpus import is_jsonl, open_corpus
+
+    data = config["data"]
+    path = data[split]
+    if not path:
+        raise RunError(f"the configuration has no data.{split} corpus (set data.{split}).")
+    options = {"max_chars": data["max_chars"]}
+    if is_jsonl(path):
+        options.update(source_key=data["source_key"], target_key=data["target_key"])
+    pairs, stats = open_corpus(path, data.get(f"{split}_target"), **options).load()
+    log.info("%s: %s", path, stats)
+    print(f"data.{split} {path}: {stats}", flush=True)
+    if not pairs:
+        raise RunError(f"data.{split} {path}: no usable sentence pairs ({stats}).")
+    return pairs
+
+
+def _train_step_uses_xla():
+    """Keras' `jit_compile="auto"` rule: XLA under JAX, and under TensorFlow only with a GPU/TPU."""
+    if keras.backend.backend() == "jax":
+        return True
+    tf = tensorflow()
+    if tf is not None:
+        return any(device.device_type != "CPU" for device in tf.config.list_physical_devices())
+    return False
+
+
+def bucket_boundaries(config):
+    """Padded batch lengths for `data.bucket_width` (None: the pipeline's geometric default).
+
+    Narrow buckets waste less compute on padding (on the English-German
+    data of `benchmarks/`, 1-token buckets hold ~97% real target tokens per
+    padded token, 4-token ones ~88-91%, the geometric ones ~81%), but every
+    distinct length is a distinct shape. A step that XLA compiles is
+    compiled once per shape, so with XLA the default stays the pipeline's
+    dozen geometric buckets; without it TensorFlow traces one shape-generic
+    graph (Keras' `reduce_retracing`) and the default is 1-token buckets
+    (OpenNMT-tf's default too), which trained 1-21% (median 11%) more real
+    tokens per second than 4-token ones in five alternating pairs of
+    `benchmarks/train_throughput.py` runs.
+    """
+    width = config["data"]["bucket_width"]
+    if width is None:
+        if _train_step_uses_xla():
+            return None
+        width = 1
+    if width < 1:
+        raise RunError(f"data.bucket_width: must be >= 1, got {width}.")
+    from keras_transformer.data import default_bucket_boundaries
+
+    return default_bucket_boundaries(config["data"]["max_length"], min_boundary=width, growth=1, multiple=width)

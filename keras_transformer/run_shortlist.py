@@ -26,10 +26,11 @@ def build_run_shortlist(output_dir, path=None, per_source=50, frequent=100, min_
     corpus and saves it to `path` (default RUN/shortlist.txt); returns
     (shortlist, path)."""
     from keras_transformer.decoding.shortlist import Shortlist
-    from keras_transformer.runs import _read_pairs, load_run
+    from keras_transformer.run_data import read_pairs
+    from keras_transformer.trained_run import load_run
 
     model, tokenizer, config = load_run(output_dir)
-    pairs = _read_pairs(config, "train")
+    pairs = read_pairs(config, "train")
     source_size = getattr(model, "source_vocabulary_size", None) or model.vocabulary_size
     shortlist = Shortlist.build(training_id_pairs(tokenizer, pairs), source_size, model.vocabulary_size,
                                 per_source=per_source, frequent=frequent, min_count=min_count)

@@ -17,15 +17,17 @@ TensorFlow-specific (tf.data, tokenizer): used by the command line and the
 recipes. Running `train` again on the same `output_dir` resumes from the
 newest checkpoint; nothing already done is lost.
 
-This module trains; a finished run's other uses (`evaluate`,
-`validation_perplexity`, `export`, `export_ctranslate2`) are in
-`keras_transformer.trained_run` and `make_translator` / `translate_texts` in
-`keras_transformer.run_translation`, all importable from here as before.
+This module trains; loading a finished run and its other uses (`load_run`,
+`evaluate`, `validation_perplexity`, `export`, `export_ctranslate2`) are in
+`keras_transformer.trained_run`, the run's files, corpora and batch lengths
+(`read_pairs`, `bucket_boundaries`) in `keras_transformer.run_data`, and
+`make_translator` / `translate_texts` in `keras_transformer.run_translation`,
+all importable from here as before. Those modules do not import this one
+(tests/test_import_graph.py).
 """
 
 import contextlib
 import json
-import logging
 import math
 import signal
 import time
@@ -35,71 +37,35 @@ import keras
 import numpy as np
 
 from keras_transformer import config as config_lib
-from keras_transformer._tensorflow import tensorflow
 from keras_transformer.run_data import (  # noqa: F401  (API)
-    MARIAN_TOKENIZER_DIR, TOKENIZER_FILE, RunError, prepare, prepared_dir,
+    CONFIG_FILE,
+    MARIAN_TOKENIZER_DIR,
+    MODEL_FILE,
+    TOKENIZER_FILE,
+    RunError,
+    bucket_boundaries,
+    prepare,
+    prepared_dir,
+    read_pairs,
 )
 from keras_transformer.training.progress import read_best
 from keras_transformer.run_translation import (  # noqa: F401  (API)
     make_translator, translate_texts, with_target_language,
 )
+from keras_transformer.trained_run import (  # noqa: F401  (API)
+    evaluate,
+    export,
+    export_ctranslate2,
+    load_model,
+    load_run,
+    load_tokenizer,
+    validation_perplexity,
+)
 
-log = logging.getLogger("keras_transformer")
+_read_pairs = read_pairs  # the name benchmarks/ scripts import
 
-CONFIG_FILE = "config.json"
-MODEL_FILE = "model.keras"
+
 CHECKPOINT_DIR = "checkpoints"
-
-
-def _read_pairs(config, split):
-    from keras_transformer.data.corpus import is_jsonl, open_corpus
-
-    data = config["data"]
-    path = data[split]
-    if not path:
-        raise RunError(f"the configuration has no data.{split} corpus (set data.{split}).")
-    options = {"max_chars": data["max_chars"]}
-    if is_jsonl(path):
-        options.update(source_key=data["source_key"], target_key=data["target_key"])
-    pairs, stats = open_corpus(path, data.get(f"{split}_target"), **options).load()
-    log.info("%s: %s", path, stats)
-    print(f"data.{split} {path}: {stats}", flush=True)
-    if not pairs:
-        raise RunError(f"data.{split} {path}: no usable sentence pairs ({stats}).")
-    return pairs
-
-
-def load_tokenizer(output_dir):
-    from keras_transformer.data import SubwordTokenizer
-
-    path = Path(output_dir) / TOKENIZER_FILE
-    marian = Path(output_dir) / MARIAN_TOKENIZER_DIR
-    if not path.is_file() and marian.is_dir():
-        from keras_transformer.data.marian_tokenizer import MarianTokenizer
-
-        try:
-            return MarianTokenizer.load(marian)
-        except ValueError as error:
-            raise RunError(str(error)) from None
-    if not path.is_file():
-        raise RunError(f"{path}: no tokenizer; run `keras-transformer train` first.")
-    return SubwordTokenizer.load(str(path))
-
-
-def load_model(output_dir):
-    path = Path(output_dir) / MODEL_FILE
-    if not path.is_file():
-        raise RunError(f"{path}: no trained model; run `keras-transformer train` first.")
-    return keras.saving.load_model(str(path))
-
-
-def load_run(output_dir):
-    """(model, tokenizer, config) of a finished run."""
-    config_path = Path(output_dir) / CONFIG_FILE
-    config = config_lib.defaults()
-    if config_path.is_file():
-        config = config_lib.merge(config, json.loads(config_path.read_text()), origin=str(config_path))
-    return load_model(output_dir), load_tokenizer(output_dir), config
 
 
 class _TimeLimit(keras.callbacks.Callback):
@@ -125,42 +91,6 @@ def build_model(config, vocabulary_size):
     return kt.Transformer.from_preset(
         model_config["preset"], vocabulary_size=vocabulary_size, **config_lib.model_overrides(model_config)
     )
-
-
-def _train_step_uses_xla():
-    """Keras' `jit_compile="auto"` rule: XLA under JAX, and under TensorFlow only with a GPU/TPU."""
-    if keras.backend.backend() == "jax":
-        return True
-    tf = tensorflow()
-    if tf is not None:
-        return any(device.device_type != "CPU" for device in tf.config.list_physical_devices())
-    return False
-
-
-def bucket_boundaries(config):
-    """Padded batch lengths for `data.bucket_width` (None: the pipeline's geometric default).
-
-    Narrow buckets waste less compute on padding (on the English-German
-    data of `benchmarks/`, 1-token buckets hold ~97% real target tokens per
-    padded token, 4-token ones ~88-91%, the geometric ones ~81%), but every
-    distinct length is a distinct shape. A step that XLA compiles is
-    compiled once per shape, so with XLA the default stays the pipeline's
-    dozen geometric buckets; without it TensorFlow traces one shape-generic
-    graph (Keras' `reduce_retracing`) and the default is 1-token buckets
-    (OpenNMT-tf's default too), which trained 1-21% (median 11%) more real
-    tokens per second than 4-token ones in five alternating pairs of
-    `benchmarks/train_throughput.py` runs.
-    """
-    width = config["data"]["bucket_width"]
-    if width is None:
-        if _train_step_uses_xla():
-            return None
-        width = 1
-    if width < 1:
-        raise RunError(f"data.bucket_width: must be >= 1, got {width}.")
-    from keras_transformer.data import default_bucket_boundaries
-
-    return default_bucket_boundaries(config["data"]["max_length"], min_boundary=width, growth=1, multiple=width)
 
 
 def run_boundaries(config, recorded_plan=None):
@@ -289,7 +219,7 @@ def _train_prepared(config, prepared, worker, init_model_path, init_optimizer_pa
 
     validation = validation_pairs = None
     if config["data"]["valid"]:
-        validation_pairs = _read_pairs(config, "valid")
+        validation_pairs = read_pairs(config, "valid")
         validation = make_dataset(validation_pairs, tokenizer, **dataset_options(False))
 
     strategy = None
@@ -530,16 +460,3 @@ def _progress_callbacks(config, model, tokenizer, validation_pairs, steps_per_ep
             min_delta=training["early_stopping_min_delta"],
         ))
     return callbacks
-
-
-# trained_run imports this module, so its names load on first use instead of
-# at import time (no import cycle).
-_TRAINED_RUN_NAMES = ("evaluate", "export", "export_ctranslate2", "validation_perplexity")
-
-
-def __getattr__(name):
-    if name in _TRAINED_RUN_NAMES:
-        from keras_transformer import trained_run
-
-        return getattr(trained_run, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,17 +1,55 @@
-"""What a finished run is used for: evaluate it, measure its perplexity, export it.
+"""A finished run: load it, evaluate it, measure its perplexity, export it.
 
 Each function reads the run from its `output_dir` (`keras_transformer.runs`
 describes the layout) and takes its settings from the run's config;
-`keras_transformer.runs` re-exports them (`runs.evaluate`, `runs.export`, ...).
+`keras_transformer.runs` re-exports them (`runs.load_run`, `runs.evaluate`,
+`runs.export`, ...).
 """
 
 import json
 import time
 from pathlib import Path
 
+import keras
+
 from keras_transformer import config as config_lib
+from keras_transformer.run_data import (
+    CONFIG_FILE, MARIAN_TOKENIZER_DIR, MODEL_FILE, TOKENIZER_FILE, RunError, bucket_boundaries, read_pairs,
+)
 from keras_transformer.run_translation import translate_texts, with_target_language
-from keras_transformer.runs import _read_pairs, bucket_boundaries, load_run
+
+
+def load_tokenizer(output_dir):
+    from keras_transformer.data import SubwordTokenizer
+
+    path = Path(output_dir) / TOKENIZER_FILE
+    marian = Path(output_dir) / MARIAN_TOKENIZER_DIR
+    if not path.is_file() and marian.is_dir():
+        from keras_transformer.data.marian_tokenizer import MarianTokenizer
+
+        try:
+            return MarianTokenizer.load(marian)
+        except ValueError as error:
+            raise RunError(str(error)) from None
+    if not path.is_file():
+        raise RunError(f"{path}: no tokenizer; run `keras-transformer train` first.")
+    return SubwordTokenizer.load(str(path))
+
+
+def load_model(output_dir):
+    path = Path(output_dir) / MODEL_FILE
+    if not path.is_file():
+        raise RunError(f"{path}: no trained model; run `keras-transformer train` first.")
+    return keras.saving.load_model(str(path))
+
+
+def load_run(output_dir):
+    """(model, tokenizer, config) of a finished run."""
+    config_path = Path(output_dir) / CONFIG_FILE
+    config = config_lib.defaults()
+    if config_path.is_file():
+        config = config_lib.merge(config, json.loads(config_path.read_text()), origin=str(config_path))
+    return load_model(output_dir), load_tokenizer(output_dir), config
 
 
 def _with_decoding(output_dir, decoding):
@@ -84,7 +122,7 @@ def validation_perplexity(output_dir, corpus=None, corpus_target=None):
     model, tokenizer, config = load_run(output_dir)
     if corpus:
         config["data"]["valid"], config["data"]["valid_target"] = corpus, corpus_target
-    pairs = _read_pairs(config, "valid")
+    pairs = read_pairs(config, "valid")
     batches = make_dataset(pairs, tokenizer, tokens_per_batch=config["training"]["tokens_per_batch"],
                            max_length=config["data"]["max_length"], bucket_boundaries=bucket_boundaries(config),
                            training=False)
@@ -106,7 +144,7 @@ def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=T
         config = config_lib.merge(config, {"decoding": decoding}, origin="decoding options")
     if corpus:
         config["data"]["test"], config["data"]["test_target"] = corpus, corpus_target
-    pairs = _read_pairs(config, "test")
+    pairs = read_pairs(config, "test")
     if limit:
         pairs = pairs[:limit]
     sources = [s for s, _ in pairs]

@@ -78,9 +78,14 @@ def test_batches_are_cut_as_the_reference_cuts_them(tokens_per_batch):
 def test_the_plan_is_a_function_of_its_arguments():
     lengths = lengths_of(300)
     first, second = BatchPlan(lengths, BOUNDARIES, 64, seed=5), BatchPlan(lengths, BOUNDARIES, 64, seed=5)
-    # A fresh plan asked for step 40 first (a resumed run) gives what the first one gives in sequence.
-    late = [second.batch(step) for step in range(40, 60)]
-    in_order = [first.batch(step) for step in range(60)][40:]
+    # A fresh plan asked first for a step in the middle of epoch 1 (a resumed run) gives, to past the
+    # start of epoch 2, what the first one gives in sequence from step 0: no epoch's order depends on
+    # the epochs a process has planned before it.
+    steps = first.steps_per_epoch
+    resumed_at, end = steps + steps // 2, 2 * steps + 5
+    late = [second.batch(step) for step in range(resumed_at, end)]
+    in_order = [first.batch(step) for step in range(end)][resumed_at:]
+    assert len(late) == len(in_order) == end - resumed_at
     for (a, wa), (b, wb) in zip(late, in_order):
         assert wa == wb and a.tolist() == b.tolist()
     other_seed = BatchPlan(lengths, BOUNDARIES, 64, seed=6)

@@ -41,20 +41,45 @@ def source():
     return make_sources(vocabulary_size=9, lengths=LENGTHS, seed=4)
 
 
+# What each `IncrementalDecoder.select` kept, as the searches ran. Module-level: a search compiled in an
+# earlier test (compiled.py caches it per model and options) records here too.
+KEPT = []
+
+
+def record_kept(sentences):
+    """Appends the number of sentences a `select` keeps, when the search runs: at once where the count
+    is known (eager TensorFlow, PyTorch), else (a TensorFlow graph, where it is unknown while tracing)
+    by a stateful op that a tf.function always runs."""
+    if sentences.shape[0] is not None:
+        KEPT.append(int(sentences.shape[0]))
+        return
+    import tensorflow as tf
+
+    tf.numpy_function(lambda count: KEPT.append(int(count)) or np.int32(0), [tf.shape(sentences)[0]], tf.int32,
+                      stateful=True)
+
+
 @pytest.fixture
-def selections(monkeypatch):
-    """The number of sentences each `IncrementalDecoder.select` keeps (None
-    while a graph is traced), with the ladder shrunk to 2, 4, 8."""
-    monkeypatch.setattr(phases, "PHASE_CAPACITIES", (2, 4, 8))
-    kept = []
+def kept_counts(monkeypatch):
+    """The number of sentences each `IncrementalDecoder.select` kept between phases, as the search ran
+    (nothing is recorded while a graph is traced)."""
+    KEPT.clear()
     select = incremental.IncrementalDecoder.select
 
     def counting_select(self, sentences):
-        kept.append(sentences.shape[0])
+        record_kept(sentences)
         return select(self, sentences)
 
     monkeypatch.setattr(incremental.IncrementalDecoder, "select", counting_select)
-    return kept
+    yield KEPT
+    KEPT.clear()
+
+
+@pytest.fixture
+def selections(kept_counts, monkeypatch):
+    """`kept_counts`, with the ladder shrunk to 2, 4, 8."""
+    monkeypatch.setattr(phases, "PHASE_CAPACITIES", (2, 4, 8))
+    return kept_counts
 
 
 def without_compaction(monkeypatch, run):
@@ -88,7 +113,8 @@ SEARCHES = {
 def test_compaction_changes_no_output(search, model, source, selections, monkeypatch):
     draw_weights(model, seed=8, eos_scale=2.0)
     compacted = as_numpy(SEARCHES[search](model, source))
-    assert selections  # sentences were selected between phases
+    # The search that ran dropped sentences between phases (a count from the run, not from tracing).
+    assert selections and min(selections) < len(LENGTHS), selections
     assert_same_outputs(compacted, without_compaction(monkeypatch, lambda: SEARCHES[search](model, source)))
     lengths = compacted["lengths"].reshape(len(LENGTHS), -1)[:, 0]
     assert len(set(lengths.tolist())) > 2, lengths  # the sentences finished at different steps
@@ -145,9 +171,10 @@ def test_greedy_with_prefix_and_blocking_equals_the_reference(model, source, sel
 
 
 @pytest.mark.parametrize("search", ["beam", "greedy"])
-def test_shipped_ladder_crossing_16_32_and_64(search, model, monkeypatch):
+def test_shipped_ladder_crossing_16_32_and_64(search, model, kept_counts, monkeypatch):
     """Limits of 10, 22, 38 and 68 tokens: sentences finish in the phases of
-    16, 32, 64 and 128 positions."""
+    16, 32, 64 and 128 positions, and each phase after the first carries
+    only the sentences not done (3, then 2, then 1)."""
     source = make_sources(vocabulary_size=9, lengths=(2, 14, 30, 60), seed=5)
     draw_weights(model, seed=8, eos_scale=0.0)  # EOS does not win: all run to their limits
     if search == "beam":
@@ -158,5 +185,7 @@ def test_shipped_ladder_crossing_16_32_and_64(search, model, monkeypatch):
         def run():
             return greedy_search(model, source, max_extra_length=8)
     compacted = as_numpy(run())
+    # A TensorFlow graph (source width unknown when traced) runs every rung, the last selecting none.
+    assert kept_counts[:3] == [3, 2, 1] and not any(kept_counts[3:]), kept_counts
     assert_same_outputs(compacted, without_compaction(monkeypatch, run))
     np.testing.assert_array_equal(compacted["lengths"], limits_of(source, 8))

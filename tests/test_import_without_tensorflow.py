@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent("""
     import keras_transformer.training
     from keras_transformer._tensorflow import tensorflow
     from keras_transformer.data import read_jsonl
-    from keras_transformer.runs import _train_step_uses_xla
+    from keras_transformer.run_data import _train_step_uses_xla
 
     assert tensorflow() is None
     _train_step_uses_xla()

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import to_numpy
 from keras_transformer.decoding import beam_search, greedy_search, sampling_search, score_translations
-from keras_transformer.decoding.inputs import source_length_limit, truncate_source
+from keras_transformer.decoding.inputs import DEFAULT_MAX_SOURCE_LENGTH, source_length_limit, truncate_source
 from test_search import EOS, PAD, make_model, make_sources
 
 SEARCHES = {
@@ -85,7 +85,7 @@ def test_one_truncation_rule():
 
 
 def test_the_source_limit_follows_learned_positions(model, learned):
-    assert source_length_limit(model) is None and source_length_limit(model, 20) == 20
+    assert source_length_limit(model) == DEFAULT_MAX_SOURCE_LENGTH == 256 and source_length_limit(model, 20) == 20
     assert source_length_limit(learned) == 8 and source_length_limit(learned, 20) == 8
     assert source_length_limit(learned, 5) == 5
     assert PAD == 0

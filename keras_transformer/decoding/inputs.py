@@ -4,7 +4,8 @@
   EOS, and one longer than `max_source_length` ids (EOS included) keeps its
   first `max_source_length - 1` tokens. `Translator`, the CLI (through
   `Translator`), the SavedModel's signatures and the CTranslate2 wrapper
-  apply it; `source_length_limit` gives the limit a model allows.
+  apply it; `source_length_limit` gives the limit, the same default
+  (`DEFAULT_MAX_SOURCE_LENGTH`) on every path.
 - `target_length_limit` is the longest target `score` takes, on every
   path; a longer one is refused (never cut: a cut target is another
   sentence).
@@ -23,13 +24,22 @@ from keras import ops
 from keras_transformer.special_tokens import EOS_ID
 
 
+# The default source limit of every path (`Translator`, `export_saved_model`,
+# `export_ctranslate2`), in ids with EOS: the paper presets' data.max_length,
+# the longest sentences their models train on. One default, so that a text
+# gives the same output in process and served; a run's commands use its own
+# data.max_length instead, on every path alike.
+DEFAULT_MAX_SOURCE_LENGTH = 256
+
+
 def source_length_limit(model, max_source_length=None):
-    """The most source ids (EOS included) `model` takes: `max_source_length`
-    (None: no limit), capped at the learned position table's length for a
-    model with learned positions."""
+    """The most source ids (EOS included) a path gives `model`:
+    `max_source_length` (None: `DEFAULT_MAX_SOURCE_LENGTH`), capped at the
+    learned position table's length for a model with learned positions."""
+    limit = DEFAULT_MAX_SOURCE_LENGTH if max_source_length is None else max_source_length
     if getattr(model, "positional_encoding", None) == "learned":
-        return model.max_length if max_source_length is None else min(max_source_length, model.max_length)
-    return max_source_length
+        return min(limit, model.max_length)
+    return limit
 
 
 def source_tokens_kept(max_source_length):

@@ -77,9 +77,12 @@ class Translator:
             included), as the SavedModel export's `max_output_length`.
         max_source_length: sources longer than this many ids (EOS
             included) are truncated, with a warning naming how many and
-            which (`last_truncated` keeps their indices). Default: no cut,
-            except that a model with learned positions always cuts at its
-            `max_length`, which has no positions beyond.
+            which (`last_truncated` keeps their indices). Default: 256
+            (`keras_transformer.decoding.inputs.DEFAULT_MAX_SOURCE_LENGTH`),
+            the default of the SavedModel and CTranslate2 exports too, so
+            a text gives the same output in process and served; pass a
+            larger limit to cut later. A model with learned positions always
+            cuts at its `max_length`, which has no positions beyond.
         batch_size: sentences per search call. Sentences are sorted by
             length before batching (less padding); outputs keep input order.
         jit_compile: compile the search with XLA (TensorFlow; faster on CPU).

@@ -348,7 +348,7 @@ def export_ctranslate2(
     beam_size=4,
     alpha=0.6,
     max_extra_length=50,
-    max_input_length=256,
+    max_input_length=None,
     force=False,
     length_penalty=None,
 ):
@@ -370,6 +370,8 @@ def export_ctranslate2(
         beam_size, alpha, max_extra_length, max_input_length: the run's
             search settings, recorded in `keras_transformer_export.json`
             for clients (the engine takes its options per call).
+            `max_input_length` None: `Translator`'s and the SavedModel's
+            default (`keras_transformer.decoding.inputs.source_length_limit`).
         length_penalty: the run's rule. The engine ranks by
             log P / length ** alpha, our "length" rule, whatever is given:
             None (default) exports with it and records, for a run of

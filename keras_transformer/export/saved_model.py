@@ -53,6 +53,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.decoding.inputs import DEFAULT_MAX_SOURCE_LENGTH, source_length_limit
 from keras_transformer.decoding.options import check_alpha, check_length_penalty, check_limit_rule
 from keras_transformer.decoding.options import check_int
 from keras_transformer.export.opcheck import check_serving_ops
@@ -74,8 +75,8 @@ TOKENIZER_PATH = os.path.join("assets.extra", "tokenizer.model")
 
 _TEMP_PREFIX = ".tmp-export-"
 
-# The data pipeline's default max_length (tokens, EOS included).
-DEFAULT_MAX_INPUT_LENGTH = 256
+# The default input limit (ids, EOS included): every path's default source limit.
+DEFAULT_MAX_INPUT_LENGTH = DEFAULT_MAX_SOURCE_LENGTH
 
 # The XLA variant pads requests to a power of two rows (at least 8) and a
 # multiple of 16 source tokens (keras_transformer.export.warmup).
@@ -233,9 +234,10 @@ def export_saved_model(
         max_extra_length: a translation has at most its source's token count
             (EOS included) plus this many tokens.
         max_input_length: longer inputs are truncated to their first
-            `max_input_length - 1` tokens, plus EOS. None: 256 (the data
-            pipeline's default), or the model's `max_length` if smaller and
-            its positions are learned.
+            `max_input_length - 1` tokens, plus EOS. None: 256, or the
+            model's `max_length` if smaller and its positions are learned
+            (`keras_transformer.decoding.inputs.source_length_limit`:
+            `Translator`'s default, so both give the same translations).
         max_output_length: optional hard cap on every translation's length.
         limit_rule: what becomes of a translation reaching its length limit
             without EOS (`keras_transformer.decoding.LIMIT_RULES`, as for
@@ -305,9 +307,7 @@ def export_saved_model(
     check_limit_rule(limit_rule)
     check_length_penalty(length_penalty)
     if max_input_length is None:
-        max_input_length = DEFAULT_MAX_INPUT_LENGTH
-        if getattr(model, "positional_encoding", None) == "learned":
-            max_input_length = min(max_input_length, model.max_length)
+        max_input_length = source_length_limit(model)  # Translator's default too
     check_int("max_input_length", max_input_length, 2)
     if max_output_length is not None:
         check_int("max_output_length", max_output_length, 1)

@@ -95,15 +95,24 @@ class TrainingProgress(_CountsRunSteps, keras.callbacks.Callback):
         self.last_time = self.last_line = time.monotonic()
         self.last_step = None
         self.last_logs = None
+        # Target tokens since training began, at the last report. The token
+        # metric restarts each epoch, so the run's count is the finished
+        # epochs' totals plus the current epoch's metric: an interval that
+        # crosses an epoch's end counts the tokens on both sides of it.
         self.tokens_at_last = 0.0
+        self.tokens_before_epoch = 0.0
+        self.epoch_tokens = 0.0
         self.epoch = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
-        self.tokens_at_last = 0.0  # the token metric restarts each epoch
+        self.tokens_before_epoch += self.epoch_tokens
+        self.epoch_tokens = 0.0
 
     def on_train_batch_end(self, batch, logs=None):
-        self._maybe_report(logs if logs is not None else {})
+        logs = logs if logs is not None else {}
+        self.epoch_tokens = float(logs.get("target_tokens", self.epoch_tokens))
+        self._maybe_report(logs)
 
     def on_train_end(self, logs=None):
         # The last step is always reported, however short the run.
@@ -121,7 +130,7 @@ class TrainingProgress(_CountsRunSteps, keras.callbacks.Callback):
         due = force or step - self.last_step >= self.every_steps or now - self.last_time >= self.every_seconds
         if not (due or (self.live and now - self.last_line >= 0.5)):
             return
-        tokens = float(logs.get("target_tokens", 0.0))
+        tokens = self.tokens_before_epoch + self.epoch_tokens if "target_tokens" in logs else 0.0
         seconds = max(now - self.last_time, 1e-9)
         figures = {
             "step": step,

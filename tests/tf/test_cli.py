@@ -243,8 +243,12 @@ def test_console_script_runs():
         assert command in result.stdout
 
 
-def test_export_command_writes_a_versioned_saved_model(trained_run, tmp_path, capsys):
+def test_export_command_writes_a_versioned_saved_model(trained_run, tmp_path, monkeypatch, capsys):
+    from keras_transformer.export import signatures
+
     work, _ = trained_run
+    # The rule the exported graph's searches are traced with, besides the one the export info records.
+    rules = record_limit_rules(monkeypatch, signatures, "greedy_search", "beam_search")
     # Flags other than the run's decoding (beam 2, limit rule "fallback", GNMT's penalty); greedy also has
     # fewer signatures to trace.
     assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path), "--beam-size", "1",
@@ -253,7 +257,10 @@ def test_export_command_writes_a_versioned_saved_model(trained_run, tmp_path, ca
     info = json.loads((tmp_path / "translator" / "1" / "assets.extra" / "keras_transformer_export.json").read_text())
     assert info["search"]["limit_rule"] == "force_eos" and info["search"]["beam_size"] == 1
     assert info["search"]["length_penalty"] == "length"
+    assert rules and set(rules) == {"force_eos"}, rules
+    rules.clear()
     assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path)]) == 0
+    assert rules and set(rules) == {"fallback"}, rules
     assert (tmp_path / "translator" / "2" / "saved_model.pb").is_file()  # next version, nothing overwritten
     info = json.loads((tmp_path / "translator" / "2" / "assets.extra" / "keras_transformer_export.json").read_text())
     assert info["search"]["limit_rule"] == "fallback" and info["search"]["beam_size"] == 2  # the run's decoding
@@ -283,15 +290,15 @@ def test_console_script_prints_only_its_own_error(tmp_path):
 
 def test_bucket_width_default_follows_xla_and_can_be_set(monkeypatch):
     from keras_transformer import config as config_lib
-    from keras_transformer import runs
+    from keras_transformer import run_data, runs
 
     config = config_lib.defaults()
     config["data"]["max_length"] = 30
     # Without XLA (TensorFlow on this CPU-only machine): one bucket per length.
-    assert not runs._train_step_uses_xla()
+    assert not run_data._train_step_uses_xla()
     assert runs.bucket_boundaries(config) == list(range(1, 31))
     # With XLA every shape is a compilation: the pipeline's geometric default.
-    monkeypatch.setattr(runs, "_train_step_uses_xla", lambda: True)
+    monkeypatch.setattr(run_data, "_train_step_uses_xla", lambda: True)
     assert runs.bucket_boundaries(config) is None
     config["data"]["bucket_width"] = 8
     assert runs.bucket_boundaries(config) == [8, 16, 24, 32]
@@ -434,6 +441,22 @@ def test_translate_n_best_scores_alignments_jsonl_prefix_sampling(trained_run, t
         cli.main(["translate", run, "--input", str(source), "--prefix", str(prefixes)])
 
 
+def record_limit_rules(monkeypatch, module, *names):
+    """Wraps the searches `module` calls by these names; returns the list of the `limit_rule` each call got."""
+    rules = []
+
+    def recording(search):
+        def wrapper(*args, **kwargs):
+            rules.append(kwargs.get("limit_rule", "<not given>"))
+            return search(*args, **kwargs)
+
+        return wrapper
+
+    for name in names:
+        monkeypatch.setattr(module, name, recording(getattr(module, name)))
+    return rules
+
+
 def test_limit_rule_flag_and_config_key(trained_run, tmp_path, capsys, monkeypatch):
     """`--limit-rule`, else the run's decoding.limit_rule, is the rule the
     translate command's searches get (what each rule does is
@@ -445,9 +468,8 @@ def test_limit_rule_flag_and_config_key(trained_run, tmp_path, capsys, monkeypat
 
     translate_lib = importlib.import_module("keras_transformer.decoding.translate")
     assert config_lib.SCHEMA["decoding"]["limit_rule"][:2] == ("fallback", LIMIT_RULES)
-    rules, search = [], translate_lib.Translator._search
-    monkeypatch.setattr(translate_lib.Translator, "_search",
-                        lambda self, *args, **kwargs: rules.append(self.limit_rule) or search(self, *args, **kwargs))
+    # The rule the greedy search itself is called with (--beam-size 1 below).
+    rules = record_limit_rules(monkeypatch, translate_lib, "greedy_search")
     work, _ = trained_run
     run = str(work / "run")
     # The config key, through a copy of the run whose config.json sets it.
@@ -534,6 +556,9 @@ def test_shortlist_command_and_translate_with_it(trained_run, tmp_path, capsys):
     expected = translator.translate(texts)
     ids, count = shortlist.candidates(translator.source_ids(texts))
     assert len(ids) < model.vocabulary_size and count > 4
+    # The list changes the text, so a command (or an export) that ignored it would not give `expected`.
+    unlisted = runs.make_translator(model, tokenizer, config["decoding"], config["data"]["max_length"])
+    assert unlisted.translate(texts) != expected
     output = tmp_path / "out.txt"
     arguments = ["translate", run, "--output", str(output)] + [a for t in texts for a in ("--text", t)]
     assert cli.main(arguments + ["--shortlist", str(path)]) == 0

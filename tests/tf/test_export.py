@@ -884,3 +884,39 @@ def test_input_limit_must_fit_learned_positions(tokenizer, tmp_path):
     learned.build()
     with pytest.raises(ValueError, match="learned positions"):
         export_saved_model(learned, tokenizer, tmp_path, max_input_length=16)
+
+
+def test_default_source_limit_is_the_same_in_process_and_served(model, tokenizer, tmp_path):
+    """One default source limit (`inputs.DEFAULT_MAX_SOURCE_LENGTH`, 256 ids with EOS) for `Translator`,
+    `export_saved_model` and `export_ctranslate2`: a text of 2,000 pieces gives one translation in process
+    and through a SavedModel exported with the defaults, both cut to its first 255 pieces."""
+    from keras_transformer.decoding.inputs import DEFAULT_MAX_SOURCE_LENGTH
+
+    text = " ".join(["zebra"] * 500)
+    pieces = len(tokenizer.tokenize([text]).to_list()[0])
+    assert pieces >= 2000 and DEFAULT_MAX_SOURCE_LENGTH == 256
+    # Greedy, few extra tokens: the quickest export and search that still decode 255 source positions.
+    export_dir = export_saved_model(model, tokenizer, tmp_path / "models", beam_size=1, max_extra_length=2,
+                                    check_ops=False, warmup_rows=1)
+    info = json.loads(open(os.path.join(export_dir, "assets.extra", "keras_transformer_export.json")).read())
+    assert info["search"]["max_input_length"] == DEFAULT_MAX_SOURCE_LENGTH
+    served = tf.saved_model.load(export_dir).signatures["serving_default"](text=tf.constant([text]))
+    assert served["truncated"].numpy().tolist() == [True]
+    translator = Translator(model, tokenizer, beam_size=1, max_extra_length=2)
+    with pytest.warns(UserWarning, match=r"max_source_length=256 tokens .* truncated"):
+        in_process = translator.translate([text])
+    assert translator.last_truncated == [0]
+    assert decode_strict(served["translations"].numpy()) == in_process
+
+
+def test_ctranslate2_export_has_the_same_default_source_limit(model, tokenizer, tmp_path):
+    """`export_ctranslate2` records the default limit, which its wrapper applies."""
+    from required_imports import required
+
+    required("ctranslate2")  # under CI=true a missing package fails the test instead of skipping it
+    from keras_transformer.decoding.inputs import DEFAULT_MAX_SOURCE_LENGTH
+    from keras_transformer.export.ctranslate2 import CTRANSLATE2_OPTIONS_PATH, export_ctranslate2
+
+    directory = export_ctranslate2(model, tokenizer, tmp_path / "ct2", beam_size=1, max_extra_length=2)
+    info = json.loads(open(os.path.join(directory, CTRANSLATE2_OPTIONS_PATH)).read())
+    assert info["search"]["max_input_length"] == DEFAULT_MAX_SOURCE_LENGTH

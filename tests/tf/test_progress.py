@@ -122,6 +122,40 @@ def test_tokens_per_second_is_target_tokens_over_the_interval_between_reports(tm
         previous = step
 
 
+def test_tokens_per_second_across_an_epoch_end(monkeypatch):
+    """Epochs of 5 steps of 100 target tokens, one (fake) second per step, a
+    report every 3 steps: the report at step 6 covers steps 4-6, two at the
+    end of epoch 1 and one in epoch 2, so 300 tokens in 3 s, though the token
+    metric (as Keras' logs give it) restarted at step 6. Each rate is 100."""
+    import io
+    import types
+
+    from keras_transformer.training import progress as progress_lib
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(progress_lib, "time", types.SimpleNamespace(monotonic=lambda: clock["now"],
+                                                                     time=lambda: clock["now"]))
+    progress = progress_lib.TrainingProgress(None, every_steps=3, every_seconds=1e9, live=False,
+                                             stream=io.StringIO(), steps_per_epoch=5)
+    progress.checkpoint = types.SimpleNamespace(step=0)  # the run's step count (_CountsRunSteps)
+    progress.set_model(types.SimpleNamespace(optimizer=types.SimpleNamespace(learning_rate=0.5)))
+    rates = {}
+    progress.on_train_begin()
+    for epoch in range(3):
+        progress.on_epoch_begin(epoch)
+        for batch in range(5):
+            clock["now"] += 1.0
+            progress.checkpoint.step += 1
+            logs = {"loss": 1.0, "target_tokens": 100.0 * (batch + 1)}  # the epoch's count so far
+            progress.on_train_batch_end(batch, logs)
+            if "tokens_per_second" in logs:
+                rates[progress.checkpoint.step] = logs["tokens_per_second"]
+        progress.on_epoch_end(epoch, {})
+    progress.on_train_end()
+    assert rates == {step: 100.0 for step in (3, 6, 9, 12, 15)}, rates
+    assert "epoch 2 (1/5)" in progress.stream.getvalue()
+
+
 def test_early_stopping_stops_after_patience(corpus, tmp_path, capsys):
     # min_delta 1000 BLEU: no validation after the first counts as a gain.
     runs.train(small_config(corpus, tmp_path / "run", max_steps=40, early_stopping_patience=2,

@@ -36,11 +36,6 @@ BEAM, ALPHA, EXTRA = 4, 0.6, 10
 MAX_INPUT = 48
 
 
-@pytest.fixture(autouse=True)
-def _no_reseed():
-    yield
-
-
 @pytest.fixture(scope="module")
 def trained_run(easy_synthetic_run, easy_synthetic_model):
     """A small model trained for 800 steps on the synthetic corpus's easy
@@ -172,15 +167,47 @@ def as_array(value):
     return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
+def spec_linears(spec, model):
+    """(spec linear, the Dense layers whose outputs it stacks) for every linear of CTranslate2's
+    TransformerSpec, from its documented layout: self-attention's linear[0] is query, key and value
+    fused, linear[1] the output; cross-attention's linear[0] the query, linear[1] key and value fused,
+    linear[2] the output; the feed-forward's linear_0 and linear_1."""
+    def self_attention(linears, attention):
+        return [(linears[0], [attention.query_projection, attention.key_projection, attention.value_projection]),
+                (linears[1], [attention.output_projection])]
+
+    def feed_forward(ffn, layer):
+        return [(ffn.linear_0, [layer.feed_forward.inner]), (ffn.linear_1, [layer.feed_forward.outer])]
+
+    pairs = []
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder.stacked_layers, strict=True):
+        pairs += self_attention(layer_spec.self_attention.linear, layer.self_attention)
+        pairs += feed_forward(layer_spec.ffn, layer)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder.stacked_layers, strict=True):
+        pairs += self_attention(layer_spec.self_attention.linear, layer.self_attention)
+        cross, attention = layer_spec.attention.linear, layer.cross_attention
+        pairs += [(cross[0], [attention.query_projection]),
+                  (cross[1], [attention.key_projection, attention.value_projection]),
+                  (cross[2], [attention.output_projection])]
+        pairs += feed_forward(layer_spec.ffn, layer)
+    return pairs
+
+
 def test_ctranslate2_int8_takes_the_kernels_as_they_are(trained, int8_model, tmp_path):
     _, tokenizer, test = trained
-    # The spec as the export saves it (after the engine's optimize step).
+    # The spec as the export saves it (after the engine's optimize step): every int8 Dense layer's
+    # kernel (transposed to CTranslate2's (out, in)) and per-output scales, exactly, in its place.
     spec = optimized_spec(int8_model, tokenizer, "int8")
-    layer = int8_model.encoder.stacked_layers[0].feed_forward.inner
-    np.testing.assert_array_equal(as_array(spec.encoder.layer[0].ffn.linear_0.weight),
-                                  keras.ops.convert_to_numpy(layer._kernel).T)
-    np.testing.assert_array_equal(as_array(spec.encoder.layer[0].ffn.linear_0.weight_scale),
-                                  keras.ops.convert_to_numpy(layer.kernel_scale).reshape(-1))
+    checked = []
+    for linear, denses in spec_linears(spec, int8_model):
+        np.testing.assert_array_equal(
+            as_array(linear.weight), np.concatenate([keras.ops.convert_to_numpy(d._kernel).T for d in denses]))
+        np.testing.assert_array_equal(
+            as_array(linear.weight_scale),
+            np.concatenate([keras.ops.convert_to_numpy(d.kernel_scale).reshape(-1) for d in denses]))
+        checked += denses
+    assert len(checked) == 32  # 2 encoder layers x 6 + 2 decoder layers x 10, each once:
+    assert {id(d) for d in checked} == {id(d) for d in int8_dense_layers(int8_model)}
     with pytest.raises(ValueError, match="quantization='int8'"):
         export_ctranslate2(int8_model, tokenizer, tmp_path / "float", quantization="float32")
     directory = export_ctranslate2(int8_model, tokenizer, tmp_path / "ct2", quantization="int8",

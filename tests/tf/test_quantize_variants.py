@@ -35,11 +35,6 @@ BEAM, ALPHA, EXTRA = 4, 0.6, 10
 MAX_INPUT = 48
 
 
-@pytest.fixture(autouse=True)
-def _no_reseed():
-    yield
-
-
 @pytest.fixture(scope="module")
 def trained_run(easy_synthetic_run, easy_synthetic_model):
     """The small model test_quantize.py and test_ctranslate2.py use (tests/tf/conftest.py: trained once

@@ -42,12 +42,6 @@ SIZE = 16  # the fixed list: holds LISTED's 15 candidates, not PAST's 25 (assert
 QUANTIZE = "int8"  # the headline's mode: int8 weights, activations quantized per row
 
 
-@pytest.fixture(autouse=True)
-def _no_reseed():
-    """The suite reseeds per test (resetting TF's caches); the fixtures seed once."""
-    yield
-
-
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
     return train_tokenizer(tmp_path_factory.mktemp("tokenizer"))
