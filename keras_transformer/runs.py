@@ -85,10 +85,10 @@ class _TimeLimit(keras.callbacks.Callback):
 
 
 def build_model(config, vocabulary_size):
-    import keras_transformer as kt
+    from keras_transformer.models.transformer import Transformer
 
     model_config = config["model"]
-    return kt.Transformer.from_preset(
+    return Transformer.from_preset(
         model_config["preset"], vocabulary_size=vocabulary_size, **config_lib.model_overrides(model_config)
     )
 
