@@ -459,6 +459,12 @@ def _adopt_tokenizer(source, destination):
         return path.read_bytes() if path.is_file() else None
 
     data = contents(source)
+    # A run has one tokenizer: a tokenizer.model beside an adopted marian_tokenizer/ (or the reverse)
+    # would be read instead of the initial model's.
+    other = destination.with_name(TOKENIZER_FILE if destination.name == MARIAN_TOKENIZER_DIR else MARIAN_TOKENIZER_DIR)
+    if other.exists():
+        raise RunError(f"tokenizer mismatch: {other} is not the tokenizer of training.init_from ({source}); the "
+                       "model's embeddings belong to the second. Use a new output_dir for the fine-tuned run.")
     if destination.exists():
         if contents(destination) != data:
             raise RunError(

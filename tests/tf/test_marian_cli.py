@@ -242,6 +242,18 @@ def test_fine_tuning_an_imported_run(imported, tmp_path, capsys):
     assert len(outputs) == len(TEXTS) and any(outputs)
 
 
+def test_fine_tuning_an_imported_run_into_a_run_with_another_tokenizer_is_refused(imported, tmp_path, capsys):
+    _, run_dir = imported
+    (tmp_path / "train.tsv").write_text("The cat.\tDie Katze.\n")
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned" / "tokenizer.model").write_bytes(b"another run's")
+    assert main(["train", "--config", str(run_dir / "config.json"), "--init-from", str(run_dir),
+                 "--output-dir", str(tmp_path / "tuned"), "--train", str(tmp_path / "train.tsv")]) == 2
+    assert f"tokenizer mismatch: {tmp_path / 'tuned' / 'tokenizer.model'} is not the tokenizer of training.init_from" \
+        in capsys.readouterr().err
+    assert not (tmp_path / "tuned" / "marian_tokenizer").exists()
+
+
 def _write_opus_mt_folder(folder, model):
     """test_marian_import.py's Marian-layout .npz writer (one table of Marian's names for the suite)."""
     import importlib.util
