@@ -183,13 +183,14 @@ def test_bad_input_names_the_file_and_writes_nothing(imported, tmp_path, capsys)
 
 def _mean_loss(model, tokenizer, pairs):
     """Token-mean cross-entropy of `model` on `pairs` (no label smoothing), computed here."""
+    import keras
     import numpy as np
 
     from keras_transformer.data import make_dataset
 
     total = count = 0.0
     for inputs, labels in make_dataset(pairs, tokenizer, tokens_per_batch=4096, max_length=64, training=False):
-        logits = np.asarray(model(inputs, training=False), dtype=np.float64)
+        logits = keras.ops.convert_to_numpy(model(inputs, training=False)).astype(np.float64)
         labels = np.asarray(labels)
         shifted = logits - logits.max(axis=-1, keepdims=True)
         log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
