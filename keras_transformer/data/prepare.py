@@ -14,7 +14,8 @@ in place, so that a run reading one is never pulled from under it:
 A version holds:
 
     manifest.json    inputs (path, size, mtime, SHA-256), the settings that
-                     decide the content, the tokenizer's SHA-256, counts and
+                     decide the content, the tokenizer's SHA-256 (and, with
+                     an `encoder`, each of its files'), counts and
                      the shards with their SHA-256 (written last: a directory
                      without it was not finished)
     tokenizer.model  the SentencePiece model (or, with an `encoder`, the
@@ -173,9 +174,11 @@ def _why_stale(manifest, inputs, settings, tokenizer_sha256):
 
 def verify(directory, manifest, checksums=True):
     """Raises `ShardError` naming the first missing or damaged file."""
-    tokenizer = os.path.join(directory, TOKENIZER_FILE)
-    if not os.path.isfile(tokenizer) or file_sha256(tokenizer) != manifest["tokenizer_sha256"]:
-        raise ShardError(f"{tokenizer}: missing or not the tokenizer the data was prepared with")
+    # Data prepared with an `encoder` lists its tokenizer's files; otherwise it is one SentencePiece model.
+    for name, sha256 in manifest.get("tokenizer_files", {TOKENIZER_FILE: manifest["tokenizer_sha256"]}).items():
+        tokenizer = os.path.join(directory, name)
+        if not os.path.isfile(tokenizer) or file_sha256(tokenizer) != sha256:
+            raise ShardError(f"{tokenizer}: missing or not the tokenizer the data was prepared with")
     lengths = os.path.join(directory, LENGTHS_FILE)
     if not os.path.isfile(lengths) or os.path.getsize(lengths) != 2 * manifest["counts"]["pairs"]:
         raise ShardError(f"{lengths}: missing or of the wrong size")
@@ -358,6 +361,7 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
         tokenizer_proto = train_tokenizer(sample)
         log(f"prepare: tokenizer trained on {len(sample):,} pairs in {time.time() - tokenizer_started:.0f}s")
         del sample
+    tokenizer_files = None if encoder is None else {name: _sha256(data) for name, data in encoder.files.items()}
     if encoder is None:
         encoder = _SentencePieceEncoder(tokenizer_proto, num_threads or os.cpu_count() or 1)
     for name, data in encoder.files.items():
@@ -405,6 +409,7 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
         "inputs": fingerprints,
         "settings": settings,
         "tokenizer_sha256": encoder.sha256,
+        **({"tokenizer_files": tokenizer_files} if tokenizer_files else {}),
         "tokenizer_trained": trained,
         "lengths_sha256": lengths_digest.hexdigest(),
         "token_dtype": dtype,
