@@ -61,7 +61,8 @@ def parse_arguments(argv):
     if not Path(args.corpus).is_file():
         parser.error(f"CORPUS {args.corpus}: file not found.")
     if not args.source.startswith("hf://") and not Path(args.source).is_dir():
-        parser.error(f"SOURCE {args.source}: no such folder (a MarianMT or OPUS-MT release folder, or hf://OWNER/NAME).")
+        parser.error(f"SOURCE {args.source}: no such folder (a MarianMT or OPUS-MT release folder, "
+                     "or hf://OWNER/NAME).")
     return args
 
 

@@ -20,7 +20,7 @@ SHRINK = ["training.max_steps=3", "training.tokens_per_batch=256", "training.mix
 
 
 def test_opus_mt_recipe_end_to_end(tmp_path, monkeypatch, capsys):
-    ctranslate2 = pytest.importorskip("ctranslate2")  # noqa: F841  (the export needs it)
+    pytest.importorskip("ctranslate2")  # the export needs it
     from keras_transformer.export.ctranslate2 import CTranslate2Translator
 
     folder = make_marian_folder(tmp_path / "opus-mt-tiny", model=True)
