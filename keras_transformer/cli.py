@@ -116,8 +116,8 @@ def build_parser():
     _config_arguments(train)
     train.add_argument("--print-config", action="store_true", help="print the resolved configuration and exit")
     train.add_argument("--init-from", metavar="RUN_OR_MODEL",
-                       help="fine-tune: start from a run's model and tokenizer (or a .keras file beside its "
-                            "tokenizer.model); same as --set training.init_from=...")
+                       help="fine-tune: start from a run's model and tokenizer (an imported run's too, or a .keras "
+                            "file beside its tokenizer); same as --set training.init_from=...")
     train.add_argument("--init-optimizer", choices=("reset", "keep"),
                        help="with --init-from: reset (default) starts the optimizer and learning-rate schedule "
                             "afresh, with a new warm-up of training.warmup_steps; keep continues the source run's "

@@ -53,8 +53,9 @@ def _settings(config):
 def prepare(config, on_change="rebuild", build=True):
     """Prepares the training corpus of `config` once (`data.prepare`): the
     tokenizer and shards of token ids in `prepared_dir(config)`. The run's
-    own tokenizer (OUTPUT_DIR/tokenizer.model, e.g. adopted by
-    training.init_from) is used when there is one. Returns a `Prepared`.
+    own tokenizer (OUTPUT_DIR/tokenizer.model, or an imported run's
+    OUTPUT_DIR/marian_tokenizer/; e.g. adopted by training.init_from) is
+    used when there is one. Returns a `Prepared`.
 
     `build=False` only checks (raising `data.prepare.PrepareError` unless
     the data is prepared and up to date): a worker waiting for the chief."""
@@ -70,8 +71,24 @@ def prepare(config, on_change="rebuild", build=True):
     reader, settings = _settings(config)
     symbols = (data["user_defined_symbols"] or "").split()
     run_tokenizer = Path(config["output_dir"]) / TOKENIZER_FILE
-    proto = None
-    if run_tokenizer.is_file():
+    marian_tokenizer = Path(config["output_dir"]) / MARIAN_TOKENIZER_DIR
+    proto = encoder = None
+    if not run_tokenizer.is_file() and marian_tokenizer.is_dir():
+        # An imported Marian run's tokenizer (adopted by training.init_from): its two
+        # SentencePiece models and vocabulary encode the corpus, in plain Python.
+        from keras_transformer.data.marian_tokenizer import MarianTokenizer
+
+        try:
+            tokenizer = MarianTokenizer.load(marian_tokenizer)
+        except (OSError, ValueError) as error:
+            raise RunError(str(error)) from None
+        encoder = tokenizer.pair_encoder()
+        if symbols:
+            raise RunError(f"data.user_defined_symbols: {marian_tokenizer} is an imported model's tokenizer, "
+                           "which takes no new pieces; drop the setting.")
+        if build:
+            print(f"tokenizer: reusing {marian_tokenizer} ({tokenizer.vocabulary_size} ids)", flush=True)
+    elif run_tokenizer.is_file():
         proto = run_tokenizer.read_bytes()
         tokenizer = SubwordTokenizer(proto)
         missing = [s for s in symbols if tokenizer.id_to_piece(tokenizer.piece_to_id(s)) != s]
@@ -91,7 +108,7 @@ def prepare(config, on_change="rebuild", build=True):
     try:
         prepared = prepare_data(
             directory, inputs=inputs, open_pairs=lambda: open_corpus(path, data["train_target"], **reader),
-            settings=settings, tokenizer_proto=proto, train_tokenizer=train_tokenizer,
+            settings=settings, tokenizer_proto=proto, encoder=encoder, train_tokenizer=train_tokenizer,
             sample_pairs=data["tokenizer_sample_pairs"], seed=seed, pairs_per_shard=data["pairs_per_shard"],
             on_change=on_change, log=lambda message: print(message, flush=True), build=build)
     except PrepareError as error:

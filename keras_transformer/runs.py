@@ -29,6 +29,7 @@ all importable from here as before. Those modules do not import this one
 import contextlib
 import json
 import math
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -163,7 +164,7 @@ def train(config, verbose="auto", callbacks=()):
         if training["init_optimizer"] == "keep":
             init_optimizer_path = _init_optimizer_source(training["init_from"])
         if chief:
-            _adopt_tokenizer(init_tokenizer_path, output_dir / TOKENIZER_FILE)
+            _adopt_tokenizer(init_tokenizer_path, output_dir / init_tokenizer_path.name)
     if chief:
         clear_chief_failure(output_dir)
         # A run that has trained on its data keeps that data: a changed input is an error, not a new corpus.
@@ -199,9 +200,12 @@ def _train_prepared(config, prepared, worker, init_model_path, init_optimizer_pa
 
     output_dir, training = Path(config["output_dir"]), config["training"]
     tokenizer_path = output_dir / TOKENIZER_FILE
-    if not tokenizer_path.is_file():
-        tokenizer_path.write_bytes(Path(prepared.tokenizer_path).read_bytes())
-    tokenizer = SubwordTokenizer.load(str(tokenizer_path))
+    if (output_dir / MARIAN_TOKENIZER_DIR).is_dir() and not tokenizer_path.is_file():
+        tokenizer = load_tokenizer(output_dir)  # an imported run's, adopted by training.init_from
+    else:
+        if not tokenizer_path.is_file():
+            tokenizer_path.write_bytes(Path(prepared.tokenizer_path).read_bytes())
+        tokenizer = SubwordTokenizer.load(str(tokenizer_path))
     checkpoint_dir = output_dir / CHECKPOINT_DIR
     has_checkpoints = bool(list_checkpoints(str(checkpoint_dir)))
     boundaries = run_boundaries(config, read_plan(checkpoint_dir) if has_checkpoints else None)
@@ -337,22 +341,23 @@ def _train_prepared(config, prepared, worker, init_model_path, init_optimizer_pa
 
 
 def _init_source(init_from):
-    """(model file, tokenizer file) named by training.init_from: a run directory or a .keras file."""
+    """(model file, tokenizer) named by training.init_from: a run directory or
+    a .keras file; the tokenizer is the run's tokenizer.model, or the
+    marian_tokenizer/ folder of an imported run."""
     path = Path(init_from)
     if path.is_dir():
-        model_path, tokenizer_path = path / MODEL_FILE, path / TOKENIZER_FILE
+        model_path, run_dir = path / MODEL_FILE, path
     elif path.suffix == ".keras":
-        model_path, tokenizer_path = path, path.parent / TOKENIZER_FILE
+        model_path, run_dir = path, path.parent
     else:
         raise RunError(f"training.init_from {init_from}: not a run directory nor a .keras model file.")
-    if not tokenizer_path.is_file() and (tokenizer_path.parent / MARIAN_TOKENIZER_DIR).is_dir():
-        # TODO: prepare() tokenizes with a SentencePiece proto only; an imported
-        # Marian run needs its two models and vocabulary there.
-        raise RunError(f"training.init_from {init_from}: an imported Marian run ({MARIAN_TOKENIZER_DIR}/); "
-                       "fine-tuning it is not supported yet.")
-    for name, file in (("model", model_path), ("tokenizer", tokenizer_path)):
-        if not file.is_file():
-            raise RunError(f"training.init_from {init_from}: no {name} at {file}.")
+    tokenizer_path = run_dir / TOKENIZER_FILE
+    if not tokenizer_path.is_file() and (run_dir / MARIAN_TOKENIZER_DIR).is_dir():
+        tokenizer_path = run_dir / MARIAN_TOKENIZER_DIR
+    if not model_path.is_file():
+        raise RunError(f"training.init_from {init_from}: no model at {model_path}.")
+    if not tokenizer_path.exists():
+        raise RunError(f"training.init_from {init_from}: no tokenizer at {tokenizer_path}.")
     return model_path, tokenizer_path
 
 
@@ -375,17 +380,38 @@ def _init_optimizer_source(init_from):
 
 
 def _adopt_tokenizer(source, destination):
-    """The fine-tuned run uses the initial model's tokenizer: copied in, or
-    checked against the one the run already has."""
-    data = source.read_bytes()
-    if destination.is_file():
-        if destination.read_bytes() != data:
+    """The fine-tuned run uses the initial model's tokenizer (a file, or an
+    imported run's folder): copied in, or checked against the one the run
+    already has."""
+    def contents(path):
+        if path.is_dir():
+            return {item.name: item.read_bytes() for item in sorted(path.iterdir()) if item.is_file()}
+        return path.read_bytes() if path.is_file() else None
+
+    data = contents(source)
+    # A run has one tokenizer: a tokenizer.model beside an adopted marian_tokenizer/ (or the reverse)
+    # would be read instead of the initial model's.
+    other = destination.with_name(TOKENIZER_FILE if destination.name == MARIAN_TOKENIZER_DIR else MARIAN_TOKENIZER_DIR)
+    if other.exists():
+        raise RunError(f"tokenizer mismatch: {other} is not the tokenizer of training.init_from ({source}); the "
+                       "model's embeddings belong to the second. Use a new output_dir for the fine-tuned run.")
+    if destination.exists():
+        if contents(destination) != data:
             raise RunError(
                 f"tokenizer mismatch: {destination} differs from {source} (training.init_from); the model's "
                 "embeddings belong to the second. Use a new output_dir for the fine-tuned run."
             )
         return
-    destination.write_bytes(data)
+    if isinstance(data, bytes):
+        destination.write_bytes(data)
+    else:
+        # Written whole under another name first: a half-copied folder is never taken for the tokenizer.
+        partial = destination.with_name(destination.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        for name, file_data in data.items():
+            (partial / name).write_bytes(file_data)
+        partial.rename(destination)
     print(f"tokenizer: {source} (training.init_from) -> {destination}", flush=True)
 
 

@@ -49,7 +49,8 @@ from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops
 from keras_transformer.data.tokenizer import _bad_texts_error, _sentencepiece_ops, ids_to_keep
 from keras_transformer.marian.ids import MarianIds
 from keras_transformer.marian.pieces import (  # noqa: F401  (the file names: re-exported)
-    SOURCE_SPM, SPECIAL_PATTERN, SPECIAL_PIECES, TARGET_SPM, TARGET_VOCAB_FILE, UNICODE_SPACE, VOCAB_FILE, surface,
+    SOURCE_SPM, SPECIAL_PATTERN, SPECIAL_PIECES, TARGET_SPM, TARGET_VOCAB_FILE, UNICODE_SPACE, VOCAB_FILE, PairEncoder,
+    surface,
 )
 from keras_transformer.special_tokens import (
     BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE,
@@ -283,6 +284,13 @@ class MarianTokenizer(tf.Module):
         """Writes the files `load` reads (Transformers' MarianTokenizer reads them too)."""
         folder = os.fspath(folder)
         os.makedirs(folder, exist_ok=True)
+        for file_name, data in self.files().items():
+            with open(os.path.join(folder, file_name), "wb") as stream:
+                stream.write(data)
+        return folder
+
+    def files(self):
+        """{file name: bytes} of what `save` writes."""
         files = {SOURCE_SPM: self._source.proto, TARGET_SPM: self._target.proto,
                  VOCAB_FILE: _json_bytes(self._source.vocabulary)}
         if self._separate:
@@ -292,10 +300,15 @@ class MarianTokenizer(tf.Module):
                                        for side, ids in (("source", self._source.ids), ("target", self._target.ids))})
         files[CONFIG_FILE] = _json_bytes({"tokenizer_class": "MarianTokenizer", "separate_vocabs": self._separate,
                                           "eos_token": EOS_PIECE, "unk_token": UNK_PIECE, "pad_token": PAD_PIECE})
-        for file_name, data in files.items():
-            with open(os.path.join(folder, file_name), "wb") as stream:
-                stream.write(data)
-        return folder
+        return files
+
+    def pair_encoder(self):
+        """This tokenizer's `tokenize` / `tokenize_target` in plain Python
+        (`keras_transformer.marian.pieces.PairEncoder`): what `data.prepare`
+        encodes a training corpus with."""
+        return PairEncoder(self._source.processor, self._source.piece_to_our_id, self._target.processor,
+                           self._target.piece_to_our_id, self.files(),
+                           max(self.vocabulary_size, self.source_vocabulary_size), self._language_piece)
 
     def with_target_language(self, language):
         """The same tokenizer putting `>>language<<` before every source (None: none)."""

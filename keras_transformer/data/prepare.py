@@ -14,10 +14,12 @@ in place, so that a run reading one is never pulled from under it:
 A version holds:
 
     manifest.json    inputs (path, size, mtime, SHA-256), the settings that
-                     decide the content, the tokenizer's SHA-256, counts and
+                     decide the content, the tokenizer's SHA-256 (and, with
+                     an `encoder`, each of its files'), counts and
                      the shards with their SHA-256 (written last: a directory
                      without it was not finished)
-    tokenizer.model  the SentencePiece model
+    tokenizer.model  the SentencePiece model (or, with an `encoder`, the
+                     files it names: an imported Marian run's tokenizer)
     lengths.u16      per pair, max(source, target) + 1 tokens: what bucketing
                      needs, without reading the shards (its SHA-256 in the manifest)
     shard-NNNNN.*    token ids (see `shards`)
@@ -32,7 +34,9 @@ tokenizer is named in the message, and the data is prepared again (or, with
 the shards are written again from the same inputs and tokenizer, which
 gives the same bytes. Either way the result is a new version.
 
-No TensorFlow here: the tokenizer is trained through a callable.
+No TensorFlow here: the tokenizer is trained through a callable, and a
+tokenizer other than one SentencePiece model comes as an `encoder` (see
+`prepare`) that encodes in plain Python.
 """
 
 import contextlib
@@ -170,9 +174,11 @@ def _why_stale(manifest, inputs, settings, tokenizer_sha256):
 
 def verify(directory, manifest, checksums=True):
     """Raises `ShardError` naming the first missing or damaged file."""
-    tokenizer = os.path.join(directory, TOKENIZER_FILE)
-    if not os.path.isfile(tokenizer) or file_sha256(tokenizer) != manifest["tokenizer_sha256"]:
-        raise ShardError(f"{tokenizer}: missing or not the tokenizer the data was prepared with")
+    # Data prepared with an `encoder` lists its tokenizer's files; otherwise it is one SentencePiece model.
+    for name, sha256 in manifest.get("tokenizer_files", {TOKENIZER_FILE: manifest["tokenizer_sha256"]}).items():
+        tokenizer = os.path.join(directory, name)
+        if not os.path.isfile(tokenizer) or file_sha256(tokenizer) != sha256:
+            raise ShardError(f"{tokenizer}: missing or not the tokenizer the data was prepared with")
     lengths = os.path.join(directory, LENGTHS_FILE)
     if not os.path.isfile(lengths) or os.path.getsize(lengths) != 2 * manifest["counts"]["pairs"]:
         raise ShardError(f"{lengths}: missing or of the wrong size")
@@ -225,7 +231,7 @@ def _locked(directory):
 
 def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, train_tokenizer=None,
             sample_pairs=500_000, seed=0, pairs_per_shard=1_000_000, on_change="rebuild", log=print,
-            num_threads=None, build=True):
+            num_threads=None, build=True, encoder=None):
     """Prepares (or checks) `directory`; returns a `Prepared` (its `directory` is the version's).
 
     Args:
@@ -242,11 +248,20 @@ def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, tr
             tokenizer changed; "error" raises `PrepareError` instead.
         build: if False, only check: `PrepareError` unless the directory is
             prepared and up to date (a worker waiting for the chief's).
+        encoder: instead of `tokenizer_proto`, a tokenizer that is not one
+            SentencePiece model (two, with a vocabulary: an imported Marian
+            run's): an object with `files` ({file name: bytes}, written into
+            the version), `sha256` (of those files: it decides staleness as
+            the proto's does), `vocabulary_size`, and `encode_sources(texts)`
+            / `encode_targets(texts)` -> a list of id lists each (no EOS).
     """
     if on_change not in ("rebuild", "error"):
         raise ValueError(f"on_change must be 'rebuild' or 'error', got {on_change!r}")
-    if tokenizer_proto is None and train_tokenizer is None:
-        raise ValueError("prepare needs tokenizer_proto or train_tokenizer")
+    if encoder is not None:
+        if tokenizer_proto is not None:
+            raise ValueError("prepare takes tokenizer_proto or encoder, not both")
+    elif tokenizer_proto is None and train_tokenizer is None:
+        raise ValueError("prepare needs tokenizer_proto, encoder or train_tokenizer")
     if isinstance(pairs_per_shard, bool) or not isinstance(pairs_per_shard, int) or pairs_per_shard < 1:
         raise ValueError(f"pairs_per_shard must be a positive integer, got {pairs_per_shard!r}")
     for path in inputs:
@@ -258,16 +273,17 @@ def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, tr
     # needs no lock, a preparation holds it from its check to its new version.
     with _locked(directory) if build else contextlib.nullcontext():
         return _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer,
-                               sample_pairs, seed, pairs_per_shard, on_change, log, num_threads, build)
+                               sample_pairs, seed, pairs_per_shard, on_change, log, num_threads, build, encoder)
 
 
 def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,
-                    pairs_per_shard, on_change, log, num_threads, build):
+                    pairs_per_shard, on_change, log, num_threads, build, encoder):
     if build:
         for name in os.listdir(directory):  # left by a killed preparation: the lock is ours
             if name.startswith(_BUILDING_PREFIX):
                 shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
-    tokenizer_sha256 = None if tokenizer_proto is None else _sha256(tokenizer_proto)
+    tokenizer_sha256 = encoder.sha256 if encoder is not None else (
+        None if tokenizer_proto is None else _sha256(tokenizer_proto))
     current = current_version(directory)
     manifest = None if current is None else read_manifest(current)
     if manifest is None and not build:
@@ -283,10 +299,11 @@ def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, tr
                     raise PrepareError(str(error)) from None
                 log(f"prepare: {error}; writing the shards again from the same inputs and tokenizer "
                     f"(a new version; {current} stays for any run reading it)")
-                with open(os.path.join(current, TOKENIZER_FILE), "rb") as handle:
-                    kept = handle.read()
-                if tokenizer_proto is None and _sha256(kept) == manifest["tokenizer_sha256"]:
-                    tokenizer_proto = kept
+                if tokenizer_proto is None and encoder is None:
+                    with open(os.path.join(current, TOKENIZER_FILE), "rb") as handle:
+                        kept = handle.read()
+                    if _sha256(kept) == manifest["tokenizer_sha256"]:
+                        tokenizer_proto = kept
         else:
             if on_change == "error" or not build:
                 raise PrepareError(f"{directory}: {reason}.")
@@ -298,7 +315,7 @@ def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, tr
         os.umask(umask)
         os.chmod(private, 0o777 & ~umask)  # mkdtemp's 0700 would keep other users' workers out
         prepared = _build(private, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs,
-                          seed, pairs_per_shard, log, num_threads)
+                          seed, pairs_per_shard, log, num_threads, encoder)
         names = [name for name in os.listdir(directory) if _VERSION_NAME.fullmatch(name)]
         name = f"v{1 + max((int(n[1:]) for n in names), default=0)}"
         os.rename(private, os.path.join(directory, name))
@@ -313,13 +330,29 @@ def _sha256(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,
-           pairs_per_shard, log, num_threads):
-    import sentencepiece
+class _SentencePieceEncoder:
+    """`prepare`'s encoder of one SentencePiece model (both sides), on all cores."""
 
+    def __init__(self, proto, num_threads):
+        import sentencepiece
+
+        self.files = {TOKENIZER_FILE: proto}
+        self.sha256 = _sha256(proto)
+        self._processor = sentencepiece.SentencePieceProcessor(model_proto=proto)
+        self.vocabulary_size = self._processor.get_piece_size()
+        self._threads = num_threads
+
+    def encode_sources(self, texts):
+        return self._processor.encode(texts, num_threads=self._threads)
+
+    encode_targets = encode_sources
+
+
+def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,
+           pairs_per_shard, log, num_threads, encoder=None):
     started = time.time()
     fingerprints = [fingerprint(path) for path in inputs]
-    trained = tokenizer_proto is None
+    trained = tokenizer_proto is None and encoder is None
     if trained:
         sample = reservoir_sample(open_pairs(), sample_pairs, seed)
         if not sample:
@@ -328,10 +361,12 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
         tokenizer_proto = train_tokenizer(sample)
         log(f"prepare: tokenizer trained on {len(sample):,} pairs in {time.time() - tokenizer_started:.0f}s")
         del sample
-    _atomic_write(os.path.join(directory, TOKENIZER_FILE), tokenizer_proto)
-    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer_proto)
-    dtype = token_dtype(processor.get_piece_size())
-    threads = num_threads or os.cpu_count() or 1
+    tokenizer_files = None if encoder is None else {name: _sha256(data) for name, data in encoder.files.items()}
+    if encoder is None:
+        encoder = _SentencePieceEncoder(tokenizer_proto, num_threads or os.cpu_count() or 1)
+    for name, data in encoder.files.items():
+        _atomic_write(os.path.join(directory, name), data)
+    dtype = token_dtype(encoder.vocabulary_size)
     corpus = open_pairs()
     shards, writer = [], None
     longest = tokens = 0
@@ -340,8 +375,8 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
     with open(os.path.join(directory, LENGTHS_FILE), "wb") as lengths_file:
         iterator = iter(corpus)
         while chunk := list(itertools.islice(iterator, _CHUNK_PAIRS)):
-            sources = processor.encode([source for source, *_ in chunk], num_threads=threads)
-            targets = processor.encode([target for _, target, *_ in chunk], num_threads=threads)
+            sources = encoder.encode_sources([source for source, *_ in chunk])
+            targets = encoder.encode_targets([target for _, target, *_ in chunk])
             lengths = np.minimum(
                 np.maximum(np.fromiter(map(len, sources), np.int64, len(chunk)),
                            np.fromiter(map(len, targets), np.int64, len(chunk))) + 1, _MAX_LENGTH)
@@ -373,7 +408,8 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
         "format": FORMAT_VERSION,
         "inputs": fingerprints,
         "settings": settings,
-        "tokenizer_sha256": _sha256(tokenizer_proto),
+        "tokenizer_sha256": encoder.sha256,
+        **({"tokenizer_files": tokenizer_files} if tokenizer_files else {}),
         "tokenizer_trained": trained,
         "lengths_sha256": lengths_digest.hexdigest(),
         "token_dtype": dtype,

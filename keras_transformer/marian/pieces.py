@@ -16,9 +16,10 @@ client, which runs without TensorFlow, runs them here. Only `re` and a
 `sentencepiece.SentencePieceProcessor`.
 """
 
+import hashlib
 import re
 
-from keras_transformer.special_tokens import EOS_PIECE, PAD_PIECE, UNK_PIECE
+from keras_transformer.special_tokens import EOS_PIECE, PAD_PIECE, UNK_ID, UNK_PIECE
 
 # The tokenizer's files, as Transformers' MarianTokenizer names them.
 SOURCE_SPM = "source.spm"
@@ -84,3 +85,41 @@ def pieces_to_text(pieces, processor, skip=SPECIAL_PIECES):
     becomes U+FFFD."""
     data = b"".join(surface(piece, processor) for piece in pieces if piece not in skip)
     return data.decode("utf-8", errors="replace").strip()
+
+
+class PairEncoder:
+    """Sources and targets to our ids by the rules above, as
+    `MarianTokenizer.tokenize` / `tokenize_target` give them (without EOS):
+    the encoder `keras_transformer.data.prepare` takes for an imported run's
+    training corpus. Made by `MarianTokenizer.pair_encoder()`.
+
+    Args:
+        source_processor, target_processor: the sides' SentencePiece models.
+        source_ids, target_ids: piece -> our id of each side (others: unk).
+        files: {file name: bytes} of the tokenizer (kept with the prepared data).
+        vocabulary_size: the larger side's our-id count.
+        language_piece: a code (`>>deu<<`) put before every source, or None.
+    """
+
+    def __init__(self, source_processor, source_ids, target_processor, target_ids, files, vocabulary_size,
+                 language_piece=None):
+        self._sides = {"source": (source_processor, source_ids), "target": (target_processor, target_ids)}
+        self._prefix = [source_ids[language_piece]] if language_piece is not None else []
+        self.files = dict(files)
+        self.vocabulary_size = int(vocabulary_size)
+        digest = hashlib.sha256()
+        for name in sorted(self.files):
+            digest.update(name.encode() + b"\0" + hashlib.sha256(self.files[name]).digest())
+        if language_piece is not None:
+            digest.update(b"language\0" + language_piece.encode())
+        self.sha256 = digest.hexdigest()
+
+    def _encode(self, texts, side, prefix):
+        processor, ids = self._sides[side]
+        return [prefix + [ids.get(piece, UNK_ID) for piece in text_to_pieces(text, processor)] for text in texts]
+
+    def encode_sources(self, texts):
+        return self._encode(texts, "source", self._prefix)
+
+    def encode_targets(self, texts):
+        return self._encode(texts, "target", [])

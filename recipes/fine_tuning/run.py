@@ -10,7 +10,8 @@ Stages, each in its own directory under --output-dir (runs/fine_tuning):
                    ../shared/data/ddtp_en_de.jsonl.gz) split as
                    recipes/parallel_text splits it (base/data/), and a model
                    trained on its training split; with --base-run DIR, that
-                   trained run instead.
+                   trained run instead (any run directory: an imported
+                   OPUS-MT model's too, see recipes/opus_mt).
   fine_tuned/      the new corpus (--new-corpus, default
                    ../shared/data/po_all.jsonl.gz) split the same way
                    (fine_tuned/data/), and the base model trained further on
@@ -55,7 +56,9 @@ def parse_arguments(argv):
                         help="show TensorFlow's C++ log lines (hidden by default)")
     parser.add_argument("--base-corpus", metavar="FILE",
                         help=f"corpus of the base model, .jsonl[.gz] or .tsv[.gz] (default {DEFAULT_BASE_CORPUS})")
-    parser.add_argument("--base-run", metavar="DIR", help="a trained run to fine-tune instead of training one")
+    parser.add_argument("--base-run", metavar="DIR",
+                        help="a trained run to fine-tune instead of training one (an imported one too: "
+                             "keras-transformer import, recipes/opus_mt)")
     parser.add_argument("--new-corpus", metavar="FILE", default=DEFAULT_NEW_CORPUS,
                         help="corpus of the new domain (default %(default)s)")
     parser.add_argument("--source-key", help="JSON lines: key of the source side (default: data.source_key, en)")
@@ -76,9 +79,10 @@ def parse_arguments(argv):
     if args.base_run:
         if args.base_corpus:
             parser.error("--base-corpus trains the base model that --base-run gives; give one of them.")
-        for name in ("model.keras", "tokenizer.model"):
-            if not (Path(args.base_run) / name).is_file():
-                parser.error(f"--base-run {args.base_run}: no {name} there (a finished run directory is needed).")
+        # Any run `runs.load_run` reads (its tokenizer: tokenizer.model, or an imported run's
+        # marian_tokenizer/); main() loads it, and names what is missing.
+        if not (Path(args.base_run) / "model.keras").is_file():
+            parser.error(f"--base-run {args.base_run}: no model.keras there (a finished run directory is needed).")
     else:
         args.base_corpus = args.base_corpus or DEFAULT_BASE_CORPUS
         if not Path(args.base_corpus).is_file():

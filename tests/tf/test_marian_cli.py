@@ -181,12 +181,78 @@ def test_bad_input_names_the_file_and_writes_nothing(imported, tmp_path, capsys)
     assert left == ["broken"]  # no run1, run2, nor temporary folder
 
 
-def test_fine_tuning_an_imported_run_is_refused_clearly(imported, tmp_path, capsys):
+def _mean_loss(model, tokenizer, pairs):
+    """Token-mean cross-entropy of `model` on `pairs` (no label smoothing), computed here."""
+    import keras
+    import numpy as np
+
+    from keras_transformer.data import make_dataset
+
+    total = count = 0.0
+    for inputs, labels in make_dataset(pairs, tokenizer, tokens_per_batch=4096, max_length=64, training=False):
+        logits = keras.ops.convert_to_numpy(model(inputs, training=False)).astype(np.float64)
+        labels = np.asarray(labels)
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        picked = np.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+        mask = labels != 0
+        total -= picked[mask].sum()
+        count += mask.sum()
+    return total / count
+
+
+def test_fine_tuning_an_imported_run(imported, tmp_path, capsys):
+    """`train --init-from` an imported run: the corpus is encoded with the run's own
+    tokenizer (pure Python, equal to the graph's ids), the tokenizer folder is kept,
+    the loss on the corpus falls, and translate takes the fine-tuned run."""
+    import numpy as np
+
+    from marian_folder import WORDS_DE, WORDS_EN, sentences
+
+    from keras_transformer import runs
+
+    _, run_dir = imported
+    pairs = list(zip(sentences(WORDS_EN, 24, 7), sentences(WORDS_DE, 24, 7)))
+    (tmp_path / "train.tsv").write_text("".join(f"{source}\t{target}\n" for source, target in pairs))
+    tuned = tmp_path / "tuned"
+    assert main(["train", "--config", str(run_dir / "config.json"), "--init-from", str(run_dir),
+                 "--output-dir", str(tuned), "--train", str(tmp_path / "train.tsv"),
+                 "--set", "training.max_steps=12", "--set", "training.warmup_steps=4",
+                 "--set", "training.tokens_per_batch=256", "--set", "training.average_last=1",
+                 "--set", "training.label_smoothing=0"]) == 0
+    # The imported tokenizer, kept whole.
+    assert sorted(p.name for p in (tuned / "marian_tokenizer").iterdir()) == sorted(
+        p.name for p in (run_dir / "marian_tokenizer").iterdir())
+    for path in (run_dir / "marian_tokenizer").iterdir():
+        assert (tuned / "marian_tokenizer" / path.name).read_bytes() == path.read_bytes()
+    assert not (tuned / "tokenizer.model").exists()
+    base_model, base_tokenizer, _ = runs.load_run(run_dir)
+    tuned_model, tuned_tokenizer, _ = runs.load_run(tuned)
+    texts = TEXTS + [source for source, _ in pairs] + ["<unk> x </s>", ">>deu<< Das Haus."]
+    assert tuned_tokenizer.tokenize(texts).to_list() == base_tokenizer.tokenize(texts).to_list()
+    # The prepared data's pure-Python encoding is the graph tokenizer's, both sides.
+    encoder = base_tokenizer.pair_encoder()
+    assert encoder.encode_sources(texts) == base_tokenizer.tokenize(texts).to_list()
+    targets = [target for _, target in pairs] + TEXTS
+    assert encoder.encode_targets(targets) == base_tokenizer.tokenize_target(targets).to_list()
+    # Weights changed, and the loss on the corpus fell.
+    assert any(not np.array_equal(a, b) for a, b in zip(base_model.get_weights(), tuned_model.get_weights()))
+    before, after = _mean_loss(base_model, base_tokenizer, pairs), _mean_loss(tuned_model, tuned_tokenizer, pairs)
+    assert after < before - 0.5, (before, after)
+    outputs = _translate(tuned, capsys)
+    assert len(outputs) == len(TEXTS) and any(outputs)
+
+
+def test_fine_tuning_an_imported_run_into_a_run_with_another_tokenizer_is_refused(imported, tmp_path, capsys):
     _, run_dir = imported
     (tmp_path / "train.tsv").write_text("The cat.\tDie Katze.\n")
-    assert main(["train", "--init-from", str(run_dir), "--output-dir", str(tmp_path / "tuned"),
-                 "--train", str(tmp_path / "train.tsv")]) == 2
-    assert "an imported Marian run (marian_tokenizer/); fine-tuning it is not supported yet" in capsys.readouterr().err
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned" / "tokenizer.model").write_bytes(b"another run's")
+    assert main(["train", "--config", str(run_dir / "config.json"), "--init-from", str(run_dir),
+                 "--output-dir", str(tmp_path / "tuned"), "--train", str(tmp_path / "train.tsv")]) == 2
+    assert f"tokenizer mismatch: {tmp_path / 'tuned' / 'tokenizer.model'} is not the tokenizer of training.init_from" \
+        in capsys.readouterr().err
+    assert not (tmp_path / "tuned" / "marian_tokenizer").exists()
 
 
 def _write_opus_mt_folder(folder, model):

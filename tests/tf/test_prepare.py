@@ -246,3 +246,43 @@ def test_train_prepares_on_first_use_and_refuses_a_changed_corpus_under_checkpoi
         runs.train(config_lib.resolve([], None, assignments + ["training.max_steps=3"]))
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*")) == [
         "ckpt-000000001.weights.h5", "ckpt-000000002.weights.h5"]  # nothing lost
+
+
+class _WordEncoder:
+    """An encoder that is no SentencePiece model: word i of a fixed list -> id 4 + i (others unk)."""
+
+    def __init__(self, words):
+        self.words = {word: 4 + index for index, word in enumerate(words)}
+        self.files = {"words.txt": "\n".join(words).encode()}
+        self.sha256 = "words-" + str(len(words))
+        self.vocabulary_size = 4 + len(words)
+
+    def encode_sources(self, texts):
+        return [[self.words.get(word, 1) for word in text.split()] for text in texts]
+
+    encode_targets = encode_sources
+
+
+def test_an_encoder_instead_of_a_proto_gives_the_shards_and_decides_staleness(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.tsv", 20)
+    pairs = list(read_tsv(corpus))
+    encoder = _WordEncoder(WORDS + GERMAN)
+
+    def run(encoder, **options):
+        return prepare(tmp_path / "data", inputs=[str(corpus)], open_pairs=lambda: read_tsv(corpus), settings={},
+                       encoder=encoder, log=lambda message: None, **options)
+
+    first = run(encoder)
+    assert first.action == "prepared" and read_manifest(first.directory)["tokenizer_sha256"] == "words-30"
+    assert (tmp_path / "data" / "v1" / "words.txt").read_bytes() == encoder.files["words.txt"]
+    assert not (tmp_path / "data" / "v1" / "tokenizer.model").exists()
+    shards = first.shards()
+    expected = [(encoder.encode_sources([s])[0], encoder.encode_targets([t])[0]) for s, t, *_ in pairs]
+    assert shards.pairs(range(shards.num_pairs)) == expected
+    assert run(encoder).action == "up to date"
+    with pytest.raises(PrepareError, match="prepared with another tokenizer"):
+        run(_WordEncoder(WORDS), on_change="error")
+    (tmp_path / "data" / "v1" / "words.txt").write_bytes(b"damaged")
+    assert not run(encoder).action == "up to date"  # the encoder's file is checked as tokenizer.model is
+    with pytest.raises(ValueError, match="not both"):
+        run(encoder, tokenizer_proto=b"x")

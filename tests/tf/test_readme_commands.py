@@ -64,6 +64,8 @@ NOT_RUN = {
                                               "on generated corpora, shrunk with --set",
     "python recipes/fine_tuning/run.py": "tests/tf/test_recipes_workflow.py runs these very words in process, "
                                          "on generated corpora, shrunk with --set",
+    "python recipes/opus_mt/run.py": "tests/tf/test_opus_mt_recipe.py runs these very words in process, on a "
+                                     "tiny random MarianMT folder and a generated corpus, shrunk with --set",
 }
 
 # Appended to every training command: a small model, a few steps.
