@@ -258,12 +258,11 @@ def cmd_export(args):
         ignored = [flag for flag, value in (("--quantization", args.quantization), ("--quantize", args.quantize),
                                             ("--jit-compile", args.jit_compile), ("--shortlist", args.shortlist),
                                             ("--warmup-rows", args.warmup_rows),
-                                            ("--limit-rule", args.limit_rule),
                                             ("--target-language", getattr(args, "target_language", None)))
                    if value]
         if ignored:
-            raise SystemExit(f"error: {', '.join(ignored)} do not apply to --format marian-hf (Transformers "
-                             "forces EOS at max_length; a multilingual model's users put >>CODE<< in the text)")
+            raise SystemExit(f"error: {', '.join(ignored)} do not apply to --format marian-hf (a multilingual "
+                             "model's users put >>CODE<< in the text)")
         path = export_marian_hf(args.run_dir, args.output, force=args.force, decoding=_decoding_overrides(args))
         print(f"exported: {path}")
         return 0

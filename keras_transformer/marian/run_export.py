@@ -17,17 +17,21 @@ The generation settings come from the run's decoding section: `num_beams`,
 the length rule and `max_length`. Transformers ranks finished beams by
 log P / length ** length_penalty, our `length` rule; with
 `early_stopping="never"` its stopping bound is ours (the best live score at
-the length limit). Two differences remain (tests/tf/test_marian_hf_export.py
-records them): at `max_length` Transformers forces EOS at no cost, and only
-an EOS among the best `num_beams` of its candidates finishes a hypothesis.
-The paper's GNMT
-penalty has no Transformers equivalent: a run whose configuration says
+the length limit). At `max_length` Transformers
+forces EOS (`forced_eos_token_id`) at no cost, which no limit rule of ours
+does: a run whose `limit_rule` is `finish` (a cut hypothesis competes as it
+is) is written without the forced EOS, where Transformers' beam search then
+gives ours (tests/tf/test_marian_hf_export.py); the other rules keep
+Marian's forced EOS. One difference remains, rare: only an EOS among the
+best `num_beams` of Transformers' `2 * num_beams` candidates finishes a
+hypothesis, any of ours does (GNMT's and tensor2tensor's algorithm).
+
+The paper's GNMT penalty has no Transformers equivalent: a run whose configuration says
 `gnmt` (every native run's default) is written with Transformers' rule and
 the same alpha, and says so (`GNMT_NOTE`); `gnmt` asked for explicitly
 (`decoding={"length_penalty": "gnmt"}`, `--length-penalty gnmt`) is refused
 unless alpha is 0, where both rules are 1. Transformers' length limit is
-absolute (`max_length` tokens, the decoder start included) and ends with a
-forced EOS; ours is the source length plus `max_extra_length`:
+absolute (`max_length` tokens, the decoder start included); ours is the source length plus `max_extra_length`:
 `max_length` is the longest source the run takes (`data.max_length`) plus
 `max_extra_length` plus the start token.
 
@@ -72,6 +76,8 @@ def generation_settings(decoding, max_input_length, explicit_rule=None):
         "max_length": int(max_input_length) + int(decoding["max_extra_length"]) + 1,
         "do_sample": False,
     }
+    if decoding["limit_rule"] == "finish":
+        settings["forced_eos_token_id"] = None
     return settings, note
 
 
