@@ -5,6 +5,7 @@ side, as OPUS-MT has), a `vocab.json` in Marian's order (`</s>` 0, `<unk>` 1,
 language codes, the pieces of both models, `<pad>` last), saved by
 Transformers' own `MarianTokenizer.save_pretrained`, and, with `model=True`,
 a `MarianMTModel` with random weights saved by `save_pretrained`.
+`transformers_translate` is the reference the Marian tests hold our runs to.
 """
 
 import io
@@ -100,3 +101,24 @@ def _save_model(folder, size, target_size, separate_vocabs, seed):
     model.generation_config.max_length = 32
     model.generation_config.bad_words_ids = [[size - 1]]
     model.save_pretrained(str(folder))
+
+
+def transformers_translate(folder, texts, extra, **flags):
+    """Transformers' translations (`MarianMTModel.generate` with `flags`, decoded by
+    `MarianTokenizer`) of `texts` by the MarianMT folder, one sentence at a time: its
+    limit is absolute, set to ours (the source tokens, EOS included, + `extra`) + the
+    decoder start."""
+    import torch
+    from transformers import MarianMTModel, MarianTokenizer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Recommended: pip install sacremoses."
+        tokenizer = MarianTokenizer.from_pretrained(str(folder))
+    model = MarianMTModel.from_pretrained(str(folder)).eval()
+    outputs = []
+    for text in texts:
+        ids = tokenizer(text, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            output = model.generate(ids, do_sample=False, max_length=ids.shape[1] + extra + 1, **flags)
+        outputs.append(tokenizer.decode(output[0], skip_special_tokens=True))
+    return outputs

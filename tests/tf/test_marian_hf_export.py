@@ -12,17 +12,16 @@ finishes it).
 """
 
 import json
-import warnings
 
 import numpy as np
 import pytest
 
-from marian_folder import make_marian_folder
+from marian_folder import make_marian_folder, transformers_translate
 
 from keras_transformer.cli import main
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
 
 TEXTS = ["The cat runs.", "A small green house sees the dog!", "big big big river today old new", "a",
          "Today the old dog walks quickly.", "red river", "The new house sees a small cat today."]
@@ -33,23 +32,8 @@ BEAM_FLAGS = {"num_beams": 4, "length_penalty": 1.0, "early_stopping": "never"}
 BEAM = ["--beam-size", "4", "--alpha", "1.0", "--max-extra-length", str(EXTRA), "--limit-rule", "finish"]
 
 
-def _load(folder):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "Recommended: pip install sacremoses."
-        tokenizer = transformers.MarianTokenizer.from_pretrained(str(folder))
-    return tokenizer, transformers.MarianMTModel.from_pretrained(str(folder)).eval()
-
-
 def _generate(folder, texts, extra=EXTRA, **flags):
-    """Transformers' translations of `texts`, one sentence at a time (its limit is absolute)."""
-    tokenizer, model = _load(folder)
-    outputs = []
-    for text in texts:
-        ids = tokenizer(text, return_tensors="pt")["input_ids"]
-        with torch.no_grad():
-            output = model.generate(ids, do_sample=False, max_length=ids.shape[1] + extra + 1, **flags)
-        outputs.append(tokenizer.decode(output[0], skip_special_tokens=True))
-    return outputs
+    return transformers_translate(folder, texts, extra, **flags)
 
 
 def _translate(run_dir, capsys, texts, *options):
@@ -115,26 +99,3 @@ def test_bad_requests_are_refused_and_leave_nothing(imported, tmp_path, capsys):
     assert [path.name for path in output.iterdir()] == ["keep.txt"]
     assert main(["export", str(run_dir), "--format", "marian-hf", "--output", str(output), "--force"]) == 0
     assert (output / "model.safetensors").is_file() and not (output / "keep.txt").exists()
-
-
-def test_trained_run_round_trip(easy_synthetic_run, tmp_path, capsys):
-    """Our trained fixture, exported, in Transformers: greedy generate gives our greedy texts; the
-    beam settings written (the run's GNMT penalty, said in a note) are the run's beams and alpha."""
-    run_dir, test = easy_synthetic_run
-    texts = [source for source, _ in test[:6]]
-    assert main(["export", str(run_dir), "--format", "marian-hf", "--output", str(tmp_path / "hf")]) == 0
-    assert "Transformers cannot express" in capsys.readouterr().err
-    generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
-    assert (generation["num_beams"], generation["length_penalty"], generation["max_length"]) == (4, 0.6, 48 + 8 + 1)
-    assert generation["forced_eos_token_id"] == 0  # the run's limit rule is not finish: Marian's forced EOS
-    expected = _translate(run_dir, capsys, texts, "--beam-size", "1", "--max-extra-length", "8",
-                          "--limit-rule", "force_eos")
-    assert any(expected)
-    assert _generate(tmp_path / "hf", texts, extra=8, num_beams=1) == expected
-    # Beam: exported under the length rule and the finish limit, the folder's own generation settings
-    # (4 beams, length_penalty 0.6, early_stopping never, no forced EOS) give our beam search's texts.
-    rule = ["--length-penalty", "length", "--limit-rule", "finish"]
-    assert main(["export", str(run_dir), "--format", "marian-hf", "--output", str(tmp_path / "beam"), *rule]) == 0
-    assert "Transformers cannot express" not in capsys.readouterr().err
-    assert _generate(tmp_path / "beam", texts, extra=8) == _translate(run_dir, capsys, texts, "--max-extra-length",
-                                                                        "8", *rule)
