@@ -99,3 +99,15 @@ def test_bad_requests_are_refused_and_leave_nothing(imported, tmp_path, capsys):
     assert [path.name for path in output.iterdir()] == ["keep.txt"]
     assert main(["export", str(run_dir), "--format", "marian-hf", "--output", str(output), "--force"]) == 0
     assert (output / "model.safetensors").is_file() and not (output / "keep.txt").exists()
+
+
+def test_separate_vocabularies_go_back_with_their_own_files(tmp_path, capsys):
+    """An imported model with separate source and target vocabularies, exported: Transformers reads
+    vocab.json and target_vocab.json and greedy-generates our greedy texts."""
+    folder = make_marian_folder(tmp_path / "hf", separate_vocabs=True, model=True)
+    assert main(["import", str(folder), str(tmp_path / "run")]) == 0
+    assert main(["export", str(tmp_path / "run"), "--format", "marian-hf", "--output", str(tmp_path / "out")]) == 0
+    tokenizer_config = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
+    assert tokenizer_config["separate_vocabs"] and (tmp_path / "out" / "target_vocab.json").is_file()
+    expected = _translate(tmp_path / "run", capsys, TEXTS, "--beam-size", "1", *LIMIT)
+    assert _generate(tmp_path / "out", TEXTS, num_beams=1) == expected
