@@ -12,6 +12,7 @@
     keras-transformer export RUN_DIR [--base-dir DIR] [--name NAME] [--shortlist FILE [--jit-compile --shortlist-size N]]
     keras-transformer export RUN_DIR --format ctranslate2 [--quantization int8] [--output DIR]
     keras-transformer export RUN_DIR --format keras-hub [--output DIR]
+    keras-transformer export RUN_DIR --format marian-hf [--output DIR]
     keras-transformer average-checkpoints CHECKPOINT_DIR --last 5 --output model.keras --run RUN_DIR
     keras-transformer attention RUN_DIR --text "..." --output attention.png
     keras-transformer plot RUN_DIR [--output curves.png]
@@ -184,14 +185,18 @@ def build_parser():
     export.add_argument("--base-dir", help="model base path (default RUN_DIR/export)")
     export.add_argument("--name", default="translator", help="model name (directory under --base-dir)")
     export.add_argument("--version", type=int, help="version number (default: next free)")
-    export.add_argument("--format", choices=("saved_model", "ctranslate2", "keras-hub"), default="saved_model",
+    export.add_argument("--format", choices=("saved_model", "ctranslate2", "keras-hub", "marian-hf"),
+                        default="saved_model",
                         help="saved_model (TensorFlow Serving, default), ctranslate2 (needs the "
-                             "ctranslate2 extra) or keras-hub (a KerasHub preset folder; needs the hub extra)")
+                             "ctranslate2 extra), keras-hub (a KerasHub preset folder; needs the hub extra) or "
+                             "marian-hf (a Transformers MarianMT folder; needs safetensors)")
     export.add_argument("--quantization", choices=_quantizations(),
                         help="CTranslate2 weight type (default float32)")
     export.add_argument("--output", help="CTranslate2 model directory (default RUN_DIR/export/ctranslate2-QUANTIZATION) "
-                                         "or KerasHub preset directory (default RUN_DIR/export/keras-hub)")
-    export.add_argument("--force", action="store_true", help="replace an existing CTranslate2 or KerasHub directory")
+                                         "or KerasHub preset directory (default RUN_DIR/export/keras-hub) "
+                                         "or MarianMT directory (default RUN_DIR/export/marian-hf)")
+    export.add_argument("--force", action="store_true",
+                        help="replace an existing CTranslate2, KerasHub or MarianMT directory")
     # --xla: the flag's former name, still accepted (the switch is jit_compile everywhere else).
     export.add_argument("--jit-compile", "--xla", dest="jit_compile", action="store_true",
                         help="SavedModel whose search is compiled with XLA (2-3x faster on CPU): for TF "

@@ -252,6 +252,20 @@ def cmd_export(args):
             raise SystemExit(f"error: {error}")
         print(f"exported: {path}")
         return 0
+    if args.format == "marian-hf":
+        from keras_transformer.marian.run_export import export_marian_hf
+
+        ignored = [flag for flag, value in (("--quantization", args.quantization), ("--quantize", args.quantize),
+                                            ("--jit-compile", args.jit_compile), ("--shortlist", args.shortlist),
+                                            ("--warmup-rows", args.warmup_rows),
+                                            ("--target-language", getattr(args, "target_language", None)))
+                   if value]
+        if ignored:
+            raise SystemExit(f"error: {', '.join(ignored)} do not apply to --format marian-hf (a multilingual "
+                             "model's users put >>CODE<< in the text)")
+        path = export_marian_hf(args.run_dir, args.output, force=args.force, decoding=_decoding_overrides(args))
+        print(f"exported: {path}")
+        return 0
     if args.format == "saved_model" and args.quantization is not None:
         raise SystemExit("error: --quantization applies to --format ctranslate2 only")
     if args.format == "ctranslate2" and args.jit_compile:

@@ -5,6 +5,7 @@ side, as OPUS-MT has), a `vocab.json` in Marian's order (`</s>` 0, `<unk>` 1,
 language codes, the pieces of both models, `<pad>` last), saved by
 Transformers' own `MarianTokenizer.save_pretrained`, and, with `model=True`,
 a `MarianMTModel` with random weights saved by `save_pretrained`.
+`transformers_translate` is the reference the Marian tests hold our runs to.
 """
 
 import io
@@ -84,11 +85,13 @@ def _save_model(folder, size, target_size, separate_vocabs, seed):
     from transformers import MarianConfig, MarianMTModel
 
     torch.manual_seed(seed)
+    # Transformers gives both embeddings pad_token_id as padding index: it must lie in each.
+    pad_id = min(size, target_size) - 1
     config = MarianConfig(
         vocab_size=size, decoder_vocab_size=target_size, d_model=16, encoder_layers=1, decoder_layers=1,
         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
-        max_position_embeddings=64, activation_function="swish", pad_token_id=size - 1, eos_token_id=0,
-        decoder_start_token_id=size - 1, forced_eos_token_id=0, share_encoder_decoder_embeddings=not separate_vocabs,
+        max_position_embeddings=64, activation_function="swish", pad_token_id=pad_id, eos_token_id=0,
+        decoder_start_token_id=pad_id, forced_eos_token_id=0, share_encoder_decoder_embeddings=not separate_vocabs,
         scale_embedding=True, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
         init_std=0.3,  # large enough that outputs vary with the source
     )
@@ -98,5 +101,26 @@ def _save_model(folder, size, target_size, separate_vocabs, seed):
         model.final_logits_bias.normal_(0.0, 0.3)
     model.generation_config.num_beams = 4
     model.generation_config.max_length = 32
-    model.generation_config.bad_words_ids = [[size - 1]]
+    model.generation_config.bad_words_ids = [[pad_id]]
     model.save_pretrained(str(folder))
+
+
+def transformers_translate(folder, texts, extra, **flags):
+    """Transformers' translations (`MarianMTModel.generate` with `flags`, decoded by
+    `MarianTokenizer`) of `texts` by the MarianMT folder, one sentence at a time: its
+    limit is absolute, set to ours (the source tokens, EOS included, + `extra`) + the
+    decoder start."""
+    import torch
+    from transformers import MarianMTModel, MarianTokenizer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Recommended: pip install sacremoses."
+        tokenizer = MarianTokenizer.from_pretrained(str(folder))
+    model = MarianMTModel.from_pretrained(str(folder)).eval()
+    outputs = []
+    for text in texts:
+        ids = tokenizer(text, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            output = model.generate(ids, do_sample=False, max_length=ids.shape[1] + extra + 1, **flags)
+        outputs.append(tokenizer.decode(output[0], skip_special_tokens=True))
+    return outputs

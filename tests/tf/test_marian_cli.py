@@ -8,11 +8,11 @@ import warnings
 
 import pytest
 
-from marian_folder import make_marian_folder
+from marian_folder import make_marian_folder, transformers_translate
 
 from keras_transformer.cli import main
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 # (An empty source gives an empty translation here without a search; Transformers translates [EOS].)
@@ -36,19 +36,8 @@ def imported(tmp_path_factory):
 def reference(imported):
     """Transformers' greedy translations of TEXTS (and of the >>deu<<-tagged TEXTS)."""
     folder, _ = imported
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tokenizer = transformers.MarianTokenizer.from_pretrained(str(folder))
-    model = transformers.MarianMTModel.from_pretrained(str(folder)).eval()
-
-    def translate(text):
-        ids = tokenizer(text, return_tensors="pt")["input_ids"]
-        # Ours stops after the source length (EOS included) + EXTRA tokens.
-        with torch.no_grad():
-            output = model.generate(ids, num_beams=1, do_sample=False, max_length=ids.shape[1] + EXTRA + 1)
-        return tokenizer.decode(output[0], skip_special_tokens=True)
-
-    return {"plain": [translate(t) for t in TEXTS], "deu": [translate(">>deu<< " + t) for t in TEXTS]}
+    return {"plain": transformers_translate(folder, TEXTS, EXTRA, num_beams=1),
+            "deu": transformers_translate(folder, [">>deu<< " + t for t in TEXTS], EXTRA, num_beams=1)}
 
 
 def _translate(run_dir, capsys, *options):
