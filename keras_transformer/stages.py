@@ -10,7 +10,6 @@ naming the file and the settings: silently reusing it would compare results
 made under other settings, silently redoing it would discard them.
 """
 
-import hashlib
 import json
 import os
 import time
@@ -77,11 +76,9 @@ def mark_finished(record_path, settings, **results):
 
 def file_digest(path):
     """SHA-256 of a file: ties a later stage to the exact model an earlier one produced."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    from keras_transformer.data.shards import file_sha256
+
+    return file_sha256(path)
 
 
 def train_stage(label, config, inputs=None, callbacks=()):

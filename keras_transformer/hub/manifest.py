@@ -9,9 +9,10 @@ it was saved; loading checks them first and names the file that is missing or
 altered.
 """
 
-import hashlib
 import json
 import os
+
+from keras_transformer.data.shards import file_sha256
 
 MANIFEST_FILE = "keras_transformer_manifest.json"
 
@@ -20,12 +21,6 @@ class PresetError(ValueError):
     """A preset folder that is not as it was saved."""
 
 
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _files(folder):
@@ -40,7 +35,7 @@ def _files(folder):
 
 def write(folder):
     """Lists the SHA-256 of every file under `folder` in its manifest."""
-    files = {name: _sha256(os.path.join(folder, name)) for name in _files(folder)}
+    files = {name: file_sha256(os.path.join(folder, name)) for name in _files(folder)}
     with open(os.path.join(folder, MANIFEST_FILE), "w", encoding="utf-8") as stream:
         json.dump({"format": 1, "sha256": files}, stream, indent=2, sort_keys=True)
 
@@ -62,7 +57,7 @@ def check(preset):
     for name, digest in sorted(expected.items()):
         if not check_file_exists(preset, name):
             raise PresetError(f"KerasHub preset {preset}: {name} is missing (listed in {MANIFEST_FILE}).")
-        if _sha256(get_file(preset, name)) != digest:
+        if file_sha256(get_file(preset, name)) != digest:
             raise PresetError(f"KerasHub preset {preset}: {name} was altered since the preset was saved "
                               f"(its SHA-256 differs from {MANIFEST_FILE}).")
 
