@@ -47,11 +47,12 @@ def n_best(table, rule, alpha=1.0, beam_size=4):
 def test_the_rules_by_hand():
     """3 tokens and EOS: GNMT's ((5 + 4) / 6) ** 0.6, the length rule's 4 ** 0.6; alpha 0 is 1 under both."""
     assert LENGTH_PENALTIES == ("gnmt", "length")
-    from conftest import to_numpy
+    from keras.ops import convert_to_numpy  # (tests/conftest's to_numpy: the name `conftest` is tests/tf's
+    # once that module is loaded, as in the TensorFlow run)
 
-    assert float(to_numpy(length_penalty(4, 0.6))) == pytest.approx(1.5 ** 0.6)
-    assert float(to_numpy(length_penalty(4, 0.6, "length"))) == pytest.approx(4 ** 0.6)
-    assert float(to_numpy(length_penalty(4, 0.0, "length"))) == 1.0
+    assert float(convert_to_numpy(length_penalty(4, 0.6))) == pytest.approx(1.5 ** 0.6)
+    assert float(convert_to_numpy(length_penalty(4, 0.6, "length"))) == pytest.approx(4 ** 0.6)
+    assert float(convert_to_numpy(length_penalty(4, 0.0, "length"))) == 1.0
     with pytest.raises(ValueError, match="`length_penalty` must be one of 'gnmt', 'length', got 'marian'"):
         check_length_penalty("marian")
     with pytest.raises(ValueError, match="`length_penalty`"):

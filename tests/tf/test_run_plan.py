@@ -51,13 +51,13 @@ def test_a_resumed_run_with_another_plan_is_refused_naming_what_changed(tmp_path
 
 def test_the_boundaries_are_the_runs_once_it_has_started(monkeypatch):
     from keras_transformer import config as config_lib
-    from keras_transformer import runs
+    from keras_transformer import run_data, runs
 
     config = config_lib.defaults()
     config["data"]["max_length"] = 30
     started_on_cpu = {"boundaries": list(range(1, 31))}
     assert runs.run_boundaries(config) == list(range(1, 31))  # TensorFlow on a CPU: no XLA
-    monkeypatch.setattr(runs, "_train_step_uses_xla", lambda: True)  # resumed where XLA compiles
+    monkeypatch.setattr(run_data, "_train_step_uses_xla", lambda: True)  # resumed where XLA compiles
     assert runs.run_boundaries(config)[:3] == [8, 16, 24]  # a new run there: the geometric default
     assert runs.run_boundaries(config, started_on_cpu) == list(range(1, 31))
     config["data"]["bucket_width"] = 8  # set: the setting (a change is refused by check_plan)
