@@ -51,6 +51,7 @@ import tempfile
 
 import numpy as np
 
+from keras_transformer._folders import replace_folder
 from keras_transformer.decoding.inputs import source_length_limit, truncate_source
 from keras_transformer.special_tokens import (
     BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE,
@@ -446,9 +447,7 @@ def export_ctranslate2(
         }
         with open(os.path.join(temp_dir, CTRANSLATE2_OPTIONS_PATH), "w", encoding="utf-8") as stream:
             json.dump(info, stream, indent=2)
-        if os.path.exists(output_dir):
-            shutil.rmtree(output_dir)
-        os.rename(temp_dir, output_dir)
+        replace_folder(temp_dir, output_dir)
     except BaseException:
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise

@@ -4,6 +4,8 @@ import os
 import shutil
 import tempfile
 
+from keras_transformer._folders import replace_folder
+
 
 def save_run_preset(run_dir, preset_dir, force=False, decoding=None):
     """Writes the run's model, tokenizer and decoding settings as a preset
@@ -34,9 +36,7 @@ def save_run_preset(run_dir, preset_dir, force=False, decoding=None):
     staging = tempfile.mkdtemp(prefix=".keras-hub-", dir=parent)
     try:
         task.save_to_preset(staging)
-        if os.path.isdir(preset_dir):
-            shutil.rmtree(preset_dir)
-        os.replace(staging, preset_dir)
+        replace_folder(staging, preset_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -129,7 +129,7 @@ def export_marian_hf(run_dir, destination=None, *, force=False, decoding=None):
     """Writes the run RUN_DIR as a MarianMT folder (default RUN_DIR/export/marian-hf);
     returns its Path. `decoding` overrides the run's decoding settings."""
     from keras_transformer.marian.convert import export_ids, write_marian_hf
-    from keras_transformer.marian.run_import import _replace
+    from keras_transformer._folders import replace_folder
     from keras_transformer.trained_run import _with_decoding
 
     destination = Path(destination or Path(run_dir) / "export" / "marian-hf")
@@ -157,7 +157,7 @@ def export_marian_hf(run_dir, destination=None, *, force=False, decoding=None):
         for name, data in files.items():
             (temp_dir / name).write_bytes(data)
         temp_dir.chmod(0o755 & ~_umask())
-        _replace(temp_dir, destination)
+        replace_folder(temp_dir, destination)
     except BaseException:
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise

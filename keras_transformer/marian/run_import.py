@@ -23,6 +23,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from keras_transformer._folders import replace_folder
 from keras_transformer.run_data import MARIAN_TOKENIZER_DIR, RunError
 
 IMPORT_FILE = "import.json"
@@ -183,25 +184,8 @@ def import_marian(source, run_dir, *, force=False):
             "language_codes": tokenizer.language_codes,
         }
         (temp_dir / IMPORT_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False))
-        _replace(temp_dir, run_dir)
+        replace_folder(temp_dir, run_dir)
     except BaseException:
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
     return run_dir
-
-
-def _replace(temp_dir, run_dir):
-    """Renames temp_dir to run_dir; an existing run_dir goes only once the new one is in place."""
-    old = None
-    if run_dir.exists():
-        old = Path(tempfile.mkdtemp(prefix=_TEMP_PREFIX + "old-", dir=temp_dir.parent))
-        os.rename(run_dir, old / "run")
-    try:
-        os.rename(temp_dir, run_dir)
-    except BaseException:
-        if old is not None:
-            os.rename(old / "run", run_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
