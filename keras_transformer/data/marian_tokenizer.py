@@ -46,7 +46,7 @@ import sentencepiece
 import tensorflow as tf
 from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops
 
-from keras_transformer.data.tokenizer import _bad_texts_error, _sentencepiece_ops, ids_to_keep
+from keras_transformer.data.tokenizer import SentencePieceModelOp, _bad_texts_error, _sentencepiece_ops, ids_to_keep
 from keras_transformer.marian.ids import MarianIds
 from keras_transformer.marian.pieces import (  # noqa: F401  (the file names: re-exported)
     SOURCE_SPM, SPECIAL_PATTERN, SPECIAL_PIECES, TARGET_SPM, TARGET_VOCAB_FILE, UNICODE_SPACE, VOCAB_FILE, PairEncoder,
@@ -135,8 +135,8 @@ class _Side:
         self.our_pieces = self._our_pieces()
         self.piece_to_our_id = {piece: int(self.ids.ours_of_marian[marian_id])
                                 for piece, marian_id in vocabulary.items()}
-        self.shared_name = "keras_transformer_marian_spm_" + _digest(proto)
-        self.eager_handle = None
+        # As SubwordTokenizer's (tensorflow/text#570).
+        self.model_op = SentencePieceModelOp(proto, "keras_transformer_marian_spm_")
 
     def _our_pieces(self):
         """Pieces indexed by our id; our BOS (Marian has none) gets a name no piece has."""
@@ -151,25 +151,6 @@ class _Side:
             pieces[BOS_ID] = bos
         # Ids the vocabulary skips (none in real models) get names too.
         return [f"<keras_transformer_unused_{i}>" if p is None else p for i, p in enumerate(pieces)]
-
-    def model_handle(self):
-        # As SubwordTokenizer: the SentencePiece op is made in each graph (or
-        # once eagerly), named by the model's content, so no resource outlives
-        # its kernel (tensorflow/text#570).
-        if tf.executing_eagerly():
-            if self.eager_handle is None:
-                self.eager_handle = self._model_op()
-            return self.eager_handle
-        return self._model_op()
-
-    def _model_op(self):
-        return _sentencepiece_ops.sentencepiece_op(model=self.proto, shared_name=self.shared_name)
-
-
-def _digest(data):
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()[:32]
 
 
 class MarianTokenizer(tf.Module):
@@ -412,7 +393,7 @@ class MarianTokenizer(tf.Module):
         head = tf.where(special, parts, tf.where(coded, code, ""))
         rest = tf.where(special | ~coded, tf.where(special, "", parts), rest)
         pieces, piece_splits = _sentencepiece_ops.sentencepiece_tokenize_op(
-            side.model_handle(), rest, nbest_size=0, alpha=1.0, add_bos=False, add_eos=False, reverse=False,
+            side.model_op.handle(), rest, nbest_size=0, alpha=1.0, add_bos=False, add_eos=False, reverse=False,
             out_type=tf.string, Tsplits=tf.int64)
         pieces = tf.RaggedTensor.from_row_splits(pieces, piece_splits, validate=False)
         heads = tf.RaggedTensor.from_row_lengths(

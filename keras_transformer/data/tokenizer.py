@@ -83,6 +83,31 @@ def _check_user_defined_symbols(symbols):
     return symbols
 
 
+class SentencePieceModelOp:
+    """The SentencePiece model op of one proto: a new op in each graph being
+    built (it looks up, or loads once, the model under a name derived from its
+    content), one kept eagerly. See the module docstring for why no resource is
+    created once and captured."""
+
+    def __init__(self, proto, name_prefix):
+        self.proto = proto
+        self.shared_name = name_prefix + hashlib.sha256(proto).hexdigest()[:32]
+        self._eager_handle = None
+
+    def handle(self):
+        if tf.executing_eagerly():
+            # Creating the op eagerly costs milliseconds (the proto is an
+            # attribute); the shared resource outlives the kernel, so the
+            # handle stays valid across kernel-cache clears.
+            if self._eager_handle is None:
+                self._eager_handle = self._new_op()
+            return self._eager_handle
+        return self._new_op()
+
+    def _new_op(self):
+        return _sentencepiece_ops.sentencepiece_op(model=self.proto, shared_name=self.shared_name)
+
+
 class SubwordTokenizer(tf.Module):
     """SentencePiece subword tokenizer with fixed special ids.
 
@@ -114,11 +139,7 @@ class SubwordTokenizer(tf.Module):
         self._processor = processor
         self._vocabulary_size = processor.get_piece_size()
         self._model_type = _model_type_name(processor)
-        self._shared_name = (
-            "keras_transformer_sentencepiece_"
-            + hashlib.sha256(proto).hexdigest()[:32]
-        )
-        self._eager_handle = None
+        self._model_op = SentencePieceModelOp(proto, "keras_transformer_sentencepiece_")
 
     @staticmethod
     def _check_proto(proto, origin="proto"):
@@ -290,24 +311,6 @@ class SubwordTokenizer(tf.Module):
             for i in range(self._vocabulary_size)
         ]
 
-    def _model_handle(self):
-        if tf.executing_eagerly():
-            # Creating the op eagerly costs milliseconds (the proto is an
-            # attribute); the shared resource outlives the kernel, so the
-            # handle stays valid across kernel-cache clears.
-            if self._eager_handle is None:
-                self._eager_handle = self._create_model_op()
-            return self._eager_handle
-        return self._create_model_op()
-
-    def _create_model_op(self):
-        # A new op in the graph being built, looking up (or loading once) the
-        # model under a name derived from its content; see the module
-        # docstring for why no resource is created once and captured.
-        return _sentencepiece_ops.sentencepiece_op(
-            model=self._proto, shared_name=self._shared_name
-        )
-
     def tokenize(self, texts):
         """Strings to int32 ids, without bos/eos.
 
@@ -328,7 +331,7 @@ class SubwordTokenizer(tf.Module):
                 f"{texts.shape}"
             )
         values, row_splits = _sentencepiece_ops.sentencepiece_tokenize_op(
-            self._model_handle(),
+            self._model_op.handle(),
             tf.reshape(texts, [-1]) if rank == 0 else texts,
             nbest_size=0,
             alpha=1.0,
@@ -357,7 +360,7 @@ class SubwordTokenizer(tf.Module):
         """
         ids, single = ids_to_keep(ids, self._vocabulary_size, drop=(PAD_ID, BOS_ID))
         texts = _sentencepiece_ops.sentencepiece_detokenize_op(
-            self._model_handle(),
+            self._model_op.handle(),
             ids.flat_values,
             ids.row_splits,
             add_bos=False,
