@@ -79,17 +79,6 @@ def short_name(name):
     return name.replace(" (translate_ids)", "")
 
 
-def serve_summary_statistics(record):
-    """{search: {contender: (median, min, max, vs ours XLA, vs CTranslate2 float32)}}; ratios None without the reference."""
-    summary = {}
-    for search, rates in serve_rates(record).items():
-        summary[search] = OrderedDict()
-        for name, values in rates.items():
-            ratios = tuple(median_ratio(values, rates[ref]) if ref in rates else None for ref in SERVE_REFERENCES)
-            summary[search][name] = (statistics.median(values), min(values), max(values)) + ratios
-    return summary
-
-
 def search_title(search, record):
     return f"beam {record['workload']['beam_size']}" if search == "beam" else search
 
