@@ -126,35 +126,6 @@ def measure(layers, lengths, widths, tokens, heads, rounds, repeats, log=print):
     return seconds
 
 
-def plot(times, settings, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    lengths, widths, layers = settings["lengths"], settings["widths"], settings["layers"]
-    n_ref, d_ref = middle(lengths), middle(widths)
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for name in layers:
-        left.plot(lengths, [times[name][n, d_ref] * 1e3 for n in lengths], marker="o", label=name)
-        right.plot(widths, [times[name][n_ref, d] * 1e3 for d in widths], marker="o", label=name)
-    left.axvline(d_ref, color="grey", linestyle=":", label=f"n = d = {d_ref}")
-    right.axvline(n_ref, color="grey", linestyle=":", label=f"d = n = {n_ref}")
-    for axes, xlabel, title in ((left, "sequence length n", f"d = {d_ref}"),
-                                (right, "width d", f"n = {n_ref}")):
-        axes.set_xscale("log", base=2)
-        axes.set_yscale("log")
-        axes.set_xlabel(xlabel)
-        axes.set_ylabel("ms per sequence (forward + backward)")
-        axes.set_title(title)
-        axes.grid(True, which="both", alpha=0.3)
-    left.legend(fontsize=8)
-    figure.suptitle(f"Table 1, measured: {settings['tokens']} tokens per batch")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
 def parse_sizes(text):
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -216,7 +187,6 @@ def main(argv=None):
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stamp = settings["date"].replace(" UTC", "").replace(" ", "-").replace(":", "")
-    plot(times, settings, out / f"complexity-{stamp}.png")
     record.update(
         wall_seconds=round(time.perf_counter() - started, 1),
         settings={k: settings[k] for k in ("lengths", "widths", "tokens", "heads", "rounds", "repeats", "layers")},
@@ -229,8 +199,7 @@ def main(argv=None):
     print(text)
     (out / f"complexity-{stamp}.md").write_text(text + "\n", encoding="utf-8")
     _harness.append(out / "complexity.jsonl", record)
-    print(f"\nwrote {out / f'complexity-{stamp}.md'}, {out / f'complexity-{stamp}.png'}, "
-          f"{out / 'complexity.jsonl'}")
+    print(f"\nwrote {out / f'complexity-{stamp}.md'}, {out / 'complexity.jsonl'}")
     return 0
 
 
