@@ -9,7 +9,8 @@ import importlib
 import math
 from collections import OrderedDict
 
-from benchmarks._harness import markdown_table
+from benchmarks._harness import (DENSE_BF16_PEAK_TFLOPS, PAPER_SECONDS_PER_STEP, PAPER_TARGET_TOKENS,
+                                 markdown_table, training_matmul_flops)
 
 SERVE_REFERENCES = ("ours in process, XLA", "CTranslate2 float32")
 
@@ -234,8 +235,6 @@ def gpu_statistics(records):
 def gpu_table(records, options):
     """One GPU model's runs (`gpu="H200"` picks the records whose GPU name contains it); rows per model,
     batch shape, contender and precision."""
-    from benchmarks import gpu
-
     options = dict(options)
     wanted = options.pop("gpu", None)
     if wanted:
@@ -245,20 +244,20 @@ def gpu_table(records, options):
     if len(names) > 1:
         raise ValueError(f"table:gpu: the records come from several GPUs ({', '.join(names)}); "
                          'pick one with gpu="..."')
-    peak = records[-1].get("peak_tflops", gpu.DENSE_BF16_PEAK_TFLOPS)  # one GPU model, one peak
+    peak = records[-1].get("peak_tflops", DENSE_BF16_PEAK_TFLOPS)  # one GPU model, one peak
     figures = gpu_statistics(records)
     train_rows, decode_rows = [], []
     for (part, preset, batch, length, contender, precision), runs in figures.items():
         if part == "train":
             tokens = batch * length
             rates = [tokens / seconds for _, seconds, _ in runs]
-            paper = gpu.PAPER_TARGET_TOKENS / gpu.PAPER_SECONDS_PER_STEP[preset]
+            paper = PAPER_TARGET_TOKENS / PAPER_SECONDS_PER_STEP.get(preset, math.nan)  # base, big
             def versus(peer):  # same-run ratios to a peer of the same precision
                 peers = {time: seconds
                          for time, seconds, _ in figures.get((part, preset, batch, length, peer, precision), [])}
                 ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
                 return "-" if contender == peer or not ratios else f"{statistics.median(ratios):.2f}x"
-            flops = gpu.training_matmul_flops(preset, batch, length)
+            flops = training_matmul_flops(preset, batch, length)
             step = statistics.median(seconds for _, seconds, _ in runs)
             train_rows.append([
                 preset, f"{batch} x {length}", contender, precision, f"{step * 1000:.1f}",

@@ -1,44 +1,10 @@
-"""Regenerates the benchmark tables and the figures quoted in prose from the committed records.
-
-Every generated table sits between two marker comments in README.md,
-benchmarks/README.md or a page of docs/:
-
-    <!-- table:serve commit=12a761a -->
-    ... (generated; edits here are overwritten) ...
-    <!-- /table -->
-
-and every figure quoted in a sentence is one cell of such a table, between
-inline markers:
-
-    the XLA variant runs at <!-- cell:serve commit=95c4031 row="SavedModel XLA variant" column="vs ours XLA" -->1.02x<!-- /cell -->
-    of our in-process search
-
-(`row`: the cell's first column, or its first columns joined by " / ";
-`column`: its header; `table=N`: the Nth table of a generator that writes
-several; `number=N` keeps the Nth number of the cell, e.g. `number=2` of
-"53.2 (1.02x)"). `--check` fails
-when a table or a cell differs from what the records give, and when
-one of those documents quotes a benchmark figure (a ratio such as
-"1.4x", a rate in tokens/s or sentences/s, a BLEU or chrF score) outside a
-marker.
-
-The name after "table:" or "cell:" picks the generator (_report_tables.GENERATORS: serve,
-serve-shortlist, serve-profile, serve-mix, quantize-quality, train-throughput, quality, gpu,
-complexity, data-scale, recipe) and so the records
-(benchmarks/results/<name>.jsonl). Every marker pins its records, so that a
-new record changes no committed figure: `commit=ABC` (the record of that
-commit), `time=...` (its start time, as written in the record) or `run=...`
-(quality: the start of one invocation); `gpu=...` (gpu: every record of the
-GPU model whose name contains it) only narrows a pinned choice. A marker
-without one of the three is an error. Medians are over the rounds of that
-record, and a ratio is the median of the ratios taken within each round
-(contenders take turns, so a same-round ratio cancels the machine's drift),
-not the ratio of the medians.
+"""Regenerates the benchmark tables and the figures quoted in prose from the committed records, between the
+marker comments of README.md, benchmarks/README.md and docs/ (the markers' syntax: benchmarks/README.md).
+A ratio is the median of the ratios taken within each round (contenders take turns), not the ratio of the
+medians. `--check` also fails on a benchmark figure quoted outside a marker. Needs numpy, not Keras.
 
     python benchmarks/report.py            # rewrite the tables and cells in place
     python benchmarks/report.py --check    # exit 1 and print what differs or is unmarked
-
-Needs numpy (the complexity table's fits); no Keras or TensorFlow.
 """
 
 import argparse
