@@ -1,7 +1,7 @@
 """Regenerates the benchmark tables and the figures quoted in prose from the committed records, between the
 marker comments of README.md, benchmarks/README.md and docs/ (the markers' syntax: benchmarks/README.md).
 A ratio is the median of the ratios taken within each round (contenders take turns), not the ratio of the
-medians. `--check` also fails on a benchmark figure quoted outside a marker. Needs numpy, not Keras.
+medians. `--check` also fails on a benchmark figure quoted outside a marker. Standard library only.
 
     python benchmarks/report.py            # rewrite the tables and cells in place
     python benchmarks/report.py --check    # exit 1 and print what differs or is unmarked
@@ -18,8 +18,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._report_tables import (  # noqa: E402, F401  (the generators, and what the tests use)
-    GENERATORS, complexity_table, gpu_table, milliseconds, parse_options, quality_table, serve_table,
-    throughput_table,
+    GENERATORS, gpu_table, parse_options, quality_table, serve_table, throughput_table,
 )
 
 DOCUMENTS = (ROOT / "benchmarks" / "README.md", ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))

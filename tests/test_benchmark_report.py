@@ -267,47 +267,6 @@ def test_gpu_table_keeps_gpus_and_batch_shapes_apart():
     assert h100.startswith("1 invocations") and "| 100.0 | 1,000 |" in h100
 
 
-def complexity_record():
-    """A 3 x 3 grid (n 16, 32, 64; d 32, 64, 128; 64 tokens per batch) where the upper-half fit and the
-    all-cells fit differ. Per sequence, attention core t = 1e-9 n^2 d and LSTM t = 4e-9 n d^2, exactly,
-    except in one cell each outside the upper half (n >= 32, d >= 64), where the time is doubled:
-    attention core at (16, 32), LSTM at (16, 128), as a fixed overhead would on small cells."""
-    tokens, seconds = 64, {"attention core": {}, "LSTM": {}}
-    for n in (16, 32, 64):
-        for d in (32, 64, 128):
-            batch = tokens // n
-            core = 1e-9 * n * n * d * (2 if (n, d) == (16, 32) else 1)
-            lstm = 4e-9 * n * d * d * (2 if (n, d) == (16, 128) else 1)
-            # three rounds; the median is the middle value (the others are noise around it)
-            seconds["attention core"][f"n={n},d={d}"] = [core * batch * f for f in (1.0, 3.0, 0.5)]
-            seconds["LSTM"][f"n={n},d={d}"] = [lstm * batch * f for f in (2.0, 1.0, 0.9)]
-    return {"benchmark": "complexity", "time": "2026-11-25 10:00:00 UTC", "commit": "abc1234",
-            "command": "python benchmarks/complexity.py", "machine": {"cpus": 2},
-            "load_average": {"before": [0.1], "after": [0.2]},
-            "settings": {"lengths": [16, 32, 64], "widths": [32, 64, 128], "tokens": tokens, "rounds": 3,
-                         "repeats": 3},
-            "seconds_per_batch": seconds}
-
-
-def test_complexity_table_fits_all_cells_and_the_upper_half_apart():
-    text = report.complexity_table([complexity_record()], {})
-    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert "p, n >= 32, d >= 64" in text  # the grid's geometric middles
-    # The upper half (n 32, 64; d 64, 128) holds only exact cells: (2, 1) and (1, 2).
-    # All cells, by hand: on a full 3 x 3 grid equally spaced in log2 n and log2 d (centred x, y in
-    # {-1, 0, 1}), least squares separates per axis: p = p0 + sum(x e) / sum(x^2), where e is the
-    # log2 excess of each cell (1 in the doubled cell, 0 elsewhere) and sum(x^2) = 6 over nine cells.
-    # Attention core, doubled at x = -1, y = -1: p = 2 - 1/6 = 1.83, q = 1 - 1/6 = 0.83.
-    # LSTM, doubled at x = -1, y = +1: p = 1 - 1/6 = 0.83, q = 2 + 1/6 = 2.17.
-    assert rows["attention core"] == "| attention core | (2, 1) | 1.83 | 0.83 | 2.00 | 1.00 |"
-    assert rows["LSTM"] == "| LSTM | (1, 2) | 0.83 | 2.17 | 1.00 | 2.00 |"
-    # Where n = d is on the grid (32 and 64) there is a diagonal row: attention core at n = d = 32,
-    # 1e-9 * 32 * 32 * 32 s = 0.032768 ms per sequence.
-    assert "| 32 | 0.0328 |" in text and "| 64 |" in text and "| 16 |" not in text
-    assert report.milliseconds(1e-9 * 16 * 16 * 32) == "0.00819"
-    assert report.milliseconds(0.1234) == "123"
-
-
 def write_serve_records(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
