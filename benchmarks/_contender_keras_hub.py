@@ -1,42 +1,6 @@
-"""KerasHub layers as a benchmark contender (TensorFlow backend). See _harness.Contender for the shape.
-
-Two architectures, one model class (`KerasHubTranslator`):
-
-- "tied", the like-for-like contender: ours' architecture built from KerasHub
-  layers. One `keras_hub.layers.ReversibleEmbedding` shared by source and
-  target and tied to the output projection (no output bias), scaled by
-  sqrt(d_model); sinusoidal positions (`SinePositionEncoding`); dropout on
-  the embedding sums and on every sub-layer output, none on the attention
-  weights (KerasHub's layers drop attention weights with their one `dropout`
-  rate: that dropout is set to 0 after the layers are built, as ours has
-  none); layer-norm epsilon 1e-6 as ours; with `norm_first`, a final layer
-  norm after each stack as ours. Its parameter count equals ours (a test
-  checks it): 7.6M at the benchmarks' size.
-- "keras-io", the keras-io example "English-to-Spanish translation with
-  KerasHub": `TokenAndPositionEmbedding` (learned positions) for source and
-  target, an untied `Dense` output, KerasHub's dropout also on attention
-  weights; about 11.9M parameters. Kept as a labelled row.
-
-Both take explicit padding masks (the example derives the same masks from
-`mask_zero=True`).
-
-Decoding (`decode`): `keras_hub.samplers.BeamSampler(4, return_all_beams=
-True)` over the decoder layers' own caches, compiled with
-`tf.function(jit_compile=True)` as KerasHub's `generate()` compiles its
-samplers. BeamSampler has no length penalty and no per-sentence length
-limit, and it keeps extending a beam after EOS. Its `next` function here
-makes it decode as ours does: a beam whose last token is EOS (or pad) is
-finished and may only add pad with probability 1, so its log-probability
-stays that of the hypothesis up to EOS; a live beam may not produce pad or
-BOS; at a sentence's cap (source tokens with EOS + 50, ours') a live beam
-may only produce EOS (fairseq's rule; ours returns a cut hypothesis only if
-none of the sentence finished, which differs only where a beam reaches the
-cap). The loop stops when every beam has finished. The final choice among a
-sentence's 4 beams is by log P / ((5 + |Y|) / 6) ** 0.6, |Y| counting EOS:
-ours' score. BeamSampler still prunes by plain log P at each step (ours
-compares penalised scores of finished hypotheses), which is KerasHub's
-search; the normalisation is applied where BeamSampler returns.
-"""
+"""KerasHub layers as a benchmark contender (TensorFlow backend): the like-for-like "tied" architecture and
+the keras-io example's, and a BeamSampler search made to decode as ours does. What each is, and how the search
+is made to match ours: docs/benchmarks.md, "The shared harness"."""
 
 import math
 import warnings

@@ -1,20 +1,7 @@
-"""OpenNMT-tf 2.32 as a benchmark contender: its own trainer and decoder, in its own process.
-
-OpenNMT-tf needs TensorFlow 2.13 (its virtual environment, `--opennmt-python`,
-default .venv-opennmt/bin/python: `python3.11 -m venv .venv-opennmt &&
-.venv-opennmt/bin/pip install "tensorflow==2.13.1" "opennmt-tf==2.32.0"`),
-so it cannot share a process with ours. The shape of _harness.Contender, carried
-out by OpenNMT-tf's own programs:
-
-- build + train_steps (train_throughput.py):
-  `run_opennmt` writes the batches' sentences as whitespace tokens and runs
-  `onmt-main --auto_config train` on them (an `opennmt.models.Transformer`
-  of our size: post-norm, all embeddings shared); its rate is read from the
-  intervals it logs (`opennmt_intervals`, `opennmt_rate`);
-- build + train_for + decode (quality.py): the worker _quality_opennmt.py
-  (`quality_command` starts it), its Runner trained to a wall-clock budget,
-  then `Runner.infer`, beam 4, length penalty 0.6, and ours' length cap.
-"""
+"""OpenNMT-tf 2.32 as a benchmark contender: its own trainer and decoder, in its own process and virtual
+environment (`INSTALL`), with _harness.Contender's verbs: `train_steps` runs `onmt-main` on the batches'
+sentences (train_throughput.py), `quality_command` starts the worker _quality_opennmt.py (quality.py).
+How: docs/benchmarks.md, "The shared harness"."""
 
 import inspect
 import os
@@ -66,12 +53,8 @@ def model():
 
 
 def run_opennmt(batches, steps, warmup, python, real, size=SIZE):
-    """OpenNMT-tf's own trainer on the same sentences, written as whitespace tokens.
-
-    Synthetic workload: one fixed-size batch per batch of ours (no
-    bucketing, no shuffling). Real workload: the same sentences, batched by
-    OpenNMT-tf itself (tokens, at the same budget, its own length buckets).
-    """
+    """OpenNMT-tf's own trainer on the same sentences as whitespace tokens: synthetic, one fixed-size batch per
+    batch of ours; real text, batched by OpenNMT-tf itself (tokens, the same budget, its own length buckets)."""
     import re
 
     work = Path(tempfile.mkdtemp(prefix="onmt-"))
@@ -138,12 +121,8 @@ train:
 
 
 def opennmt_rate(intervals):
-    """Target tokens/s over OpenNMT-tf's logged intervals, the first left out.
-
-    The first interval holds the tracing (our contenders' warm-up). The rate
-    is the total of target tokens over the total time of the others, not the
-    mean of their rates (which would weigh a short interval like a long one).
-    """
+    """Target tokens/s over OpenNMT-tf's logged intervals but the first (the tracing: our warm-up): total
+    tokens over total time, not the mean of the rates (which would weigh a short interval like a long one)."""
     timed = intervals[1:] or intervals
     seconds = sum(interval_seconds for _, interval_seconds, _ in timed)
     tokens = sum(interval_tokens for _, _, interval_tokens in timed)
@@ -152,13 +131,9 @@ def opennmt_rate(intervals):
 
 
 def opennmt_intervals(log):
-    """(steps, seconds, target tokens) of each summary interval of an OpenNMT-tf 2.x training log.
-
-    OpenNMT-tf 2.32 logs, every `save_summary_steps` steps, "Step = N ;
-    steps/s = R, tokens/s = T (S source, U target) ; ...": the steps since the
-    previous line over R (rounded to hundredths: under 0.5% off at 1 step/s
-    or more) give the interval's seconds, and U times those its target tokens.
-    """
+    """(steps, seconds, target tokens) of each interval of an OpenNMT-tf 2.32 log's "Step = N ; steps/s = R,
+    tokens/s = T (S source, U target)" lines: the steps since the last line over R (hundredths: under 0.5% off at
+    1 step/s or more) give its seconds, and U times those its target tokens."""
     import re
 
     pattern = re.compile(r"Step = (\d+) ; steps/s = ([\d.]+),.*?tokens/s = [\d.]+ \([\d.]+ source, ([\d.]+) target\)")

@@ -1,13 +1,5 @@
-"""`torch.nn.Transformer` as a benchmark contender (train_throughput.py; torch backend process).
-
-Our size and architecture in torch: `torch.nn.Transformer` (post-norm, its
-stacks' final norms removed, as ours and the paper), one embedding shared by
-source and target and tied to the output, scaled by sqrt(d_model),
-sinusoidal positions, dropout on the embedding sums; torch's Adam(0.9, 0.98,
-1e-9) at a fixed rate and its label-smoothed cross-entropy ignoring pad. It
-runs eagerly (what `torch.nn.Transformer` users run on a CPU). See
-_harness.Contender for the shape; torch has no decoding harness here.
-"""
+"""`torch.nn.Transformer` at our size and architecture as a benchmark contender (train_throughput.py, and
+gpu.py's model), eager; what it is: docs/benchmarks.md, "The shared harness"."""
 
 import math
 import os
@@ -17,7 +9,7 @@ from benchmarks._harness import Contender, timed_steps
 
 
 def torch_transformer(size, positions=512, padded=True, device="cpu"):
-    """Our size and architecture in torch (see the module docstring): `size` has vocab, d_model, d_ff,
+    """Our size and architecture in torch (docs/benchmarks.md): `size` has vocab, d_model, d_ff,
     heads, layers and dropout; `padded`: pad ids (0) masked out of attention (gpu.py's batches have none)."""
     import torch
 

@@ -1,15 +1,6 @@
-"""What every benchmark script shares: records, the training workloads, the contenders' shape
-(and ours), and what quality.py and its workers share.
-
-Records: one JSON line per run says what ran (the exact command, the commit with a "-dirty" flag
-when tracked files differed from it, library versions), where (CPU model, count and flags, node,
-platform, GPU names, CTranslate2's and TensorFlow's matrix backends), under what load (load average
-before and after) and when (UTC), next to the raw timings the benchmark adds itself.
-`benchmarks/report.py` regenerates the tables and charts of the documentation from these lines,
-so a figure quoted there can be traced to its record and re-run with its command.
-
-Standard library only at import (Keras, TensorFlow and numpy are imported inside the functions that
-need them): the report and its tests import this module without them.
+"""What every benchmark script shares: records (what ran, where, under what load, when: docs/benchmarks.md),
+the training workloads, the contenders' shape (and ours), and what quality.py and its workers share.
+Standard library only at import: report.py and its tests import this module without Keras or numpy.
 """
 
 import datetime
@@ -17,6 +8,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import runpy
 import shlex
 import shutil
 import subprocess
@@ -94,9 +86,8 @@ def cpu_flags():
     return []
 
 
-# A CTranslate2 model of one layer each side, d_model 8, built with its spec
-# API in a child process that loads it with CT2_VERBOSE=1: the engine logs
-# its CPU backend when it loads a model.
+# CTranslate2 logs its CPU backend when it loads a model: a child process builds one of d_model 8
+# (its spec API, no Keras: fast) and loads it with CT2_VERBOSE=1.
 _CT2_PROBE = r"""
 import sys, tempfile
 import numpy as np
@@ -139,8 +130,7 @@ with tempfile.TemporaryDirectory() as directory:
 
 
 def parse_ctranslate2_log(text):
-    """The `[info]` lines CTranslate2 prints with CT2_VERBOSE=1 as {key: value}
-    ("CPU", "Selected ISA", "Use Intel MKL", "SGEMM backend", "GEMM_S8 backend", ...)."""
+    """CTranslate2's CT2_VERBOSE=1 `[info]` lines as {key: value} ("Selected ISA", "SGEMM backend", ...)."""
     found = {}
     for line in text.splitlines():
         if "[info]" not in line:
@@ -153,8 +143,7 @@ def parse_ctranslate2_log(text):
 
 
 def ctranslate2_backend(python=None, quantization="int8"):
-    """What CTranslate2 runs on this CPU (its CT2_VERBOSE=1 log when loading a
-    model of `quantization` weights), with "version"; None when it is not installed."""
+    """What CTranslate2 runs on this CPU (its log when loading a model), with "version"; None without it."""
     try:
         version = importlib.metadata.version("ctranslate2")
     except importlib.metadata.PackageNotFoundError:
@@ -178,9 +167,8 @@ print("is_mkl_enabled", bool(_pywrap_util_port.IsMklEnabled()))
 
 
 def tensorflow_onednn(python=None):
-    """TensorFlow's oneDNN use: TF_ENABLE_ONEDNN_OPTS as set, and what a child
-    TensorFlow with this environment logs ("oneDNN custom operations are
-    on") and reports (`IsMklEnabled`); None when TensorFlow is not installed."""
+    """TensorFlow's oneDNN use: TF_ENABLE_ONEDNN_OPTS, and what a child TensorFlow logs and reports
+    (`IsMklEnabled`); None when TensorFlow is not installed."""
     try:
         version = importlib.metadata.version("tensorflow")
     except importlib.metadata.PackageNotFoundError:
@@ -199,8 +187,7 @@ def tensorflow_onednn(python=None):
 
 
 def matrix_libraries():
-    """The matrix libraries a CPU figure depends on: CPU model and flags,
-    CTranslate2's backend, TensorFlow's oneDNN use."""
+    """The matrix libraries a CPU figure depends on: CPU model and flags, CTranslate2's backend, TensorFlow's oneDNN."""
     return {"cpu": cpu_model(), "cpu_flags": cpu_flags(), "ctranslate2": ctranslate2_backend(),
             "tensorflow_onednn": tensorflow_onednn()}
 
@@ -316,10 +303,7 @@ def read(path):
     return records
 
 # ------------------------------------------------------------ training workloads
-# The batches every throughput contender trains on (train_throughput.py): SIZE is the model every
-# contender builds, `load_batches` gives the fixed-shape random batches or the real-text ones,
-# `cycled_dataset` and `warmed_up` feed them to a compiled Keras model, and `timed_fit` is the Keras
-# contenders' `train_steps`.
+# The batches every throughput contender trains on (train_throughput.py) and the model size SIZE.
 
 SIZE = dict(vocab=8000, d_model=256, layers=3, heads=4, d_ff=1024, dropout=0.1)
 BATCH, LENGTH = 64, 32
@@ -354,7 +338,7 @@ def make_batches(seed=0):
 
 
 def make_real_batches(data_dir, work, bucket_width):
-    """The real-text workload (see the module docstring), cached in `work`."""
+    """The real-text workload (docs/benchmarks.md, `train_throughput.py`), cached in `work`."""
     import numpy as np
 
     cache = work / f"batches_width{bucket_width}.npz"
@@ -405,29 +389,14 @@ def cycled_dataset(batches):
     return functools.reduce(lambda a, b: a.concatenate(b), elements).repeat().prefetch(4)
 
 
-def warmed_up(model, dataset, steps):
-    """An iterator over `dataset` after `steps` untimed steps of the compiled `model`'s train function
-    (the first through `fit`, which builds the optimizer)."""
-    model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
-    iterator = iter(dataset)
-    for _ in range(steps):
-        model.train_function(iterator)
-    return iterator
-
-
 def target_tokens(batches):
     """Non-pad target tokens of each batch."""
     return [int((labels != PAD).sum()) for _, _, labels in batches]
 
 
 def peak_memory_mb():
-    """Peak resident memory of this process in MB.
-
-    Not ru_maxrss: Linux hands a parent's on to the children it starts (fork,
-    then exec), so every contender would report at least this script's own
-    peak. VmHWM belongs to the process's address space, which exec replaces.
-    (Also run inside OpenNMT-tf's process: self-contained.)
-    """
+    """Peak resident memory of this process in MB: VmHWM, not ru_maxrss, which Linux hands on from a parent
+    to the children it starts. Self-contained: OpenNMT-tf's process runs it too."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
@@ -465,27 +434,9 @@ SEARCH = {"beam_size": 4, "alpha": 0.6, "max_extra_length": 50, "batch_size": 64
 
 
 class Contender:
-    """The one shape of a benchmark contender: a harness around one implementation of the Transformer.
-    The scripts ask it for these and nothing else:
-
-    - `build(size, policy=None)`: a model of `size` (a dict: vocab, d_model, layers, heads, d_ff,
-      dropout; the throughput scripts pass `SIZE`) ready to train: compiled with its loss and
-      optimizer (ours: `LabelSmoothedCrossEntropy(0.1)` and `paper_optimizer`, unless the contender
-      is labelled otherwise). `policy` is a Keras dtype policy ("mixed_bfloat16"), or None for float32.
-    - `train_steps(model, batches, steps, warmup)`: `warmup` untimed steps, then `steps` timed ones
-      over the cycled `batches` ((source, target_in, labels) arrays); returns {"seconds", "steps",
-      "target_tokens"} of the timed steps (train_throughput.py).
-    - `train_for(model, dataset, minutes)`: trains on a repeating tf.data pipeline until the first
-      step that ends past `minutes`; returns the `Clock` (steps, seconds) (quality.py).
-    - `decode(model, tokenizer, sources, search)`: the contender's beam search on raw sentences;
-      `search` is `SEARCH`, the same for every contender: beam 4, the GNMT length penalty
-      ((5 + |Y|) / 6) ** 0.6 with |Y| counting EOS, at most (source tokens, EOS included) + 50
-      output tokens per sentence, batches of 64 sentences sorted by length.
-
-    `name`, `label` (what the row is, printed under tables and kept in records) and `backend` (the
-    KERAS_BACKEND its process needs) describe it. Contenders that live in another process (OpenNMT-tf
-    in its own virtual environment) keep the same verbs, carried out by a worker script.
-    """
+    """The one shape of a benchmark contender (a harness around one implementation of the Transformer):
+    `build`, `train_steps`, `train_for`, `decode`, as docs/benchmarks.md's "The shared harness" says;
+    `name`, `label` (what the row is) and `backend` (the KERAS_BACKEND its process needs)."""
     name = ""
     label = ""
     backend = "tensorflow"
@@ -603,12 +554,8 @@ def config():
 
 
 class Clock:
-    """Training clock shared by our workers: started at construction, updated per step.
-
-    Every `every` steps it prints the mean training loss of those steps
-    (Keras' logs hold the running mean of the epoch so far; the interval mean
-    is recovered from two of them).
-    """
+    """Training clock of our quality workers: started at construction, updated per step; every `every` steps
+    it prints the mean loss of those steps (recovered from two of Keras' running means of the epoch)."""
 
     def __init__(self, minutes, every=100):
         self.started = time.monotonic()
@@ -645,12 +592,8 @@ class Clock:
 
 
 def count_trained_tokens(pairs, tokenizer, steps, tokens_per_batch, seed, bucket_boundaries=None):
-    """Non-pad (source, target) tokens in the first `steps` batches of the training pipeline.
-
-    `runs.train` and the KerasHub worker read `make_dataset(..., repeat=True)`
-    with a fixed seed, so a fresh pipeline with the same options replays the
-    batches they trained on. Target tokens count the labels (EOS included).
-    """
+    """Non-pad (source, target) tokens (labels, EOS included) in the first `steps` batches of the training
+    pipeline: a fresh `make_dataset(..., repeat=True)` with the same seed replays what the workers trained on."""
     import numpy as np
 
     from keras_transformer.data import make_dataset
@@ -662,3 +605,29 @@ def count_trained_tokens(pairs, tokenizer, steps, tokens_per_batch, seed, bucket
         source += int(np.count_nonzero(inputs["source"]))
         target += int(np.count_nonzero(labels))
     return source, target
+
+
+# ------------------------------------------------------------ the paper's models on one GPU
+# What gpu.py and its table share.
+
+# The model sizes' one home, read without importing the package (and Keras).
+PRESETS = runpy.run_path(str(ROOT / "keras_transformer" / "models" / "presets.py"))["PRESETS"]
+VOCABULARY = 37000  # gpu.py's shared vocabulary
+# Section 5.2: base steps took about 0.4 s, big steps 1.0 s, on 8 P100s, with
+# batches of about 25,000 source and 25,000 target tokens.
+PAPER_SECONDS_PER_STEP = {"base": 0.4, "big": 1.0}
+PAPER_TARGET_TOKENS = 25000
+# Dense bf16 tensor-core peak of the H100 SXM and the H200 (the same GH100 chip and clocks).
+DENSE_BF16_PEAK_TFLOPS = 989.0
+
+
+def training_matmul_flops(preset, batch, length):
+    """FLOPs of the matrix products of one training step of gpu.py (forward and both backward products)."""
+    size = PRESETS[preset]
+    # The attention products do not depend on the number of heads.
+    d, f, n = size["d_model"], size["d_ff"], size["num_encoder_layers"]
+    tokens = batch * length
+    per_layer_encoder = 4 * tokens * d * d + 2 * batch * length * length * d + 2 * tokens * d * f
+    per_layer_decoder = 8 * tokens * d * d + 2 * batch * length * length * d * 2 + 2 * tokens * d * f
+    forward = n * per_layer_encoder + n * per_layer_decoder + tokens * d * VOCABULARY
+    return 2 * 3 * forward

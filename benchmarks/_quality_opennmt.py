@@ -1,33 +1,7 @@
-"""The OpenNMT-tf contender of benchmarks/quality.py (runs in .venv-opennmt).
-
-Not a benchmark by itself: quality.py starts it with the OpenNMT-tf virtual
-environment's Python (TensorFlow 2.13 + opennmt-tf 2.32 cannot share a
-process with our TensorFlow) after writing DATA_DIR/{train.src, train.tgt,
-test.src, vocab.txt} (SentencePiece pieces of the shared splits, a vocabulary
-of the same ids as ours).
-
-Training is OpenNMT-tf's own: `opennmt.Runner(model, config,
-auto_config=True).train()`, what `onmt-main --auto_config train` runs, with
-the budget settings overriding the auto-config. The only addition is the
-wall-clock budget, which OpenNMT-tf has no option for: its trainer's step
-generator (`Trainer._steps`) is wrapped so that the loop ends after the first
-step that finishes past the deadline; the trainer then logs, saves its final
-checkpoint (the last step) and returns as at `max_step`. The clock starts
-when the training loop asks for its first batch, so OpenNMT-tf's input
-pipeline start, tracing and first step count, as for the other contenders.
-
-Inference: `Runner.infer` on test.src (latest checkpoint, beam 4, length
-penalty 0.6, batches of up to 64 sentences of one source length each:
-`length_bucket_width` 1) writes space-separated pieces to
-OUT_DIR/predictions.txt; quality.py detokenizes and scores them. The length
-cap is ours: (source tokens + EOS) + max_extra_length decoding steps, EOS
-included. OpenNMT-tf reads one fixed `maximum_decoding_length` from its
-parameters, so `SequenceToSequence._dynamic_decode` is wrapped to set it, for
-the duration of each batch's decoding, to that batch's source length + 1 +
-max_extra_length (a tensor; its `tf.while_loop` takes one): with one source
-length per batch, that is each sentence's own cap.
-Writes OUT_DIR/train.json.
-"""
+"""The OpenNMT-tf worker of benchmarks/quality.py, run with .venv-opennmt's Python (OpenNMT-tf 2.32 needs
+TensorFlow 2.13): trains with OpenNMT-tf's Runner to a wall-clock budget on DATA_DIR/{train.src, train.tgt,
+vocab.txt} (written by quality.py), decodes test.src with ours' length cap, and writes OUT_DIR/train.json and
+predictions.txt. How: docs/benchmarks.md, "The shared harness"."""
 
 import argparse
 import json

@@ -1,14 +1,7 @@
-"""The in-process workers of benchmarks/quality.py (our virtual environment, TensorFlow backend).
-
-quality.py starts `quality.py --worker NAME`, which runs `run(args)` here:
-"prepare" (the split, the tokenizer and OpenNMT-tf's text files, in
-WORK/data), "ours" and "keras-hub" (train to the budget, then decode the test
-split; WORK/NAME/train.json and hypotheses.json) and "score". Each
-contender's training and decoding is its harness (_harness.Ours,
-_contender_keras_hub: build, train, decode); what is here is the quality
-benchmark's glue: its data, its clock, its record fields. OpenNMT-tf's worker
-is _quality_opennmt.py, in its own environment.
-"""
+"""The in-process workers of benchmarks/quality.py (`quality.py --worker NAME`, TensorFlow backend):
+"prepare" (split, tokenizer, OpenNMT-tf's text files in WORK/data), "ours" and "keras-hub" (train to the
+budget, decode the test split: WORK/NAME/train.json, hypotheses.json) and "score". The training and decoding
+are the contenders' harnesses; this is the benchmark's glue (data, clock, record fields)."""
 
 import hashlib
 import json
@@ -105,12 +98,8 @@ def prepare(args, work):
 
 
 def write_opennmt_files(data, train, test):
-    """Space-separated SentencePiece pieces and a vocabulary with the same ids as ours.
-
-    OpenNMT-tf reserves ids 0-2 for the first three lines of a vocabulary file
-    and appends <unk>: `<blank> <s> </s> piece_4 ... piece_{V-1}` + <unk> is
-    a V-id vocabulary holding the same pieces as ours.
-    """
+    """Space-separated SentencePiece pieces and a vocabulary with our ids: OpenNMT-tf reserves ids 0-2 for the
+    first three lines and appends <unk>, so `<blank> <s> </s> piece_4 ... piece_{V-1}` holds ours' V ids."""
     import sentencepiece
 
     processor = sentencepiece.SentencePieceProcessor(model_file=str(data / "tokenizer.model"))
@@ -212,15 +201,9 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
 
 
 def make_optimizer(settings, d_model):
-    """(optimizer, description) for the `optimizer` setting: "densified" (default) or "stock".
-
-    "densified": `paper_optimizer`, the Adam ours trains with (TransformerAdam:
-    an embedding lookup's sparse gradient is made dense before the update).
-    Keras' stock Adam, "stock", squares the slices of a row repeated in a batch
-    one by one on TensorFlow, so its update of the embeddings differs from
-    the dense one by more than the weights move: what a KerasHub user gets
-    today, kept as a labelled row. Both use the Noam schedule below.
-    """
+    """(optimizer, description) for the `optimizer` setting, with the Noam schedule: "densified" (default),
+    `paper_optimizer`, ours (sparse embedding gradients made dense first), or "stock", Keras' Adam, which on
+    TensorFlow squares a repeated row's slices one by one (what a KerasHub user gets: a labelled row)."""
     import keras
 
     from keras_transformer.training import NoamSchedule, paper_optimizer

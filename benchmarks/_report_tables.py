@@ -9,7 +9,8 @@ import importlib
 import math
 from collections import OrderedDict
 
-from benchmarks._harness import markdown_table
+from benchmarks._harness import (DENSE_BF16_PEAK_TFLOPS, PAPER_SECONDS_PER_STEP, PAPER_TARGET_TOKENS,
+                                 markdown_table, training_matmul_flops)
 
 SERVE_REFERENCES = ("ours in process, XLA", "CTranslate2 float32")
 
@@ -77,17 +78,6 @@ def serve_rates(record):
 
 def short_name(name):
     return name.replace(" (translate_ids)", "")
-
-
-def serve_summary_statistics(record):
-    """{search: {contender: (median, min, max, vs ours XLA, vs CTranslate2 float32)}}; ratios None without the reference."""
-    summary = {}
-    for search, rates in serve_rates(record).items():
-        summary[search] = OrderedDict()
-        for name, values in rates.items():
-            ratios = tuple(median_ratio(values, rates[ref]) if ref in rates else None for ref in SERVE_REFERENCES)
-            summary[search][name] = (statistics.median(values), min(values), max(values)) + ratios
-    return summary
 
 
 def search_title(search, record):
@@ -245,8 +235,6 @@ def gpu_statistics(records):
 def gpu_table(records, options):
     """One GPU model's runs (`gpu="H200"` picks the records whose GPU name contains it); rows per model,
     batch shape, contender and precision."""
-    from benchmarks import gpu
-
     options = dict(options)
     wanted = options.pop("gpu", None)
     if wanted:
@@ -256,20 +244,20 @@ def gpu_table(records, options):
     if len(names) > 1:
         raise ValueError(f"table:gpu: the records come from several GPUs ({', '.join(names)}); "
                          'pick one with gpu="..."')
-    peak = records[-1].get("peak_tflops", gpu.DENSE_BF16_PEAK_TFLOPS)  # one GPU model, one peak
+    peak = records[-1].get("peak_tflops", DENSE_BF16_PEAK_TFLOPS)  # one GPU model, one peak
     figures = gpu_statistics(records)
     train_rows, decode_rows = [], []
     for (part, preset, batch, length, contender, precision), runs in figures.items():
         if part == "train":
             tokens = batch * length
             rates = [tokens / seconds for _, seconds, _ in runs]
-            paper = gpu.PAPER_TARGET_TOKENS / gpu.PAPER_SECONDS_PER_STEP[preset]
+            paper = PAPER_TARGET_TOKENS / PAPER_SECONDS_PER_STEP.get(preset, math.nan)  # base, big
             def versus(peer):  # same-run ratios to a peer of the same precision
                 peers = {time: seconds
                          for time, seconds, _ in figures.get((part, preset, batch, length, peer, precision), [])}
                 ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
                 return "-" if contender == peer or not ratios else f"{statistics.median(ratios):.2f}x"
-            flops = gpu.training_matmul_flops(preset, batch, length)
+            flops = training_matmul_flops(preset, batch, length)
             step = statistics.median(seconds for _, seconds, _ in runs)
             train_rows.append([
                 preset, f"{batch} x {length}", contender, precision, f"{step * 1000:.1f}",
@@ -307,113 +295,7 @@ def gpu_table(records, options):
     return text
 
 
-# --------------------------------------------------------------------------- complexity
-
-
-# The paper's complexity per layer and sequence, as exponents of (n, d).
-PAPER_EXPONENTS = {
-    "self-attention": (2, 1),
-    "attention core": (2, 1),
-    "LSTM": (1, 2),
-    "GRU": (1, 2),
-    "Conv1D k=3": (1, 2),
-}
-
-
-def per_sequence(seconds, tokens):
-    """{layer: {(n, d): median seconds per sequence}}."""
-    import numpy as np
-
-    return {name: {(n, d): float(np.median(values)) / max(1, tokens // n) for (n, d), values in cells.items()}
-            for name, cells in seconds.items()}
-
-
-def fit_exponents(times, min_n=None, min_d=None):
-    """(p, q, points): least squares of log t = a + p log n + q log d over the cells with
-    n >= min_n and d >= min_d; None for p or q when the cells do not vary in n or d."""
-    import numpy as np
-
-    cells = [(n, d, t) for (n, d), t in times.items()
-             if (min_n is None or n >= min_n) and (min_d is None or d >= min_d) and t > 0]
-    if len(cells) < 2:
-        return None, None, len(cells)
-    logs = np.log(np.array([(n, d, t) for n, d, t in cells], dtype=float))
-    columns = [np.ones(len(cells))]
-    varying = [len(set(logs[:, i])) > 1 for i in (0, 1)]
-    columns += [logs[:, i] for i in (0, 1) if varying[i]]
-    solution, *_ = np.linalg.lstsq(np.stack(columns, axis=1), logs[:, 2], rcond=None)
-    coefficients = iter(solution[1:])
-    p = float(next(coefficients)) if varying[0] else None
-    q = float(next(coefficients)) if varying[1] else None
-    return p, q, len(cells)
-
-
-def crossover(attention, recurrent, lengths, d):
-    """The n at width d where self-attention becomes slower than the recurrent layer,
-    interpolated on log n; ("below", first n) if it is slower already at the shortest n,
-    ("above", last n) if it is still faster at the longest."""
-    ratios = [math.log(attention[n, d] / recurrent[n, d]) for n in lengths]
-    if ratios[0] >= 0:
-        return "below", lengths[0]
-    for (n0, r0), (n1, r1) in zip(zip(lengths, ratios), zip(lengths[1:], ratios[1:])):
-        if r0 < 0 <= r1:
-            fraction = -r0 / (r1 - r0)
-            return "at", math.exp(math.log(n0) + fraction * (math.log(n1) - math.log(n0)))
-    return "above", lengths[-1]
-
-
-def middle(values):
-    """The grid value nearest the geometric middle."""
-    import numpy as np
-
-    centre = math.exp(np.mean(np.log(values)))
-    return min(values, key=lambda v: abs(math.log(v / centre)))
-
-
-def milliseconds(seconds):
-    value = seconds * 1000
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
-
-
-def complexity_table(records, options):
-    """Table 1 measured: fitted exponents against the paper's, the self-attention / LSTM
-    crossover per width, and times per sequence on the diagonal n = d, all recomputed
-    from the record's raw per-round seconds."""
-    record = select(records, options, "table:complexity")[-1]
-    settings = record["settings"]
-    tokens, lengths, widths = settings["tokens"], settings["lengths"], settings["widths"]
-    seconds = {name: {tuple(int(part.split("=")[1]) for part in key.split(",")): values
-                      for key, values in cells.items()}
-               for name, cells in record["seconds_per_batch"].items()}
-    times = per_sequence(seconds, tokens)
-    upper_n, upper_d = middle(lengths), middle(widths)
-    exponent_rows = []
-    for name, cells in times.items():
-        p, q, _ = fit_exponents(cells)
-        p_upper, q_upper, _ = fit_exponents(cells, upper_n, upper_d)
-        paper = PAPER_EXPONENTS.get(name)
-        exponent_rows.append([name, f"({paper[0]}, {paper[1]})" if paper else "-",
-                              *("-" if value is None else f"{value:.2f}" for value in (p, q, p_upper, q_upper))])
-    text = caption(record, f"forward + backward, {tokens} tokens per batch in every cell, the median of "
-                           f"{settings['rounds']} rounds of the best of {settings['repeats']} calls") + "\n\n"
-    text += markdown_table(
-        ["layer", "paper (p, q)", "p (n), all cells", "q (d), all cells", f"p, n >= {upper_n}, d >= {upper_d}",
-         f"q, n >= {upper_n}, d >= {upper_d}"], exponent_rows, ["---", "---", "---:", "---:", "---:", "---:"])
-    diagonal = [n for n in lengths if n in widths]
-    names = list(times)
-    text += "\n\nMilliseconds per sequence where n = d:\n\n" + markdown_table(
-        ["n = d", *names], [[str(n), *(milliseconds(times[name][n, n]) for name in names)] for n in diagonal],
-        ["---:"] * (len(names) + 1))
-    if "self-attention" in times and "LSTM" in times:
-        rows = []
-        for d in widths:
-            where, n = crossover(times["self-attention"], times["LSTM"], lengths, d)
-            rows.append([str(d), {"at": f"{n:.0f} (n/d {n / d:.1f})", "below": f"below {n}",
-                                  "above": f"never up to n = {n} (n/d > {n // d})"}[where]])
-        text += ("\n\nFrom which n self-attention (with its projections) is slower than the LSTM; "
-                 "the paper's rule of thumb says n = d:\n\n") + markdown_table(
-            ["d", "self-attention slower than LSTM from n"], rows, ["---:", "---"])
-    return text
+# --------------------------------------------------------------------------- large corpora
 
 
 def data_scale_table(records, options):
@@ -509,7 +391,6 @@ GENERATORS = {
     "train-throughput": ("train_throughput", throughput_table),
     "quality": ("quality", quality_table),
     "gpu": ("gpu", gpu_table),
-    "complexity": ("complexity", complexity_table),
     "data-scale": ("data_scale", data_scale_table),
     "recipe": ("recipes", recipe_table),
 }

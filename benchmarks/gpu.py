@@ -12,9 +12,7 @@ How it measures, and what it reports: docs/benchmarks.md, "Methods", `gpu.py`.
 
 import argparse
 import json
-import math
 import os
-import runpy
 import statistics
 import subprocess
 import sys
@@ -25,34 +23,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
+from benchmarks._report_tables import gpu_table  # noqa: E402
+from benchmarks._harness import DENSE_BF16_PEAK_TFLOPS, PRESETS, VOCABULARY, training_matmul_flops  # noqa: E402
 
-# The model sizes' one home, read without importing the package (and Keras).
-PRESETS = runpy.run_path(str(ROOT / "keras_transformer" / "models" / "presets.py"))["PRESETS"]
-VOCABULARY = 37000
 PAD, BOS, EOS = 0, 2, 3
-# Section 5.2: base steps took about 0.4 s, big steps 1.0 s, on 8 P100s, with
-# batches of about 25,000 source and 25,000 target tokens.
-PAPER_SECONDS_PER_STEP = {"base": 0.4, "big": 1.0}
-PAPER_TARGET_TOKENS = 25000
 # The PyTorch contenders: name -> torch.compile mode (None: eager).
 TORCH_MODES = {"torch.compile": "default", "torch.compile+cudagraphs": "reduce-overhead",
                "torch.compile-max-autotune": "max-autotune", "torch": None}
 COMPILED = {}  # train_torch's count of the graphs torch.compile made, and of its graph breaks
-# Dense bf16 tensor-core peak of the H100 SXM and the H200 (the same GH100 chip and clocks).
-DENSE_BF16_PEAK_TFLOPS = 989.0
-
-
-def training_matmul_flops(preset, batch, length):
-    """FLOPs of the matrix products of one training step (forward and both backward products)."""
-    size = PRESETS[preset]
-    # The attention products do not depend on the number of heads.
-    d, f, n = size["d_model"], size["d_ff"], size["num_encoder_layers"]
-    tokens = batch * length
-    per_layer_encoder = 4 * tokens * d * d + 2 * batch * length * length * d + 2 * tokens * d * f
-    per_layer_decoder = (8 * tokens * d * d + 2 * batch * length * length * d * 2
-                         + 2 * tokens * d * f)
-    forward = n * per_layer_encoder + n * per_layer_decoder + tokens * d * VOCABULARY
-    return 2 * 3 * forward
 
 
 def batches(batch, length, count=4, seed=0):
@@ -311,49 +289,30 @@ def main():
     print(f"GPU: {record['machine']['gpus']}; {record['versions']}", flush=True)
     for preset in args.presets:
         args.preset = preset
-        tokens = args.batch * args.length
-        flops = training_matmul_flops(preset, args.batch, args.length)
+        workers = []  # (worker spec, the record entry's fields)
         if args.part in ("train", "all"):
-            paper_rate = PAPER_TARGET_TOKENS / PAPER_SECONDS_PER_STEP.get(preset, math.nan)
-            print(f"\n{preset}: training, {args.batch} x {args.length} = {tokens} source and target tokens "
-                  f"per step; the paper's 8 P100s: {paper_rate:,.0f} target tokens/s", flush=True)
-            for precision in args.precisions:
-                for contender in args.contenders:
-                    result = run_worker(args, f"train:{contender}:{precision}")
-                    entry = dict(part="train", preset=preset, contender=contender, precision=precision,
-                                 batch=args.batch, length=args.length, matmul_flops=flops, **result)
-                    record["results"].append(entry)
-                    if "error" in result:
-                        print(f"  {contender:24} {precision:15} failed: {result['error']}", flush=True)
-                        continue
-                    step = statistics.median(result["seconds"])
-                    compiled = (f"  first step {result['warmup_seconds'][0]:.1f} s"
-                                if result.get("warmup_seconds") else "")
-                    print(f"  {contender:24} {precision:15} {step * 1000:8.1f} ms/step  {tokens / step:10,.0f} "
-                          f"target tokens/s  {tokens / step / paper_rate:5.2f}x the paper's 8 P100s  "
-                          f"{flops / step / 1e12 / args.peak_tflops:6.1%} of bf16 peak  "
-                          f"({result['parameters'] / 1e6:.1f}M parameters){compiled}", flush=True)
+            flops = training_matmul_flops(preset, args.batch, args.length)
+            workers += [(f"train:{contender}:{precision}",
+                         dict(part="train", contender=contender, precision=precision, batch=args.batch,
+                              length=args.length, matmul_flops=flops))
+                        for precision in args.precisions for contender in args.contenders]
         if args.part in ("decode", "all"):
-            print(f"\n{preset}: decoding {args.decode_batch} sentences of 32 tokens, exactly "
-                  f"{args.decode_steps} tokens each (ours: jax.jit; CTranslate2 on {args.ct2_device})", flush=True)
-            workers = [(f"decode:{kind}:{precision}", f"ours {kind}", precision)
-                       for precision in args.precisions for kind in args.decode_kinds]
-            workers += [(f"decode-ct2:{kind}:{compute_type}", f"CTranslate2 {kind}", compute_type)
+            decode = dict(part="decode", batch=args.decode_batch, steps=args.decode_steps)
+            workers += [(f"decode:{kind}:{precision}", dict(decode, contender=f"ours {kind}", precision=precision))
+                        for precision in args.precisions for kind in args.decode_kinds]
+            workers += [(f"decode-ct2:{kind}:{compute_type}",
+                         dict(decode, contender=f"CTranslate2 {kind}", precision=compute_type))
                         for compute_type in args.ct2_compute_types for kind in args.decode_kinds]
-            for spec, contender, precision in workers:
-                result = run_worker(args, spec)
-                entry = dict(part="decode", preset=preset, contender=contender, precision=precision,
-                             batch=args.decode_batch, steps=args.decode_steps, **result)
-                record["results"].append(entry)
-                if "error" in result:
-                    print(f"  {contender:18} {precision:15} failed: {result['error']}", flush=True)
-                    continue
-                median = statistics.median(result["seconds"])
-                print(f"  {contender:18} {precision:15} {args.decode_batch / median:9.1f} sentences/s  "
-                      f"{median / args.decode_steps * 1000:6.2f} ms per step (median of "
-                      f"{len(result['seconds'])})", flush=True)
-    print()
-    _harness.save(args.record, _harness.finish(record))
+        for spec, entry in workers:
+            result = run_worker(args, spec)
+            record["results"].append(dict(entry, preset=preset, **result))
+            seconds = result.get("seconds")
+            print(f"  {preset} {entry['contender']} {entry['precision']}: "
+                  + (f"{statistics.median(seconds) * 1000:.1f} ms (median)" if seconds else f"failed: {result['error']}"),
+                  flush=True)
+    _harness.finish(record)
+    print("\n" + gpu_table([record], {}) + "\n")  # the tables benchmarks/README.md shows, from this record
+    _harness.save(args.record, record)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
 from benchmarks._harness import CORPORA, MODEL, config  # noqa: E402
+from benchmarks._report_tables import quality_table  # noqa: E402
 CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # Settings for a budget of a few thousand steps at most (see benchmarks/README.md):
 # the paper's 4,000-step and OpenNMT-tf's 8,000-step warm-ups never end in
@@ -147,14 +148,6 @@ def peak_learning_rate(settings):
     return settings["learning_rate_scale"] * (MODEL["d_model"] * settings["warmup_steps"]) ** -0.5
 
 
-def machine():
-    return _harness.machine()
-
-
-def command_line():
-    return _harness.command_line()
-
-
 def run_logged(command, log_path, tag, env=None):
     """Runs `command`, echoing its output prefixed by `tag` and keeping it in `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -210,7 +203,7 @@ def main(argv=None):
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     names = [n for n in CONTENDERS if n in (args.only or CONTENDERS)]
-    command = command_line()
+    command = _harness.command_line()
     print(f"# {command}", flush=True)
 
     if run_logged(our_worker(args, "prepare"), work / "prepare.log", "prepare", worker_env()):
@@ -263,7 +256,7 @@ def main(argv=None):
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": command,
             "commit": code_commit,
-            "machine": machine(),
+            "machine": _harness.machine(),
             "load_average": {"before": load_before, "after": _harness.load_average()},
             "budget_minutes": args.minutes,
             "settings": {**settings, "peak_learning_rate": peak_learning_rate(settings),
@@ -287,52 +280,11 @@ def main(argv=None):
         _harness.append(results_path, record)
         print(f"[{name}, seed {seed}] BLEU {record['bleu']:.2f}, chrF {record['chrf']:.2f} after {record['steps']} steps "
               f"in {record['train_minutes']:.1f} min -> {results_path}", flush=True)
-    print_table(records, split, command)
+    if records:  # the table benchmarks/README.md shows, from this invocation's records
+        print("\n" + quality_table(records, {}))
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
-
-
-def print_table(records, split, command):
-    if not records:
-        print("no results.")
-        return
-    from benchmarks._report_tables import mean_and_range, quality_groups
-
-    info = machine()
-    print(f"\n# {records[0]['date']}; {info['cpu']}, {info['cpus']} CPUs, {info['platform']}; "
-          f"commit {records[0].get('commit')}")
-    print(f"# {command}")
-    print(f"# train {split['train_pairs']} pairs, test {split['test_pairs']} pairs "
-          f"(split by source hash), SentencePiece {split['vocabulary_size']} pieces")
-    print("| contender | seed | layer norm | precision | optimizer | warm-up | peak LR | batch tokens | steps "
-          "| target tokens/step | train min | search | BLEU | chrF | load avg |")
-    print("|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
-    for r in records:
-        s = r["settings"]
-        load = "/".join(f"{x:.1f}" for x in r["load_average"]["after"] or [])
-        precision = s.get("mixed_precision", "none")
-        precision = "float32" if precision == "none" else precision
-        norm = "pre-LN" if s.get("norm_first") else "post-LN"
-        print(f"| {r['contender']} | {r['seed']} | {norm} | {precision} | {s.get('optimizer_used', '-')} | "
-              f"{s['warmup_steps']} | {s['peak_learning_rate']:.4f} | {s['tokens_per_batch']} | "
-              f"{r['steps']} | {r['target_tokens_per_step']:.0f} | {r['train_minutes']:.1f} | {r['search']} | "
-              f"{r['bleu']:.1f} | {r['chrf']:.1f} | {load} |")
-    print("# target tokens/step: mean non-pad target tokens (EOS included) per update actually trained on")
-    print(f"# {records[0]['bleu_signature']}\n# {records[0]['chrf_signature']}")
-    # The comparison: float32 rows; other precisions are extra rows, labelled.
-    groups = quality_groups(records)
-    for title, wanted in (("main table: every contender in float32", True),
-                          ("extra rows: other precision, not part of the comparison", False)):
-        chosen = [(key, group) for key, group in groups.items() if (key[0] == "float32") == wanted]
-        if not chosen:
-            continue
-        print(f"\n# {title}; mean (range) over seeds")
-        print("| contender | precision | seeds | BLEU | chrF |")
-        print("|---|---|---|---|---|")
-        for (precision, label), group in chosen:
-            print(f"| {label} | {precision} | {' '.join(str(r['seed']) for r in group)} | "
-                  f"{mean_and_range([r['bleu'] for r in group])} | {mean_and_range([r['chrf'] for r in group])} |")
 
 
 # --------------------------------------------------------------------------- workers (our venv)

@@ -1,65 +1,24 @@
-"""Regenerates the benchmark tables and the figures quoted in prose (and the charts) from the committed records.
-
-Every generated table sits between two marker comments in README.md,
-benchmarks/README.md or a page of docs/:
-
-    <!-- table:serve commit=12a761a -->
-    ... (generated; edits here are overwritten) ...
-    <!-- /table -->
-
-and every figure quoted in a sentence is one cell of such a table, between
-inline markers:
-
-    the XLA variant runs at <!-- cell:serve commit=95c4031 row="SavedModel XLA variant" column="vs ours XLA" -->1.02x<!-- /cell -->
-    of our in-process search
-
-(`row`: the cell's first column, or its first columns joined by " / ";
-`column`: its header; `table=N`: the Nth table of a generator that writes
-several; `number=N` keeps the Nth number of the cell, e.g. `number=2` of
-"53.2 (1.02x)"). `--check` fails
-when a table or a cell differs from what the records give, and when
-one of those documents quotes a benchmark figure (a ratio such as
-"1.4x", a rate in tokens/s or sentences/s, a BLEU or chrF score) outside a
-marker.
-
-The name after "table:" or "cell:" picks the generator (_report_tables.GENERATORS: serve,
-serve-shortlist, serve-profile, serve-mix, quantize-quality, train-throughput, quality, gpu,
-complexity, data-scale, recipe) and so the records
-(benchmarks/results/<name>.jsonl). Every marker pins its records, so that a
-new record changes no committed figure: `commit=ABC` (the record of that
-commit), `time=...` (its start time, as written in the record) or `run=...`
-(quality: the start of one invocation); `gpu=...` (gpu: every record of the
-GPU model whose name contains it) only narrows a pinned choice. A marker
-without one of the three is an error. Medians are over the rounds of that
-record, and a ratio is the median of the ratios taken within each round
-(contenders take turns, so a same-round ratio cancels the machine's drift),
-not the ratio of the medians.
+"""Regenerates the benchmark tables and the figures quoted in prose from the committed records, between the
+marker comments of README.md, benchmarks/README.md and docs/ (the markers' syntax: benchmarks/README.md).
+A ratio is the median of the ratios taken within each round (contenders take turns), not the ratio of the
+medians. `--check` also fails on a benchmark figure quoted outside a marker. Standard library only.
 
     python benchmarks/report.py            # rewrite the tables and cells in place
     python benchmarks/report.py --check    # exit 1 and print what differs or is unmarked
-    python benchmarks/report.py --charts   # also write PNG charts into benchmarks/results/
-
-Needs numpy (the complexity table's fits),
-and matplotlib for --charts; no Keras or TensorFlow.
 """
 
 import argparse
 import difflib
 import re
-import statistics
 import sys
-import textwrap
-from collections import OrderedDict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
-from benchmarks._report_tables import (  # noqa: E402  (the generators, and what the tests and charts use)
-    GENERATORS, complexity_table, gpu_name, gpu_statistics, gpu_table, machine_text, milliseconds,
-    parse_options, quality_groups, quality_table, search_title, serve_summary_statistics,
-    serve_table, short_name, throughput_table,
+from benchmarks._report_tables import (  # noqa: E402, F401  (the generators, and what the tests use)
+    GENERATORS, gpu_table, parse_options, quality_table, serve_table, throughput_table,
 )
 
 DOCUMENTS = (ROOT / "benchmarks" / "README.md", ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
@@ -186,157 +145,9 @@ def check(documents=DOCUMENTS, results=RESULTS):
     return diffs
 
 
-# --------------------------------------------------------------------------- charts
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def bar_chart(path, panels, title, unit, over="rounds"):
-    """Horizontal bars of medians with min-max whiskers: panels = [(panel title, [(label, median, min, max)])]."""
-    plt = _pyplot()
-    height = max(2.5, 0.45 * max(len(bars) for _, bars in panels) + 1.2)
-    width = max(10.0, 6.5 * len(panels))
-    figure, axes = plt.subplots(1, len(panels), figsize=(width, height), squeeze=False)
-    for axis, (panel_title, bars) in zip(axes[0], panels):
-        labels = [label for label, _, _, _ in bars]
-        medians = [median for _, median, _, _ in bars]
-        errors = [[median - low for _, median, low, _ in bars], [high - median for _, median, _, high in bars]]
-        positions = list(range(len(bars)))[::-1]
-        axis.barh(positions, medians, xerr=errors, color="#4c72b0", ecolor="black", capsize=3)
-        axis.set_yticks(positions, labels)
-        for position, median in zip(positions, medians):
-            axis.text(median, position + 0.25, f" {median:.1f}" if median < 1000 else f" {median:.0f}",
-                      va="center", fontsize=8)
-        axis.set_title(panel_title)
-        axis.set_xlabel(f"{unit} (bar: median; whiskers: min-max over {over})")
-        axis.grid(axis="x", alpha=0.3)
-    figure.suptitle(textwrap.fill(title, int(width * 11)), fontsize=11)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
-
-
-def serve_chart(record, path):
-    panels = []
-    for search, stats in serve_summary_statistics(record).items():
-        panels.append((search_title(search, record),
-                       [(short_name(name), median, low, high) for name, (median, low, high, _, _) in stats.items()]))
-    rounds = len(next(iter(next(iter(record["seconds"].values())).values())))
-    title = (f"Decoding, sentences/s ({record['workload']['batch']} sentences x {record['workload']['steps']} tokens; "
-             f"{rounds} rounds; commit {record.get('commit')}, {machine_text(record)})")
-    return bar_chart(path, panels, title, "sentences/s")
-
-
-def is_bfloat16_run(record):
-    """A mixed-bfloat16 throughput run: its contenders' names end in -bf16."""
-    return any(result["name"].endswith("-bf16") for result in record["results"])
-
-
-def throughput_chart_name(record):
-    """train_throughput_<workload>[_bf16].png: a mixed-bfloat16 run gets a chart of its own."""
-    return f"train_throughput_{record['workload']['kind']}{'_bf16' if is_bfloat16_run(record) else ''}.png"
-
-
-def throughput_chart(record, path):
-    bars = [(r["name"], r["tokens_per_s"], min(r["tokens_per_s_by_round"]), max(r["tokens_per_s_by_round"]))
-            for r in record["results"]]
-    title = (f"Training throughput{', mixed bfloat16' if is_bfloat16_run(record) else ''}, {record['workload']['kind']} workload "
-             f"({record['workload']['rounds']} rounds; "
-             f"commit {record.get('commit')}, {machine_text(record)})")
-    return bar_chart(path, [("non-pad target tokens/s", bars)], title, "tokens/s")
-
-
-def quality_chart(records, path):
-    """BLEU and chrF against training minutes, one colour per contender, every seed a point, means joined."""
-    plt = _pyplot()
-    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for (precision, label), group in quality_groups(records).items():
-        name = label if precision == "float32" else f"{label} ({precision}, extra)"
-        by_budget = OrderedDict()
-        for record in sorted(group, key=lambda r: r.get("budget_minutes", r["train_minutes"])):
-            by_budget.setdefault(record.get("budget_minutes", record["train_minutes"]), []).append(record)
-        for axis, metric in zip(axes, ("bleu", "chrf")):
-            points = axis.scatter([r["train_minutes"] for r in group], [r[metric] for r in group], alpha=0.5)
-            axis.plot([statistics.mean(r["train_minutes"] for r in rs) for rs in by_budget.values()],
-                      [statistics.mean(r[metric] for r in rs) for rs in by_budget.values()],
-                      marker="o", color=points.get_facecolor()[0][:3], label=name,
-                      linestyle="--" if precision != "float32" else "-")
-    longest = max(r["train_minutes"] for r in records)
-    for axis, metric, key in zip(axes, ("BLEU", "chrF"), ("bleu", "chrf")):
-        axis.set_xlim(0, longest * 1.1)  # from zero: one budget would otherwise span a few seconds
-        axis.set_ylim(0, max(r[key] for r in records) * 1.15)
-        axis.set_xlabel("training minutes")
-        axis.set_ylabel(metric)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8, loc="upper left")
-    figure.suptitle("Time to quality (points: seeds; lines: means per budget)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
-
-
-def gpu_chart_name(name):
-    """gpu_<model>.png, e.g. gpu_nvidia_h200.png: one chart per GPU model."""
-    return "gpu_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + ".png"
-
-
-def gpu_chart(records, path):
-    """Training rates of one GPU model's records: a panel per model and batch shape, the paper's 8 P100s a bar."""
-    from benchmarks import gpu
-
-    panels = OrderedDict()
-    for (part, preset, batch, length, contender, precision), runs in gpu_statistics(records).items():
-        if part != "train":
-            continue
-        rates = [batch * length / seconds for _, seconds, _ in runs]
-        if (preset, batch, length) not in panels:
-            paper = gpu.PAPER_TARGET_TOKENS / gpu.PAPER_SECONDS_PER_STEP[preset]
-            panels[preset, batch, length] = [("paper: 8 P100s", paper, paper, paper)]
-        panels[preset, batch, length].append(
-            (f"{contender}, {precision}", statistics.median(rates), min(rates), max(rates)))
-    commits = ", ".join(OrderedDict.fromkeys(str(r.get("commit")) for r in records))
-    title = (f"Training on one {gpu_name(records[-1])}, target tokens/s ({len(records)} invocations of "
-             f"benchmarks/gpu.py, {records[0]['time']} to {records[-1]['time']}; commits {commits})")
-    return bar_chart(path, [(f"{preset}, {batch} x {length} tokens", bars)
-                            for (preset, batch, length), bars in panels.items()],
-                     title, "target tokens/s", over="runs")
-
-
-def write_charts(results=RESULTS, out=RESULTS):
-    """Every chart whose records exist; returns the paths written."""
-    results, out = Path(results), Path(out)
-    written = []
-    if (results / "serve.jsonl").is_file():
-        written.append(serve_chart(load("serve", results)[-1], out / "serve.png"))
-    if (results / "train_throughput.jsonl").is_file():
-        for record in load("train_throughput", results):
-            written.append(throughput_chart(record, out / throughput_chart_name(record)))  # latest of each
-        written = list(OrderedDict.fromkeys(written))
-    if (results / "quality.jsonl").is_file():
-        records = load("quality", results)
-        written.append(quality_chart(records, out / "quality.png"))
-    if (results / "gpu.jsonl").is_file():
-        by_gpu = OrderedDict()
-        for record in load("gpu", results):
-            by_gpu.setdefault(gpu_name(record), []).append(record)
-        for name, records in by_gpu.items():
-            written.append(gpu_chart(records, out / gpu_chart_name(name)))
-    return written
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 with a diff if a table differs")
-    parser.add_argument("--charts", action="store_true", help="also write PNG charts into benchmarks/results/")
     args = parser.parse_args(argv)
     try:
         if args.check:
@@ -355,9 +166,6 @@ def main(argv=None):
             if updated != text:
                 path.write_text(updated, encoding="utf-8")
                 print(f"rewrote {path.relative_to(ROOT)}")
-        if args.charts:
-            for path in write_charts():
-                print(f"wrote {Path(path).relative_to(ROOT)}")
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
 from benchmarks._harness import SIZE, load_batches, peak_memory_mb, target_tokens  # noqa: E402
+from benchmarks._report_tables import throughput_table  # noqa: E402
 
 # Contender name: the harness module whose THROUGHPUT table holds it (_harness.Contender's shape),
 # imported when needed: a worker process imports only its own (ours-jax must not load TensorFlow).
@@ -43,14 +44,8 @@ def contender(name):
 
 
 def training_products(batch, source_length, target_length):
-    """The matrix products of one training step, as (batch, m, k, n) each.
-
-    Every forward product Y = X W (X: m x k, W: k x n) of the model below
-    brings two backward ones, dX = dY W^T and dW = X^T dY. The attention
-    products are batched over pairs and heads; the others take the tokens of
-    the batch as rows. Embedding lookups, bias additions and the rest of the
-    step are not matrix products and are not counted.
-    """
+    """The matrix products of one training step, as (batch, m, k, n) each: every forward Y = X W brings
+    dX = dY W^T and dW = X^T dY; attention products are batched over pairs and heads. Nothing else counts."""
     d, f, v, n, h = (SIZE[k] for k in ("d_model", "d_ff", "vocab", "layers", "heads"))
     s, t, depth = source_length, target_length, d // h
     sources, targets, heads = batch * s, batch * t, batch * h
@@ -77,15 +72,9 @@ def training_flops(batch, source_length, target_length):
 
 
 def matmul_floor_seconds(batches, repeats=3):
-    """Seconds for the matrix products of one pass over `batches`, and nothing else.
-
-    For each batch shape, every product of its training step (random float32
-    operands) runs in one tf.function with no dependencies between them, so
-    the executor may overlap them as it likes; each shape's time is the best
-    of `repeats` calls after a warm-up. A training step that does anything
-    besides these products, in any order its dependencies allow, takes
-    longer: this is the bound a contender's rate is measured against.
-    """
+    """Seconds for the matrix products of one pass over `batches` alone: per batch shape, every product of its
+    step (random float32 operands, no dependencies, so the executor may overlap them) in one tf.function, the
+    best of `repeats` calls. A step that does anything else takes longer: the bound a rate is measured against."""
     import tensorflow as tf
 
     seconds_by_shape = {}
@@ -121,20 +110,6 @@ def cycle_flops_and_tokens(batches):
     return flops, sum(target_tokens(batches))
 
 
-def matmul_peak_flops(size=4096, repeats=5, dtype="float32"):
-    import tensorflow as tf
-
-    a = tf.cast(tf.random.normal((size, size)), dtype)
-    b = tf.cast(tf.random.normal((size, size)), dtype)
-    tf.matmul(a, b).numpy()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        tf.matmul(a, b).numpy()
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
-
-
 def worker(args):
     """Runs one contender in this process and prints one JSON line."""
     batches = load_batches(args.workload, args.data_dir, args.work_dir, args.bucket_width)
@@ -151,7 +126,7 @@ def worker(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", choices=("synthetic", "real"), default="synthetic",
-                        help="fixed-shape random batches, or token-bucketed real text (module docstring)")
+                        help="fixed-shape random batches, or token-bucketed real text (docs/benchmarks.md)")
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
                         help="where the real workload's corpora are (default ../shared/data)")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "throughput"),
@@ -189,8 +164,6 @@ def main():
     if unknown:
         parser.error(f"--only: unknown contender(s) {', '.join(unknown)}; choose from "
                      f"{', '.join(list(MODULES) + ['opennmt-tf'])}")
-    peak = matmul_peak_flops()
-    peak_bf16 = matmul_peak_flops(dtype="bfloat16") if any(n.endswith("-bf16") for n in names) else None
     cycle_flops, cycle_tokens = cycle_flops_and_tokens(batches)
     opennmt = OpenNMT(args.opennmt_python)
     flops_per_token = cycle_flops / cycle_tokens
@@ -241,50 +214,22 @@ def main():
                         "peak_mb": max(r[name]["peak_mb"] for r in rounds), "tokens_per_s_by_round": rates,
                         "label": opennmt.label if name == "opennmt-tf" else contender(name).label})
 
-    spread = args.rounds > 1
-    rounds_note = f", {args.rounds} rounds (medians; vs {reference}: median and range of same-round ratios)"
-    print(f"\nworkload: {args.workload}{f' ({args.bucket_width}-token buckets)' if real else ''}, {len(batches)} batches, {cycle_tokens / len(batches):.0f} non-pad "
-          f"target tokens per batch on average; {args.warmup} warm-up and {args.steps} timed steps"
-          + (rounds_note if spread else ""))
-    print(f"matmul peak (4096x4096 float32 tf.matmul): {peak / 1e9:.0f} GFLOP/s; "
-          f"{flops_per_token / 1e6:.1f} MFLOP per non-pad target token (training, matmuls only"
-          f"{', padding included' if real else ''})")
-    if peak_bf16:
-        print(f"bfloat16 matmul peak (same matmul in bfloat16): {peak_bf16 / 1e9:.0f} GFLOP/s; "
-              f"-bf16 rows' share is of that peak")
-    print(f"matmul floor (the step's own float32 matrix products alone, overlapped, nothing else): "
-          f"{floor_rate:.0f} tokens/s; '% floor' is each float32 contender's rate against it")
-    print(f"{'contender':<22}{'backend':<16}{'tokens/s':>10}{' vs ' + reference:>20}"
-          + (f"{'range':>13}" if spread else "") + f"{'peak MB':>10}{'% matmul peak':>15}{'% floor':>9}")
-    # On real text OpenNMT-tf batches the sentences itself, while the floor
-    # (and the FLOPs per token) come from our batches: its shares are marked.
+    # On real text OpenNMT-tf batches the sentences itself, while the floor (and the FLOPs per
+    # token) come from our batches: the table marks its share.
     ours_batches_only = {"opennmt-tf"} if real else set()
-    for r in results:
-        bfloat16 = r["name"].endswith("-bf16")  # other arithmetic: its own peak, no float32 floor
-        share = 100 * r["tokens_per_s"] * flops_per_token / (peak_bf16 if bfloat16 else peak)
-        low, high = r["vs_reference_range"]
-        mark = "*" if r["name"] in ours_batches_only else " "
-        print(f"{r['name']:<22}{r['backend']:<16}{r['tokens_per_s']:>10.0f}{r['vs_reference']:>20.2f}"
-              + (f"{f'{low:.2f}-{high:.2f}':>13}" if spread else "")
-              + f"{r['peak_mb']:>10.0f}{share:>13.0f}%{mark}"
-              + (f"{'-':>9}" if bfloat16 else f"{100 * r['tokens_per_s'] / floor_rate:>7.0f}%{mark}"))
-    if ours_batches_only & {r["name"] for r in results}:
-        print("* computed from OUR batches' FLOPs per token and matmul floor; OpenNMT-tf trained on its own "
-              "batches of the same sentences (less padding), so this share is an estimate")
-    for r in results:
-        print(f"  {r['name']}: {r['label']}")
     record.update({
         "workload": {"kind": args.workload, "bucket_width": args.bucket_width if real else None,
                      "batches": len(batches), "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
                      "config": SIZE, "target_tokens_per_batch": cycle_tokens / len(batches)},
-        "reference": reference, "matmul_peak_flops": peak, "bfloat16_matmul_peak_flops": peak_bf16,
-        "flops_per_target_token": flops_per_token, "matmul_floor_tokens_per_s": floor_rate,
+        "reference": reference, "flops_per_target_token": flops_per_token, "matmul_floor_tokens_per_s": floor_rate,
         "floor_from_our_batches": sorted(ours_batches_only & {r["name"] for r in results}),
         "labels": {r["name"]: r["label"] for r in results},
         # Every contender's raw figures, round by round (OpenNMT-tf's with its logged intervals).
         "rounds": rounds, "results": results,
     })
     _harness.finish(record)
+    print(f"\n{flops_per_token / 1e6:.1f} MFLOP per non-pad target token; matmul floor {floor_rate:.0f} tokens/s\n")
+    print(throughput_table([record], {}))  # the table benchmarks/README.md shows, from this record
     _harness.save(args.record, record)
 
 

@@ -143,23 +143,6 @@ def test_quality_table_averages_seeds_and_keeps_other_precisions_apart():
                               "`python benchmarks/quality.py --seeds 2`, commit abc1234")
 
 
-def test_charts_are_pngs(tmp_path):
-    pytest.importorskip("matplotlib")
-    quality = [{"contender": contender, "seed": seed, "settings": {"mixed_precision": "none"},
-                "budget_minutes": minutes, "train_minutes": minutes + 0.1 * seed, "bleu": bleu + seed,
-                "chrf": 10 + bleu + seed}
-               for contender, bleu in (("ours", 5.0), ("opennmt-tf", 3.0))
-               for minutes in (10, 20) for seed in (0, 1, 2)]
-    paths = [report.serve_chart(fixture_record(), tmp_path / "serve.png"),
-             report.quality_chart(quality, tmp_path / "quality.png"),
-             report.gpu_chart([gpu_record("t1", [0.1], [0.2], [0.5]), gpu_record("t2", [0.2], [0.2], [0.5], batch=40)],
-                              tmp_path / report.gpu_chart_name("NVIDIA H200"))]
-    assert paths[-1].name == "gpu_nvidia_h200.png"
-    for path in paths:
-        data = Path(path).read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, path
-
-
 def throughput_record(names_and_rates, kind="synthetic"):
     """A train_throughput record as the script writes it, from per-round rates; the first name is the reference."""
     reference = names_and_rates[0][0]
@@ -189,9 +172,6 @@ def test_throughput_table_rows_from_a_fixture():
         "| opennmt-tf | opennmt-tf label | 1000 | 1000-1100 | 1.10x | 0.83-1.11x | 50% (our batches) |",
         "| ours-tf-bf16 | ours-tf-bf16 label | 1600 | 1500-1800 | 1.50x | 1.50-1.78x | - |",
     ]
-    assert report.throughput_chart_name(record) == "train_throughput_real_bf16.png"
-    float32_only = throughput_record([("ours-tf", [1.0, 1.0, 1.0]), ("opennmt-tf", [1.0, 1.0, 1.0])])
-    assert report.throughput_chart_name(float32_only) == "train_throughput_synthetic.png"
 
 
 def test_opennmt_rate_is_total_tokens_over_total_time():
@@ -285,47 +265,6 @@ def test_gpu_table_keeps_gpus_and_batch_shapes_apart():
     assert "| 1 |" in rows[("base", "40 x 10", "ours", "float32")]  # one run, not pooled with t2's
     h100 = report.gpu_table(records, {"gpu": "H100"})
     assert h100.startswith("1 invocations") and "| 100.0 | 1,000 |" in h100
-
-
-def complexity_record():
-    """A 3 x 3 grid (n 16, 32, 64; d 32, 64, 128; 64 tokens per batch) where the upper-half fit and the
-    all-cells fit differ. Per sequence, attention core t = 1e-9 n^2 d and LSTM t = 4e-9 n d^2, exactly,
-    except in one cell each outside the upper half (n >= 32, d >= 64), where the time is doubled:
-    attention core at (16, 32), LSTM at (16, 128), as a fixed overhead would on small cells."""
-    tokens, seconds = 64, {"attention core": {}, "LSTM": {}}
-    for n in (16, 32, 64):
-        for d in (32, 64, 128):
-            batch = tokens // n
-            core = 1e-9 * n * n * d * (2 if (n, d) == (16, 32) else 1)
-            lstm = 4e-9 * n * d * d * (2 if (n, d) == (16, 128) else 1)
-            # three rounds; the median is the middle value (the others are noise around it)
-            seconds["attention core"][f"n={n},d={d}"] = [core * batch * f for f in (1.0, 3.0, 0.5)]
-            seconds["LSTM"][f"n={n},d={d}"] = [lstm * batch * f for f in (2.0, 1.0, 0.9)]
-    return {"benchmark": "complexity", "time": "2026-11-25 10:00:00 UTC", "commit": "abc1234",
-            "command": "python benchmarks/complexity.py", "machine": {"cpus": 2},
-            "load_average": {"before": [0.1], "after": [0.2]},
-            "settings": {"lengths": [16, 32, 64], "widths": [32, 64, 128], "tokens": tokens, "rounds": 3,
-                         "repeats": 3},
-            "seconds_per_batch": seconds}
-
-
-def test_complexity_table_fits_all_cells_and_the_upper_half_apart():
-    text = report.complexity_table([complexity_record()], {})
-    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert "p, n >= 32, d >= 64" in text  # the grid's geometric middles
-    # The upper half (n 32, 64; d 64, 128) holds only exact cells: (2, 1) and (1, 2).
-    # All cells, by hand: on a full 3 x 3 grid equally spaced in log2 n and log2 d (centred x, y in
-    # {-1, 0, 1}), least squares separates per axis: p = p0 + sum(x e) / sum(x^2), where e is the
-    # log2 excess of each cell (1 in the doubled cell, 0 elsewhere) and sum(x^2) = 6 over nine cells.
-    # Attention core, doubled at x = -1, y = -1: p = 2 - 1/6 = 1.83, q = 1 - 1/6 = 0.83.
-    # LSTM, doubled at x = -1, y = +1: p = 1 - 1/6 = 0.83, q = 2 + 1/6 = 2.17.
-    assert rows["attention core"] == "| attention core | (2, 1) | 1.83 | 0.83 | 2.00 | 1.00 |"
-    assert rows["LSTM"] == "| LSTM | (1, 2) | 0.83 | 2.17 | 1.00 | 2.00 |"
-    # Where n = d is on the grid (32 and 64) there is a diagonal row: attention core at n = d = 32,
-    # 1e-9 * 32 * 32 * 32 s = 0.032768 ms per sequence.
-    assert "| 32 | 0.0328 |" in text and "| 64 |" in text and "| 16 |" not in text
-    assert report.milliseconds(1e-9 * 16 * 16 * 32) == "0.00819"
-    assert report.milliseconds(0.1234) == "123"
 
 
 def write_serve_records(tmp_path):

@@ -52,8 +52,8 @@ NOT_RUN = {
                     "`mkdocs build --strict`",
     "KERAS_BACKEND=": "the benchmarks run for minutes to hours each; tests/test_benchmark_report.py and "
                       "tests/tf/test_benchmark_contenders.py test their parts",
-    "python benchmarks/report.py --charts": "rewrites the committed charts; tests/test_benchmark_report.py "
-                                            "draws them into a temporary directory",
+    "python benchmarks/report.py": "rewrites the committed tables in place; the --check run below renders the same "
+                                   "text and compares it",
     "make quickstart": "test_make_quickstart_runs_the_recipe checks it runs recipes/quickstart/run.py, run below",
     "docker run": "no TensorFlow Serving binary or docker daemon in CI; tests/tf/test_export.py runs the stand-ins",
     "curl": "needs the TensorFlow Serving server above",
