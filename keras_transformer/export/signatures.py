@@ -16,10 +16,12 @@ from keras_transformer.export import warmup as warmup_lib
 
 SERVING_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
+IDS_LENGTHS_SIGNATURE = "translate_ids_with_lengths"
 N_BEST_SIGNATURE = "translate_n_best"
 SCORE_SIGNATURE = "score"
 TEXT_INPUT = "text"
 IDS_INPUT = "source_ids"
+LENGTHS_INPUT = "source_lengths"
 
 
 class SignatureFunctions:
@@ -27,7 +29,8 @@ class SignatureFunctions:
 
     def __init__(self, model, tokenizer, beam_size, alpha, max_extra_length, max_input_length,
                  max_output_length, jit_compile=False, limit_rule="fallback", shortlist=None, shortlist_size=None,
-                 length_penalty="gnmt"):
+                 length_penalty="gnmt", xla_min_rows=warmup_lib.XLA_MIN_ROWS):
+        self.xla_min_rows = xla_min_rows
         self.limit_rule = limit_rule
         self.length_penalty = length_penalty
         self.shortlist = shortlist
@@ -129,7 +132,7 @@ class SignatureFunctions:
         # EOS-only sources, dropped after), so a server compiles a handful of
         # shapes, each warmed up by the export's warm-up records.
         rows = tf.shape(source_ids)[0]
-        ids, scores = self._xla_search(warmup_lib.pad_for_xla(source_ids))
+        ids, scores = self._xla_search(warmup_lib.pad_for_xla(source_ids, self.xla_min_rows))
         return ids[:rows], scores[:rows]
 
     def search_tokens(self, tokens):
@@ -207,12 +210,23 @@ class SignatureFunctions:
         }
 
     def translate_ids(self, source_ids):
-        source_ids = tf.cast(source_ids, tf.int32)
-        # Pad, BOS and EOS are not content: drop them wherever a client put
-        # them (EOS is appended below); unknown ids become UNK instead of
-        # failing the embedding lookup.
-        keep = (source_ids != PAD_ID) & (source_ids != BOS_ID) & (source_ids != EOS_ID)
-        tokens = tf.ragged.boolean_mask(source_ids, keep)
+        """A row's source is its ids before its first pad or EOS (BOS dropped).
+
+        What follows a row's first pad or EOS is padding, whatever its ids:
+        TF Serving's batching with `pad_variable_length_inputs` widens each
+        request with the request's first id, not 0 (tensorflow/serving issue
+        1279; `batching_util.cc`: `pad_value(input.flat<T>()(0))`), so a
+        client whose rows all end with EOS (or a pad) gets the same text
+        batched or not. A row without either has no end the server's
+        padding cannot extend: such clients send `source_lengths`
+        (`translate_ids_with_lengths`).
+        """
+        return self._translate_id_rows(tf.cast(source_ids, tf.int32))
+
+    def _translate_id_rows(self, source_ids):
+        # Unknown ids become UNK instead of failing the embedding lookup.
+        ended = tf.math.cumsum(tf.cast((source_ids == PAD_ID) | (source_ids == EOS_ID), tf.int32), axis=1) > 0
+        tokens = tf.ragged.boolean_mask(source_ids, ~ended & (source_ids != BOS_ID))
         in_range = (tokens >= 0) & (tokens < self.vocabulary_size)
         tokens = tf.ragged.map_flat_values(
             lambda values, valid: tf.where(valid, values, UNK_ID), tokens, in_range
@@ -222,3 +236,24 @@ class SignatureFunctions:
         before_eos = tf.math.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1) == 0
         ids = tf.where(before_eos, ids, PAD_ID)
         return {"ids": ids, "scores": scores, "truncated": self.truncated(tokens)}
+
+    def translate_ids_with_lengths(self, source_ids, source_lengths):
+        """`translate_ids` on each row's first `source_lengths` ids: the
+        rest of the row is ignored, whatever the server padded it with."""
+        source_ids = tf.cast(source_ids, tf.int32)
+        lengths = tf.cast(source_lengths, tf.int32)
+        shape = tf.shape(source_ids)
+        checks = [
+            tf.debugging.assert_equal(tf.shape(lengths)[0], shape[0], message=(
+                f"{IDS_LENGTHS_SIGNATURE}: `{LENGTHS_INPUT}` needs one length per row of `{IDS_INPUT}`; "
+                "lengths, rows:"), summarize=2),
+            tf.debugging.assert_non_negative(lengths, message=(
+                f"{IDS_LENGTHS_SIGNATURE}: `{LENGTHS_INPUT}` holds a negative length:"), summarize=16),
+            tf.debugging.assert_less_equal(lengths, shape[1], message=(
+                f"{IDS_LENGTHS_SIGNATURE}: a length in `{LENGTHS_INPUT}` exceeds the width of `{IDS_INPUT}`; "
+                "lengths, width:"), summarize=16),
+        ]
+        with tf.control_dependencies(checks):
+            columns = tf.range(shape[1], dtype=tf.int32)
+        source_ids = tf.where(columns[tf.newaxis, :] < lengths[:, tf.newaxis], source_ids, PAD_ID)
+        return self._translate_id_rows(source_ids)
