@@ -292,7 +292,9 @@ def export_saved_model(
             (`keras_transformer.decoding.shortlisted.graph_stand_in`); the
             XLA variant pads it to `shortlist_size` entries (static shapes)
             and, for a batch whose list is longer, runs the full search
-            instead (exact; `static_graph_stand_in`).
+            instead (exact; `static_graph_stand_in`), and says so: its
+            `serving_default` and `translate_ids*` signatures output
+            `shortlist_overflow` (bool per row, the same for a batch).
         shortlist_size: the XLA variant's fixed candidate count with a
             shortlist: an int above the list's always-kept pieces; None:
             `Shortlist.default_size()`. At least the vocabulary: every
@@ -466,6 +468,9 @@ def _add_endpoint(archive, name, function, input_signature):
 def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, quantization=None):
     import keras_transformer
 
+    # The XLA variant's fixed-size shortlist reports, per row, whether its batch's list overflowed the size and
+    # the full search ran instead (`shortlist_overflow`).
+    overflow = {"shortlist_overflow": "bool [batch]"} if translator.reports_overflow else {}
     info = {
         "keras_transformer_version": keras_transformer.__version__,
         "tensorflow_version": tf.__version__,
@@ -473,15 +478,15 @@ def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, qu
         "signatures": {
             SERVING_SIGNATURE: {"inputs": {TEXT_INPUT: "string [batch]"},
                                 "outputs": {"translations": "string [batch]", "scores": "float32 [batch]",
-                                            "truncated": "bool [batch]"}},
+                                            "truncated": "bool [batch]", **overflow}},
             IDS_SIGNATURE: {"inputs": {IDS_INPUT: "int32 [batch, length]: a row's ids up to its first pad (0) "
                                                   "or EOS; what follows is ignored"},
                             "outputs": {"ids": "int32 [batch, length], pad 0", "scores": "float32 [batch]",
-                                        "truncated": "bool [batch]"}},
+                                        "truncated": "bool [batch]", **overflow}},
             IDS_LENGTHS_SIGNATURE: {"inputs": {IDS_INPUT: "int32 [batch, length]",
                                                LENGTHS_INPUT: "int32 [batch]: the ids of each row to read"},
                                     "outputs": {"ids": "int32 [batch, length], pad 0", "scores": "float32 [batch]",
-                                                "truncated": "bool [batch]"}},
+                                                "truncated": "bool [batch]", **overflow}},
             **({N_BEST_SIGNATURE: {"inputs": {TEXT_INPUT: "string [batch]"},
                                    "outputs": {"translations": "string [batch, beam_size]",
                                                "scores": "float32 [batch, beam_size]",
