@@ -511,6 +511,10 @@ def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, qu
                 "size": translator.shortlist_size},
         },
         "quantization": quantization,
+        # The XLA variant compiles the translation search only; these run in a plain graph in either
+        # variant (in an int8 export: Keras' generic int8 kernel, not XLA's).
+        "plain_graph_signatures": ([N_BEST_SIGNATURE] if translator.beam_size > 1 else []) + [SCORE_SIGNATURE]
+        if translator.jit_compile else "all",
         "warmup": {"path": warmup_lib.WARMUP_PATH, "rows": warmup_rows,
                    "xla_min_rows": translator.xla_min_rows if translator.jit_compile else None,
                    "xla_shapes": ([[r, w] for r in warmup_lib.row_buckets(warmup_rows, translator.xla_min_rows)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from served_model import ROOT, build_model, run_served_child, train_tokenizer
+from served_model import ROOT, batching_parameters_class, build_model, run_served_child, train_tokenizer
 
 from keras_transformer.export import batching as batching_lib
 from keras_transformer.export import export_saved_model
@@ -137,11 +137,13 @@ def test_xla_records_cover_every_padded_shape(xla_dir):
     info = json.loads(Path(xla_dir, "assets.extra", "keras_transformer_export.json").read_text())
     assert {tuple(shape) for shape in info["warmup"]["xla_shapes"]} == needed
     assert info["warmup"]["rows"] == WARMUP_ROWS
+    # What the compiled search does not cover: in an int8 export these run Keras' generic int8 kernel.
+    assert info["plain_graph_signatures"] == ["translate_n_best", "score"]
 
 
 def test_plain_variant_has_no_shape_records(plain_dir):
     info = json.loads(Path(plain_dir, "assets.extra", "keras_transformer_export.json").read_text())
-    assert info["warmup"]["xla_shapes"] == []
+    assert info["warmup"]["xla_shapes"] == [] and info["plain_graph_signatures"] == "all"
 
 
 def test_padding_rule():
@@ -234,33 +236,6 @@ def test_no_compile_after_warmup(xla_dir, tmp_path):
     assert counts["warm"] >= 4  # one program per padded shape (at least)
     assert counts["covered"] == counts["warm"], counts  # no request waited on a compile
     assert counts["past"] > counts["covered"], counts  # the count does see a new shape's compile
-
-
-def batching_parameters_class():
-    """`tensorflow.serving.BatchingParameters`, built here from its definition: tensorflow-serving-api does not
-    ship `session_bundle_config_pb2`. Field names, numbers and types as in TF Serving 2.20.0's
-    tensorflow_serving/servables/tensorflow/session_bundle_config.proto (message BatchingParameters)."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
-
-    pool = descriptor_pool.DescriptorPool()
-    wrappers = descriptor_pb2.FileDescriptorProto()
-    wrappers_pb2.DESCRIPTOR.CopyToProto(wrappers)
-    pool.Add(wrappers)
-    file = descriptor_pb2.FileDescriptorProto(name="session_bundle_config.proto", package="tensorflow.serving",
-                                              syntax="proto3", dependency=["google/protobuf/wrappers.proto"])
-    message = file.message_type.add(name="BatchingParameters")
-    field = descriptor_pb2.FieldDescriptorProto
-    for name, number, wrapper in (("max_batch_size", 1, "Int64Value"), ("batch_timeout_micros", 2, "Int64Value"),
-                                  ("max_enqueued_batches", 3, "Int64Value"), ("num_batch_threads", 4, "Int64Value"),
-                                  ("thread_pool_name", 5, "StringValue"),
-                                  ("enable_large_batch_splitting", 8, "BoolValue"),
-                                  ("max_execution_batch_size", 9, "Int64Value")):
-        message.field.add(name=name, number=number, label=field.LABEL_OPTIONAL, type=field.TYPE_MESSAGE,
-                          type_name=f".google.protobuf.{wrapper}")
-    message.field.add(name="allowed_batch_sizes", number=6, label=field.LABEL_REPEATED, type=field.TYPE_INT64)
-    message.field.add(name="pad_variable_length_inputs", number=7, label=field.LABEL_OPTIONAL, type=field.TYPE_BOOL)
-    pool.Add(file)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters"))
 
 
 def read_batching_parameters(export_dir):
