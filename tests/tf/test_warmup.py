@@ -167,6 +167,23 @@ def test_padding_rule():
         assert (padded[rows:, 0] == 3).all() and (padded[rows:, 1:] == 0).all() and (padded[:, width:] == 0).all()
 
 
+def test_smaller_row_buckets_follow_through(model, tokenizer, tmp_path):
+    """xla_min_rows=1: the warm-up records, the export info's shapes and the batching file all start at one
+    row (what the signatures pad to: test_padding_rule); the option is refused by name where it cannot apply."""
+    requests = warmup_lib.warmup_requests(["translate_ids"], jit_compile=True, warmup_rows=WARMUP_ROWS,
+                                          max_input_length=MAX_INPUT_LENGTH, vocabulary_size=100, min_rows=1)
+    shapes = [warmup_lib.padded_shape(*np.shape(inputs["source_ids"]), 1) for _, inputs in requests[1:]]
+    assert sorted(set(shapes)) == [(rows, width) for rows in (1, 2, 4, 8, 16) for width in (16, 32)]
+    parameters = batching_lib.batching_parameters(jit_compile=True, warmup_rows=WARMUP_ROWS, xla_min_rows=1)
+    assert parameters["allowed_batch_sizes"] == [1, 2, 4, 8, 16] and parameters["max_batch_size"] == 16
+    for kwargs, message in ((dict(jit_compile=True, xla_min_rows=3), "`xla_min_rows` must be one of"),
+                            (dict(jit_compile=True, xla_min_rows=True), "`xla_min_rows` must be one of"),
+                            (dict(xla_min_rows=1), "`xla_min_rows` .* needs jit_compile=True")):
+        with pytest.raises(ValueError, match=message):
+            export_saved_model(model, tokenizer, tmp_path, max_input_length=MAX_INPUT_LENGTH, **kwargs)
+    assert not os.listdir(tmp_path) or os.listdir(tmp_path / "translator") == []
+
+
 @pytest.mark.parametrize("rows, message", [
     (0, "`warmup_rows` must be an int >= 1"),
     (-4, "`warmup_rows` must be an int >= 1"),
