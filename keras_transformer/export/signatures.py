@@ -230,16 +230,16 @@ class SignatureFunctions:
         request with the request's first id, not 0 (tensorflow/serving issue
         1279; `batching_util.cc`: `pad_value(input.flat<T>()(0))`), so a
         client whose rows all end with EOS (or a pad) gets the same text
-        batched or not. A row without either has no end the server's
-        padding cannot extend: such clients send `source_lengths`
+        batched or not. In a row without either, nothing marks where the
+        server's padding begins: such clients send `source_lengths`
         (`translate_ids_with_lengths`).
         """
         return self._translate_id_rows(tf.cast(source_ids, tf.int32))
 
     def _translate_id_rows(self, source_ids):
-        # Unknown ids become UNK instead of failing the embedding lookup.
         ended = tf.math.cumsum(tf.cast((source_ids == PAD_ID) | (source_ids == EOS_ID), tf.int32), axis=1) > 0
         tokens = tf.ragged.boolean_mask(source_ids, ~ended & (source_ids != BOS_ID))
+        # Unknown ids become UNK instead of failing the embedding lookup.
         in_range = (tokens >= 0) & (tokens < self.vocabulary_size)
         tokens = tf.ragged.map_flat_values(
             lambda values, valid: tf.where(valid, values, UNK_ID), tokens, in_range
