@@ -214,6 +214,9 @@ def build_parser():
                         help="with --shortlist and --jit-compile: the compiled list's fixed size (a request whose "
                              "candidates exceed it takes the full search); default: the list's always-kept "
                              "pieces plus 100 source pieces' lists, to a multiple of 128")
+    export.add_argument("--xla-min-rows", type=int, choices=(1, 2, 4, 8),
+                        help="with --jit-compile: the smallest padded row count (default 8); 1 lets a one-sentence "
+                             "request run one row, at the price of more programs for the warm-up to compile")
     export.add_argument("--warmup-rows", type=int,
                         help="TF Serving warm-up records cover requests of up to this many rows (default 64): "
                              "with --jit-compile, one per padded (rows, length) shape the server will compile")

@@ -237,6 +237,8 @@ def cmd_score(args):
 def cmd_export(args):
     from keras_transformer import runs
 
+    if args.xla_min_rows is not None and not args.jit_compile:
+        raise SystemExit("error: --xla-min-rows is the XLA variant's smallest row bucket: it needs --jit-compile")
     if args.format == "keras-hub":
         from keras_transformer.hub.presets import save_run_preset
 
@@ -295,7 +297,7 @@ def cmd_export(args):
                            decoding=_decoding_overrides(args), jit_compile=args.jit_compile,
                            warmup_rows=args.warmup_rows, quantize=args.quantize,
                            shortlist=args.shortlist and _existing_file(args.shortlist, "--shortlist"),
-                           shortlist_size=args.shortlist_size)
+                           shortlist_size=args.shortlist_size, xla_min_rows=args.xla_min_rows)
     print(f"exported: {path}")
     return 0
 

@@ -9,9 +9,14 @@ Serving watches). Signatures:
   `truncated` (bool: the input was cut to `max_input_length` ids, below).
   Tokenization (TF Text SentencePiece ops), beam search (`keras.ops` while
   loop, no XLA) and detokenization all run in the graph.
-- `translate_ids`: `source_ids` (int32 (batch, length), pad 0) -> `ids`
-  (int32 (batch, length), pad 0), `scores` and `truncated`, for clients
-  that tokenize themselves.
+- `translate_ids`: `source_ids` (int32 (batch, length): a row's source is
+  its ids before its first pad 0 or EOS) -> `ids` (int32 (batch, length),
+  pad 0), `scores` and `truncated`, for clients that tokenize themselves.
+  Rows that end with EOS (or pad) read the same under TF Serving's
+  `pad_variable_length_inputs`, which pads with the request's first id.
+- `translate_ids_with_lengths`: `source_ids` and `source_lengths` (int32
+  (batch,)): `translate_ids` on each row's first `source_lengths` ids, for
+  clients whose rows do not end with EOS.
 - `translate_n_best` (beam search only): `text` -> `translations` and
   `scores`, `log_probs` (batch, beam_size), best first, and `counts` (how
   many slots hold a hypothesis; empty slots are "" with score 0) and
@@ -58,9 +63,10 @@ from keras_transformer.decoding.options import check_alpha, check_length_penalty
 from keras_transformer.decoding.options import check_int
 from keras_transformer.export.opcheck import check_serving_ops
 from keras_transformer.export.signatures import (
-    IDS_INPUT, IDS_SIGNATURE, N_BEST_SIGNATURE, SCORE_SIGNATURE, SERVING_SIGNATURE, TEXT_INPUT,
+    IDS_INPUT, IDS_LENGTHS_SIGNATURE, IDS_SIGNATURE, LENGTHS_INPUT, N_BEST_SIGNATURE, SCORE_SIGNATURE, SERVING_SIGNATURE, TEXT_INPUT,
     SignatureFunctions,
 )
+from keras_transformer.export import batching as batching_lib
 from keras_transformer.export import quantize as quantize_lib
 from keras_transformer.export import warmup as warmup_lib
 
@@ -211,6 +217,7 @@ def export_saved_model(
     jit_compile=False,
     check_ops=True,
     warmup_rows=warmup_lib.DEFAULT_WARMUP_ROWS,
+    xla_min_rows=None,
     quantize=None,
     shortlist=None,
     shortlist_size=None,
@@ -249,7 +256,7 @@ def export_saved_model(
             (`jit_compile=True`; tokenization stays outside), 2-3x faster
             on CPU, for TF Serving started with
             `--xla_cpu_compilation_enabled` and for GPU serving. Requests
-            are padded to a power of two rows (at least 8) and a multiple
+            are padded to a power of two rows (at least `xla_min_rows`) and a multiple
             of 16 source tokens, so the server compiles one program per
             padded shape. False (default): the plain graph that any stock
             TF Serving runs.
@@ -262,7 +269,15 @@ def export_saved_model(
             source length) shape of requests of up to `warmup_rows` rows
             and `max_input_length` tokens, so that the server compiles them
             before it reports the version available. An int >= 1; the
-            records may not exceed TF Serving's 1,000.
+            records may not exceed TF Serving's 1,000. It is also the
+            `max_batch_size` of the server-side batching parameters the
+            export writes (`assets.extra/batching_parameters.txt`,
+            `keras_transformer.export.batching`; the XLA variant's: its
+            largest row bucket).
+        xla_min_rows: the XLA variant's smallest row bucket: 1, 2, 4 or 8
+            (None: 8). Smaller buckets let a request of one sentence run
+            one row instead of eight, at the price of more programs for
+            the warm-up to compile (one per bucket and source length).
         quantize: None (float weights as trained), "int8" (the Dense
             kernels and the shared embedding stored as int8, activations
             quantized per row at run time), "int8_weights" (int8 kernels,
@@ -277,7 +292,9 @@ def export_saved_model(
             (`keras_transformer.decoding.shortlisted.graph_stand_in`); the
             XLA variant pads it to `shortlist_size` entries (static shapes)
             and, for a batch whose list is longer, runs the full search
-            instead (exact; `static_graph_stand_in`).
+            instead (exact; `static_graph_stand_in`), and says so: its
+            `serving_default` and `translate_ids*` signatures output
+            `shortlist_overflow` (bool per row, the same for a batch).
         shortlist_size: the XLA variant's fixed candidate count with a
             shortlist: an int above the list's always-kept pieces; None:
             `Shortlist.default_size()`. At least the vocabulary: every
@@ -312,7 +329,12 @@ def export_saved_model(
     if max_output_length is not None:
         check_int("max_output_length", max_output_length, 1)
     _check_compatible(model, tokenizer, max_input_length)
-    warmup_lib.check_warmup_rows(warmup_rows, max_input_length, bool(jit_compile))
+    if xla_min_rows is None:
+        xla_min_rows = XLA_MIN_ROWS
+    elif not jit_compile:
+        raise ValueError("`xla_min_rows` is the XLA variant's smallest row bucket: it needs jit_compile=True.")
+    warmup_lib.check_min_rows(xla_min_rows)
+    warmup_lib.check_warmup_rows(warmup_rows, max_input_length, bool(jit_compile), xla_min_rows)
     quantize_lib.check_mode(quantize)
     if shortlist_size is not None and (shortlist is None or not jit_compile):
         raise ValueError("`shortlist_size` is the XLA variant's fixed shortlist size: it needs `shortlist` and "
@@ -345,7 +367,7 @@ def export_saved_model(
     translator = SignatureFunctions(
         model, tokenizer, beam_size, float(alpha), max_extra_length, max_input_length,
         max_output_length, jit_compile=bool(jit_compile), limit_rule=limit_rule, shortlist=shortlist,
-        shortlist_size=shortlist_size, length_penalty=length_penalty,
+        shortlist_size=shortlist_size, length_penalty=length_penalty, xla_min_rows=xla_min_rows,
     )
     temp_dir = _make_temp_dir(model_dir)
     try:
@@ -366,6 +388,12 @@ def export_saved_model(
             translator.translate_ids,
             input_signature=[tf.TensorSpec([None, None], tf.int32, name=IDS_INPUT)],
         )
+        _add_endpoint(
+            archive, IDS_LENGTHS_SIGNATURE,
+            translator.translate_ids_with_lengths,
+            input_signature=[tf.TensorSpec([None, None], tf.int32, name=IDS_INPUT),
+                             tf.TensorSpec([None], tf.int32, name=LENGTHS_INPUT)],
+        )
         if beam_size > 1:
             _add_endpoint(
                 archive, N_BEST_SIGNATURE,
@@ -381,13 +409,15 @@ def export_saved_model(
         try:
             archive.write_out(temp_dir, verbose=verbose)
             _write_export_info(temp_dir, model, tokenizer, translator, warmup_rows, quantization)
-            signatures = [SERVING_SIGNATURE, IDS_SIGNATURE, SCORE_SIGNATURE]
+            signatures = [SERVING_SIGNATURE, IDS_SIGNATURE, IDS_LENGTHS_SIGNATURE, SCORE_SIGNATURE]
             if beam_size > 1:
                 signatures.append(N_BEST_SIGNATURE)
             warmup_lib.write_warmup_records(temp_dir, name, warmup_lib.warmup_requests(
                 signatures, jit_compile=bool(jit_compile), warmup_rows=warmup_rows,
-                max_input_length=max_input_length, vocabulary_size=tokenizer.vocabulary_size,
+                max_input_length=max_input_length, vocabulary_size=tokenizer.vocabulary_size, min_rows=xla_min_rows,
             ))
+            batching_lib.write_batching_parameters(temp_dir, batching_lib.batching_parameters(
+                jit_compile=bool(jit_compile), warmup_rows=warmup_rows, xla_min_rows=xla_min_rows))
         except (OSError, tf.errors.OpError) as error:
             code = _write_errno(error)
             if code is None:
@@ -438,6 +468,9 @@ def _add_endpoint(archive, name, function, input_signature):
 def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, quantization=None):
     import keras_transformer
 
+    # The XLA variant's fixed-size shortlist reports, per row, whether its batch's list overflowed the size and
+    # the full search ran instead (`shortlist_overflow`).
+    overflow = {"shortlist_overflow": "bool [batch]"} if translator.reports_overflow else {}
     info = {
         "keras_transformer_version": keras_transformer.__version__,
         "tensorflow_version": tf.__version__,
@@ -445,10 +478,15 @@ def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, qu
         "signatures": {
             SERVING_SIGNATURE: {"inputs": {TEXT_INPUT: "string [batch]"},
                                 "outputs": {"translations": "string [batch]", "scores": "float32 [batch]",
-                                            "truncated": "bool [batch]"}},
-            IDS_SIGNATURE: {"inputs": {IDS_INPUT: "int32 [batch, length], pad 0"},
+                                            "truncated": "bool [batch]", **overflow}},
+            IDS_SIGNATURE: {"inputs": {IDS_INPUT: "int32 [batch, length]: a row's ids up to its first pad (0) "
+                                                  "or EOS; what follows is ignored"},
                             "outputs": {"ids": "int32 [batch, length], pad 0", "scores": "float32 [batch]",
-                                        "truncated": "bool [batch]"}},
+                                        "truncated": "bool [batch]", **overflow}},
+            IDS_LENGTHS_SIGNATURE: {"inputs": {IDS_INPUT: "int32 [batch, length]",
+                                               LENGTHS_INPUT: "int32 [batch]: the ids of each row to read"},
+                                    "outputs": {"ids": "int32 [batch, length], pad 0", "scores": "float32 [batch]",
+                                                "truncated": "bool [batch]", **overflow}},
             **({N_BEST_SIGNATURE: {"inputs": {TEXT_INPUT: "string [batch]"},
                                    "outputs": {"translations": "string [batch, beam_size]",
                                                "scores": "float32 [batch, beam_size]",
@@ -473,10 +511,17 @@ def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, qu
                 "size": translator.shortlist_size},
         },
         "quantization": quantization,
+        # The XLA variant compiles the translation search only; these run in a plain graph in either
+        # variant (in an int8 export: Keras' generic int8 kernel, not XLA's).
+        "plain_graph_signatures": ([N_BEST_SIGNATURE] if translator.beam_size > 1 else []) + [SCORE_SIGNATURE]
+        if translator.jit_compile else "all",
         "warmup": {"path": warmup_lib.WARMUP_PATH, "rows": warmup_rows,
-                   "xla_shapes": ([[r, w] for r in warmup_lib.row_buckets(warmup_rows)
+                   "xla_min_rows": translator.xla_min_rows if translator.jit_compile else None,
+                   "xla_shapes": ([[r, w] for r in warmup_lib.row_buckets(warmup_rows, translator.xla_min_rows)
                                    for w in warmup_lib.width_buckets(translator.max_input_length)]
                                   if translator.jit_compile else [])},
+        "batching_parameters": {"path": batching_lib.BATCHING_PATH, **batching_lib.batching_parameters(
+            jit_compile=translator.jit_compile, warmup_rows=warmup_rows, xla_min_rows=translator.xla_min_rows)},
         "tokenizer": {"vocabulary_size": tokenizer.vocabulary_size,
                       "model_type": getattr(tokenizer, "model_type", None)},
         "model": model.get_config(),

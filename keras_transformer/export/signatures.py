@@ -16,10 +16,12 @@ from keras_transformer.export import warmup as warmup_lib
 
 SERVING_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
+IDS_LENGTHS_SIGNATURE = "translate_ids_with_lengths"
 N_BEST_SIGNATURE = "translate_n_best"
 SCORE_SIGNATURE = "score"
 TEXT_INPUT = "text"
 IDS_INPUT = "source_ids"
+LENGTHS_INPUT = "source_lengths"
 
 
 class SignatureFunctions:
@@ -27,7 +29,8 @@ class SignatureFunctions:
 
     def __init__(self, model, tokenizer, beam_size, alpha, max_extra_length, max_input_length,
                  max_output_length, jit_compile=False, limit_rule="fallback", shortlist=None, shortlist_size=None,
-                 length_penalty="gnmt"):
+                 length_penalty="gnmt", xla_min_rows=warmup_lib.XLA_MIN_ROWS):
+        self.xla_min_rows = xla_min_rows
         self.limit_rule = limit_rule
         self.length_penalty = length_penalty
         self.shortlist = shortlist
@@ -96,7 +99,10 @@ class SignatureFunctions:
             ids, scores = self._run_search(model, source_ids)
             return tf.gather(model.candidate_ids, ids), scores  # shortlist positions -> target ids
 
-        return tf.cond(count <= self.shortlist_size, listed, lambda: self._run_search(self.model, source_ids))
+        overflow = count > self.shortlist_size
+        ids, scores = tf.cond(overflow, lambda: self._run_search(self.model, source_ids), listed)
+        # Reported to the client (`shortlist_overflow`): the fallback costs the full vocabulary's time.
+        return ids, scores, overflow
 
     def _run_search(self, model, source_ids):
         options = dict(max_extra_length=self.max_extra_length, max_output_length=self.max_output_length,
@@ -118,43 +124,53 @@ class SignatureFunctions:
         )
         return {key: tf.convert_to_tensor(value) for key, value in result.items()}
 
+    @property
+    def reports_overflow(self):
+        """Whether the search has a fixed-size shortlist whose overflow the signatures report."""
+        return self.shortlist_size is not None and self.shortlist_size < self.model.vocabulary_size
+
     def search(self, source_ids):
+        """(ids, scores, overflow): overflow a scalar bool, whether the batch's shortlist overflowed its fixed
+        size and the full search ran (None without a fixed-size list)."""
         if not self.jit_compile:
             if self.beam_size == 1:
-                return self._plain_search(source_ids)
+                return (*self._plain_search(source_ids), None)
             kept = self._plain_search(source_ids)
-            return kept["ids"][:, 0], kept["scores"][:, 0]
+            return kept["ids"][:, 0], kept["scores"][:, 0], None
         # Pad the batch to a power of two rows and the width to a multiple
         # of XLA_WIDTH_MULTIPLE (pad columns are masked; extra rows are
         # EOS-only sources, dropped after), so a server compiles a handful of
         # shapes, each warmed up by the export's warm-up records.
         rows = tf.shape(source_ids)[0]
-        ids, scores = self._xla_search(warmup_lib.pad_for_xla(source_ids))
-        return ids[:rows], scores[:rows]
+        result = self._xla_search(warmup_lib.pad_for_xla(source_ids, self.xla_min_rows))
+        return result[0][:rows], result[1][:rows], (result[2] if self.reports_overflow else None)
 
     def search_tokens(self, tokens):
-        """Ragged token ids -> (ids, scores); a row without tokens gives no ids and score 0.
+        """Ragged token ids -> (ids, scores, {"shortlist_overflow": per row} or {}); a row without tokens gives
+        no ids and score 0.
 
         An empty or whitespace-only input has no tokens: like the in-process
         `keras_transformer.decoding.translate`, it translates to "" (its row
         is still searched with the batch, and the result discarded).
         """
-        ids, scores = self.search(self.source_ids(tokens))
+        ids, scores, overflow = self.search(self.source_ids(tokens))
         has_tokens = tokens.row_lengths() > 0
         ids = tf.where(has_tokens[:, tf.newaxis], ids, PAD_ID)
         scores = tf.where(has_tokens, scores, 0.0)
-        return ids, scores
+        # One list per batch: every row of it took the same branch.
+        extra = {} if overflow is None else {"shortlist_overflow": tf.broadcast_to(overflow, tf.shape(scores))}
+        return ids, scores, extra
 
     def translate_text(self, text):
         tokens = self.tokenizer.tokenize(text)
-        ids, scores = self.search_tokens(tokens)
+        ids, scores, extra = self.search_tokens(tokens)
         translations = self.tokenizer.detokenize(ids)
         # SentencePiece already replaces invalid byte sequences (byte-fallback
         # pieces in a bad order) with U+FFFD; this keeps the guarantee explicit.
         translations = tf.strings.unicode_transcode(
             translations, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
         )
-        return {"translations": translations, "scores": scores, "truncated": self.truncated(tokens)}
+        return {"translations": translations, "scores": scores, "truncated": self.truncated(tokens), **extra}
 
     def translate_n_best(self, text):
         """The kept finished hypotheses of the beam search, best first: (batch, beam_size)."""
@@ -207,18 +223,50 @@ class SignatureFunctions:
         }
 
     def translate_ids(self, source_ids):
-        source_ids = tf.cast(source_ids, tf.int32)
-        # Pad, BOS and EOS are not content: drop them wherever a client put
-        # them (EOS is appended below); unknown ids become UNK instead of
-        # failing the embedding lookup.
-        keep = (source_ids != PAD_ID) & (source_ids != BOS_ID) & (source_ids != EOS_ID)
-        tokens = tf.ragged.boolean_mask(source_ids, keep)
+        """A row's source is its ids before its first pad or EOS (BOS dropped).
+
+        What follows a row's first pad or EOS is padding, whatever its ids:
+        TF Serving's batching with `pad_variable_length_inputs` widens each
+        request with the request's first id, not 0 (tensorflow/serving issue
+        1279; `batching_util.cc`: `pad_value(input.flat<T>()(0))`), so a
+        client whose rows all end with EOS (or a pad) gets the same text
+        batched or not. In a row without either, nothing marks where the
+        server's padding begins: such clients send `source_lengths`
+        (`translate_ids_with_lengths`).
+        """
+        return self._translate_id_rows(tf.cast(source_ids, tf.int32))
+
+    def _translate_id_rows(self, source_ids):
+        ended = tf.math.cumsum(tf.cast((source_ids == PAD_ID) | (source_ids == EOS_ID), tf.int32), axis=1) > 0
+        tokens = tf.ragged.boolean_mask(source_ids, ~ended & (source_ids != BOS_ID))
+        # Unknown ids become UNK instead of failing the embedding lookup.
         in_range = (tokens >= 0) & (tokens < self.vocabulary_size)
         tokens = tf.ragged.map_flat_values(
             lambda values, valid: tf.where(valid, values, UNK_ID), tokens, in_range
         )
-        ids, scores = self.search_tokens(tokens)
+        ids, scores, extra = self.search_tokens(tokens)
         # The translation's tokens only: EOS and what follows become pad.
         before_eos = tf.math.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1) == 0
         ids = tf.where(before_eos, ids, PAD_ID)
-        return {"ids": ids, "scores": scores, "truncated": self.truncated(tokens)}
+        return {"ids": ids, "scores": scores, "truncated": self.truncated(tokens), **extra}
+
+    def translate_ids_with_lengths(self, source_ids, source_lengths):
+        """`translate_ids` on each row's first `source_lengths` ids: the
+        rest of the row is ignored, whatever the server padded it with."""
+        source_ids = tf.cast(source_ids, tf.int32)
+        lengths = tf.cast(source_lengths, tf.int32)
+        shape = tf.shape(source_ids)
+        checks = [
+            tf.debugging.assert_equal(tf.shape(lengths)[0], shape[0], message=(
+                f"{IDS_LENGTHS_SIGNATURE}: `{LENGTHS_INPUT}` needs one length per row of `{IDS_INPUT}`; "
+                "lengths, rows:"), summarize=2),
+            tf.debugging.assert_non_negative(lengths, message=(
+                f"{IDS_LENGTHS_SIGNATURE}: `{LENGTHS_INPUT}` holds a negative length:"), summarize=16),
+            tf.debugging.assert_less_equal(lengths, shape[1], message=(
+                f"{IDS_LENGTHS_SIGNATURE}: a length in `{LENGTHS_INPUT}` exceeds the width of `{IDS_INPUT}`; "
+                "lengths, width:"), summarize=16),
+        ]
+        with tf.control_dependencies(checks):
+            columns = tf.range(shape[1], dtype=tf.int32)
+        source_ids = tf.where(columns[tf.newaxis, :] < lengths[:, tf.newaxis], source_ids, PAD_ID)
+        return self._translate_id_rows(source_ids)

@@ -9,7 +9,8 @@ configurable number of rows, plus one request per signature.
 
 The padding rule lives here too, so that the warm-up and the signatures
 cannot disagree: rows are padded to a power of two (at least
-`XLA_MIN_ROWS`), source lengths to a multiple of `XLA_WIDTH_MULTIPLE`.
+`XLA_MIN_ROWS` by default; an export's `xla_min_rows`, 1, 2, 4 or 8),
+source lengths to a multiple of `XLA_WIDTH_MULTIPLE`.
 
 The records are encoded here from the proto definitions
 (`tensorflow_serving/apis/{prediction_log,predict,model}.proto`): writing
@@ -34,6 +35,8 @@ __all__ = [
     "padded_shape",
     "padded_width",
     "pad_for_xla",
+    "XLA_MIN_ROWS_CHOICES",
+    "check_min_rows",
     "row_buckets",
     "warmup_requests",
     "width_buckets",
@@ -47,18 +50,26 @@ MAX_WARMUP_RECORDS = 1000
 DEFAULT_WARMUP_ROWS = 64
 
 XLA_MIN_ROWS = 8
+# The smallest row buckets an export may choose instead (`xla_min_rows`).
+XLA_MIN_ROWS_CHOICES = (1, 2, 4, 8)
 XLA_WIDTH_MULTIPLE = 16
-# Powers of two from XLA_MIN_ROWS to 2**30 (int32 batch sizes).
-_ROW_BUCKETS = tuple(2**k for k in range(XLA_MIN_ROWS.bit_length() - 1, 31))
+# Powers of two from 1 to 2**30 (int32 batch sizes).
+_ROW_BUCKETS = tuple(2**k for k in range(31))
 
 # A first token id that is not special (pad 0, unk 1, bos 2, eos 3).
 _FIRST_TOKEN = EOS_ID + 1
 
 
-def padded_rows(rows):
-    """The XLA variant's row count for a request of `rows` rows (next power of two, at least 8)."""
-    if rows <= XLA_MIN_ROWS:
-        return XLA_MIN_ROWS
+def check_min_rows(min_rows):
+    if isinstance(min_rows, bool) or min_rows not in XLA_MIN_ROWS_CHOICES:
+        raise ValueError(f"`xla_min_rows` must be one of {XLA_MIN_ROWS_CHOICES}, got {min_rows!r}.")
+    return min_rows
+
+
+def padded_rows(rows, min_rows=XLA_MIN_ROWS):
+    """The XLA variant's row count for a request of `rows` rows (next power of two, at least `min_rows`)."""
+    if rows <= min_rows:
+        return min_rows
     return 1 << (int(rows) - 1).bit_length()
 
 
@@ -67,18 +78,18 @@ def padded_width(width):
     return -(-int(width) // XLA_WIDTH_MULTIPLE) * XLA_WIDTH_MULTIPLE
 
 
-def padded_shape(rows, width):
-    return padded_rows(rows), padded_width(width)
+def padded_shape(rows, width, min_rows=XLA_MIN_ROWS):
+    return padded_rows(rows, min_rows), padded_width(width)
 
 
-def pad_for_xla(source_ids):
+def pad_for_xla(source_ids, min_rows=XLA_MIN_ROWS):
     """Graph ops: (rows, width) source ids padded to the XLA variant's shape.
 
     Extra rows are EOS-only sources (the caller drops their results); extra
     columns are pad (masked). Returns the padded ids.
     """
     rows, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
-    buckets = tf.constant(_ROW_BUCKETS, tf.int32)
+    buckets = tf.constant([bucket for bucket in _ROW_BUCKETS if bucket >= min_rows], tf.int32)
     target_rows = tf.reduce_min(tf.where(buckets >= rows, buckets, _ROW_BUCKETS[-1]))
     extra_rows = target_rows - rows
     extra_columns = (-width) % XLA_WIDTH_MULTIPLE
@@ -88,10 +99,10 @@ def pad_for_xla(source_ids):
     return tf.where(is_extra_row[:, tf.newaxis] & first_column[tf.newaxis, :], EOS_ID, padded)
 
 
-def row_buckets(max_rows):
+def row_buckets(max_rows, min_rows=XLA_MIN_ROWS):
     """Padded row counts of requests of 1 to `max_rows` rows."""
-    last = padded_rows(max_rows)
-    return [bucket for bucket in _ROW_BUCKETS if bucket <= last]
+    last = padded_rows(max_rows, min_rows)
+    return [bucket for bucket in _ROW_BUCKETS if min_rows <= bucket <= last]
 
 
 def width_buckets(max_input_length):
@@ -99,12 +110,12 @@ def width_buckets(max_input_length):
     return list(range(XLA_WIDTH_MULTIPLE, padded_width(max_input_length) + 1, XLA_WIDTH_MULTIPLE))
 
 
-def check_warmup_rows(warmup_rows, max_input_length, jit_compile):
+def check_warmup_rows(warmup_rows, max_input_length, jit_compile, min_rows=XLA_MIN_ROWS):
     """Validates `warmup_rows` (an int >= 1) and the record count it makes."""
     if isinstance(warmup_rows, bool) or not isinstance(warmup_rows, int) or warmup_rows < 1:
         raise ValueError(f"`warmup_rows` must be an int >= 1, got {warmup_rows!r}.")
     if jit_compile:
-        count = len(row_buckets(warmup_rows)) * len(width_buckets(max_input_length))
+        count = len(row_buckets(warmup_rows, min_rows)) * len(width_buckets(max_input_length))
         if count + len(_SIGNATURE_REQUESTS) > MAX_WARMUP_RECORDS:
             raise ValueError(
                 f"`warmup_rows`={warmup_rows} with `max_input_length`={max_input_length} needs "
@@ -118,6 +129,8 @@ def check_warmup_rows(warmup_rows, max_input_length, jit_compile):
 _SIGNATURE_REQUESTS = (
     ("serving_default", {"text": [b"Warm-up request.", b"A second, longer warm-up request."]}),
     ("translate_ids", {"source_ids": [[_FIRST_TOKEN, _FIRST_TOKEN + 1, 0], [_FIRST_TOKEN + 2, 0, 0]]}),
+    ("translate_ids_with_lengths", {"source_ids": [[_FIRST_TOKEN, _FIRST_TOKEN + 1, 0], [_FIRST_TOKEN + 2, 0, 0]],
+                                    "source_lengths": [2, 1]}),
     ("translate_n_best", {"text": [b"Warm-up request."]}),
     # An empty target (EOS alone) is within any export's target limit; a
     # longer one could exceed a small export's and fail the warm-up.
@@ -126,20 +139,21 @@ _SIGNATURE_REQUESTS = (
 
 
 def xla_bucket_request(rows, width, max_input_length, vocabulary_size):
-    """`translate_ids` source ids whose padded shape is (padded_rows(rows), width bucket `width`)."""
+    """`translate_ids` source ids whose padded shape is (padded_rows(rows, ...), width bucket `width`)."""
     tokens = min(width, max_input_length) - 1  # EOS makes the source `tokens + 1` long
     span = max(vocabulary_size - _FIRST_TOKEN, 1)
     ids = _FIRST_TOKEN + (np.arange(rows * tokens).reshape(rows, tokens) % span)
     return ids.astype(np.int32)
 
 
-def warmup_requests(signatures, *, jit_compile, warmup_rows, max_input_length, vocabulary_size):
+def warmup_requests(signatures, *, jit_compile, warmup_rows, max_input_length, vocabulary_size,
+                    min_rows=XLA_MIN_ROWS):
     """[(signature, {input: value})]: each of `signatures` once, and with
     `jit_compile` one `translate_ids` request per padded (rows, width)
     bucket of up to `warmup_rows` rows."""
     requests = [(name, inputs) for name, inputs in _SIGNATURE_REQUESTS if name in signatures]
     if jit_compile:
-        for bucket_rows in row_buckets(warmup_rows):
+        for bucket_rows in row_buckets(warmup_rows, min_rows):
             rows = min(bucket_rows, warmup_rows)
             for width in width_buckets(max_input_length):
                 ids = xla_bucket_request(rows, width, max_input_length, vocabulary_size)

@@ -68,3 +68,30 @@ def run_served_child(script, work, export_dir, argument):
                                env=environment, capture_output=True, text=True, timeout=400)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def batching_parameters_class():
+    """`tensorflow.serving.BatchingParameters`, built here from its definition: tensorflow-serving-api does not
+    ship `session_bundle_config_pb2`. Field names, numbers and types as in TF Serving 2.20.0's
+    tensorflow_serving/servables/tensorflow/session_bundle_config.proto (message BatchingParameters)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
+
+    pool = descriptor_pool.DescriptorPool()
+    wrappers = descriptor_pb2.FileDescriptorProto()
+    wrappers_pb2.DESCRIPTOR.CopyToProto(wrappers)
+    pool.Add(wrappers)
+    file = descriptor_pb2.FileDescriptorProto(name="session_bundle_config.proto", package="tensorflow.serving",
+                                              syntax="proto3", dependency=["google/protobuf/wrappers.proto"])
+    message = file.message_type.add(name="BatchingParameters")
+    field = descriptor_pb2.FieldDescriptorProto
+    for name, number, wrapper in (("max_batch_size", 1, "Int64Value"), ("batch_timeout_micros", 2, "Int64Value"),
+                                  ("max_enqueued_batches", 3, "Int64Value"), ("num_batch_threads", 4, "Int64Value"),
+                                  ("thread_pool_name", 5, "StringValue"),
+                                  ("enable_large_batch_splitting", 8, "BoolValue"),
+                                  ("max_execution_batch_size", 9, "Int64Value")):
+        message.field.add(name=name, number=number, label=field.LABEL_OPTIONAL, type=field.TYPE_MESSAGE,
+                          type_name=f".google.protobuf.{wrapper}")
+    message.field.add(name="allowed_batch_sizes", number=6, label=field.LABEL_REPEATED, type=field.TYPE_INT64)
+    message.field.add(name="pad_variable_length_inputs", number=7, label=field.LABEL_OPTIONAL, type=field.TYPE_BOOL)
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters"))

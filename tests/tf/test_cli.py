@@ -578,3 +578,6 @@ def test_shortlist_command_and_translate_with_it(trained_run, tmp_path, capsys):
         assert [t.decode("utf-8") for t in row[: len(kept)]] == [h.translation for h in kept]
     with pytest.raises(SystemExit, match="--shortlist-size .* needs --shortlist and --jit-compile"):
         cli.main(["export", run, "--shortlist", str(path), "--shortlist-size", "128"])
+    with pytest.raises(SystemExit, match="--xla-min-rows is the XLA variant's smallest row bucket: it needs "
+                                         "--jit-compile"):
+        cli.main(["export", run, "--xla-min-rows", "1"])

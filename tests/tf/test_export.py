@@ -265,7 +265,8 @@ TRACES = {}
 def export_dir(model, tokenizer, tmp_path_factory):
     base = tmp_path_factory.mktemp("models")
     with pytest.MonkeyPatch.context() as patch:
-        for name in ("translate_text", "translate_ids", "translate_n_best", "score", "_kept_hypotheses_ops"):
+        for name in ("translate_text", "translate_ids", "translate_ids_with_lengths", "translate_n_best", "score",
+                     "_kept_hypotheses_ops"):
             patch.setattr(SignatureFunctions, name, _counting(name, getattr(SignatureFunctions, name)))
         return export_saved_model(
             model, tokenizer, base, beam_size=BEAM_SIZE, alpha=ALPHA, length_penalty=RULE,
@@ -367,14 +368,15 @@ def test_each_signature_is_traced_once(export_dir):
     """Keras' ExportArchive traces each endpoint, then tf.saved_model.save
     traces what it saves again: each search must still be traced only once
     (a trace is most of an export's time): the one beam search that
-    `serving_default`, `translate_ids` and `translate_n_best` share
-    (`_kept_hypotheses_ops`) once for the three."""
-    assert TRACES == {"translate_text": 1, "translate_ids": 1, "translate_n_best": 1, "score": 1,
-                      "_kept_hypotheses_ops": 1}
+    `serving_default`, the two `translate_ids` and `translate_n_best`
+    share (`_kept_hypotheses_ops`) once for the four."""
+    assert TRACES == {"translate_text": 1, "translate_ids": 1, "translate_ids_with_lengths": 1, "translate_n_best": 1,
+                      "score": 1, "_kept_hypotheses_ops": 1}
 
 
 def test_signatures(loaded):
-    assert set(loaded.signatures) == {"serving_default", "translate_ids", "translate_n_best", "score"}
+    assert set(loaded.signatures) == {"serving_default", "translate_ids", "translate_ids_with_lengths",
+                                      "translate_n_best", "score"}
     text = loaded.signatures["serving_default"]
     _, inputs = text.structured_input_signature
     assert inputs == {"text": tf.TensorSpec([None], tf.string, name="text")}
@@ -722,8 +724,8 @@ def test_invalid_utf8_and_empty_batch(loaded):
 
 def test_ids_signature_tolerates_bad_ids(loaded):
     ids = loaded.signatures["translate_ids"]
-    # Out-of-range ids act as unk (1); pad, BOS and EOS anywhere are ignored.
-    odd = ids(source_ids=tf.constant([[10, 99999, -5, 3, 0], [2, 10, 0, 3, 1]]))
+    # Out-of-range ids act as unk (1); BOS is dropped; a row ends at its first pad or EOS, whatever follows.
+    odd = ids(source_ids=tf.constant([[10, 99999, -5, 3, 7], [2, 10, 1, 0, 5]]))
     clean = ids(source_ids=tf.constant([[10, 1, 1], [10, 1, 0]]))
     np.testing.assert_array_equal(odd["ids"].numpy(), clean["ids"].numpy())
     np.testing.assert_allclose(odd["scores"].numpy(), clean["scores"].numpy(), atol=1e-4)
@@ -731,6 +733,65 @@ def test_ids_signature_tolerates_bad_ids(loaded):
     empty = ids(source_ids=tf.constant([[0, 0], [3, 2]]))
     assert not empty["ids"].numpy().any() and not empty["scores"].numpy().any()
     assert empty["ids"].shape[0] == 2
+
+
+def server_batch(requests, extra=3):
+    """The requests as TF Serving's batching with `pad_variable_length_inputs` merges them: each
+    widened to the widest plus `extra` with its own first element, not 0 (batching_util.cc at 2.20.0:
+    `T pad_value(input.flat<T>()(0))`; tensorflow/serving issue 1279), rows concatenated."""
+    width = max(request.shape[1] for request in requests) + extra
+    return np.concatenate([np.pad(request, [(0, 0), (0, width - request.shape[1])],
+                                  constant_values=request[0, 0]) for request in requests]).astype("int32")
+
+
+def test_ids_padded_by_the_server_translate_as_sent(loaded, tokenizer):
+    """Rows that end with EOS read the same after the server's padding; rows without one need their lengths
+    (`translate_ids_with_lengths`), and `translate_ids` reads the padding as tokens there."""
+    texts = NORMAL_TEXTS[:3]
+    # The signature on the rows as sent (equal to the in-process search:
+    # test_ids_signature_matches_in_process_search; an eager search here would take most of this test's time).
+    expected = loaded.signatures["translate_ids"](source_ids=tf.constant(source_ids(tokenizer, texts)))
+    expected_ids, expected_scores = expected["ids"].numpy(), expected["scores"].numpy()
+    assert expected_ids.any()
+
+    def check(outputs):
+        ids = outputs["ids"].numpy()
+        np.testing.assert_array_equal(ids[:, : expected_ids.shape[1]], expected_ids)
+        assert not ids[:, expected_ids.shape[1]:].any()
+        np.testing.assert_allclose(outputs["scores"].numpy(), expected_scores, atol=1e-4)
+
+    # Two requests: two sentences (pad 0 after the shorter's EOS), one sentence (no pad at all).
+    ended = server_batch([source_ids(tokenizer, texts[:2]), source_ids(tokenizer, texts[2:])])
+    assert (ended[:, -1] > EOS).all()  # the padding is made of tokens, not pad
+    check(loaded.signatures["translate_ids"](source_ids=tf.constant(ended)))
+
+    tokens = [list(row) for row in tokenizer.tokenize(texts).to_list()]
+    assert max(map(len, tokens)) < MAX_INPUT_LENGTH
+
+    def dense(rows):
+        return np.array([row + [0] * (max(map(len, rows)) - len(row)) for row in rows], "int32")
+
+    bare = server_batch([dense(tokens[:2]), dense(tokens[2:])])  # no EOS anywhere
+    lengths = np.array([len(row) for row in tokens], "int32")
+    check(loaded.signatures["translate_ids_with_lengths"](source_ids=tf.constant(bare),
+                                                          source_lengths=tf.constant(lengths)))
+    # Without lengths, the lone sentence's padding is indistinguishable from its tokens (why lengths exist).
+    misread = loaded.signatures["translate_ids"](source_ids=tf.constant(bare[2:]))
+    as_tokens = loaded.signatures["translate_ids"](source_ids=tf.constant([list(bare[2]) + [EOS]]))
+    np.testing.assert_array_equal(misread["ids"].numpy(), as_tokens["ids"].numpy())
+
+
+def test_ids_with_lengths_refuses_bad_lengths(loaded):
+    signature = loaded.signatures["translate_ids_with_lengths"]
+    ids = tf.constant([[10, 11, 12], [13, 0, 0]])
+    for lengths, message in (([1], "one length per row of `source_ids`"),
+                             ([1, 4], "a length in `source_lengths` exceeds the width of `source_ids`"),
+                             ([-1, 1], "`source_lengths` holds a negative length")):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            signature(source_ids=ids, source_lengths=tf.constant(lengths))
+    # A length of 0: an empty source, "" with score 0, as an empty row.
+    empty = signature(source_ids=ids, source_lengths=tf.constant([0, 1]))
+    assert not empty["ids"].numpy()[0].any() and empty["scores"].numpy()[0] == 0.0
 
 
 # ---------------------------------------------------------------------------

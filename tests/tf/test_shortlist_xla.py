@@ -80,18 +80,22 @@ PAST = [source for source, _ in SENTENCES]
 
 # The served side: warm-up replay, LISTED, PAST, and the programs compiled meanwhile.
 SERVER_SCRIPT = r'''
+import numpy as np
 from benchmarks.serve_mix import SessionServer
 
 server = SessionServer(export_dir)
 counts = {"start": programs()}
 server.warm_up()
 counts["warm"] = programs()
-texts = {}
+texts, overflow = {}, {}
 for name, batch in json.loads(argument).items():
-    served = server.predict("serving_default", {"text": [t.encode() for t in batch]})["translations"]
-    texts[name] = [t.decode() for t in served]
+    served = server.predict("serving_default", {"text": [t.encode() for t in batch]})
+    texts[name] = [t.decode() for t in served["translations"]]
+    overflow[name] = [bool(flag) for flag in served["shortlist_overflow"]]
+    ids = server.predict("translate_ids", {"source_ids": np.array([[5, 6, 3]] * len(batch), "int32")})
+    overflow[name + " ids"] = [bool(flag) for flag in ids["shortlist_overflow"]]
 counts["served"] = programs()
-print(json.dumps({"counts": counts, "texts": texts}))
+print(json.dumps({"counts": counts, "texts": texts, "overflow": overflow}))
 '''
 
 
@@ -131,6 +135,10 @@ def test_a_batch_past_the_size_takes_the_full_int8_search(quantized, tokenizer, 
     _, count = shortlist.candidates(with_list.source_ids(PAST))
     assert count > SIZE
     assert server[1]["texts"]["past"] == full_texts["past"]
+    # ... and says so, per row (one list per batch), where the list's branch says it did not.
+    assert server[1]["overflow"]["past"] == [True] * len(PAST)
+    assert server[1]["overflow"]["listed"] == [False] * len(LISTED)
+    assert server[1]["overflow"]["listed ids"] == [False] * len(LISTED)  # the same output from translate_ids
 
 
 def test_no_compile_after_warmup_on_either_branch(server):

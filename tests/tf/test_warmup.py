@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from served_model import ROOT, build_model, run_served_child, train_tokenizer
+from served_model import ROOT, batching_parameters_class, build_model, run_served_child, train_tokenizer
 
+from keras_transformer.export import batching as batching_lib
 from keras_transformer.export import export_saved_model
 from keras_transformer.export import warmup as warmup_lib
 
@@ -33,7 +34,7 @@ MAX_INPUT_LENGTH = 20  # width buckets 16 and 32
 WARMUP_ROWS = 12  # row buckets 8 and 16
 EXTRA = 4
 SPECIALS = (0, 1, 2, 3)  # pad, unk, bos, eos
-ALL_SIGNATURES = {"serving_default", "translate_ids", "translate_n_best", "score"}
+ALL_SIGNATURES = {"serving_default", "translate_ids", "translate_ids_with_lengths", "translate_n_best", "score"}
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +117,10 @@ def test_records_run_against_the_signature_defs(plain_dir):
             for key, value in outputs.items():
                 assert len(value) == rows, (signature, key)
         assert len(server.warm_up()) == len(requests)
+        # The batching parameters' largest batch (the plain variant allows any size up to it) runs too.
+        largest = read_batching_parameters(plain_dir).max_batch_size.value
+        outputs = server.predict("translate_ids", {"source_ids": np.full((largest, 3), 7, "int32")})
+        assert all(len(value) == largest for value in outputs.values())
     finally:
         server.close()
 
@@ -132,11 +137,13 @@ def test_xla_records_cover_every_padded_shape(xla_dir):
     info = json.loads(Path(xla_dir, "assets.extra", "keras_transformer_export.json").read_text())
     assert {tuple(shape) for shape in info["warmup"]["xla_shapes"]} == needed
     assert info["warmup"]["rows"] == WARMUP_ROWS
+    # What the compiled search does not cover: in an int8 export these run Keras' generic int8 kernel.
+    assert info["plain_graph_signatures"] == ["translate_n_best", "score"]
 
 
 def test_plain_variant_has_no_shape_records(plain_dir):
     info = json.loads(Path(plain_dir, "assets.extra", "keras_transformer_export.json").read_text())
-    assert info["warmup"]["xla_shapes"] == []
+    assert info["warmup"]["xla_shapes"] == [] and info["plain_graph_signatures"] == "all"
 
 
 def test_padding_rule():
@@ -146,6 +153,11 @@ def test_padding_rule():
     assert warmup_lib.row_buckets(65) == [8, 16, 32, 64, 128]
     assert warmup_lib.row_buckets(3) == [8]
     assert warmup_lib.width_buckets(256) == list(range(16, 257, 16))
+    # An export's smaller first bucket (xla_min_rows).
+    assert [warmup_lib.padded_rows(r, 1) for r in (1, 2, 3, 5, 9)] == [1, 2, 4, 8, 16]
+    assert warmup_lib.row_buckets(12, 2) == [2, 4, 8, 16] and warmup_lib.row_buckets(1, 1) == [1]
+    assert warmup_lib.pad_for_xla(tf.constant([[5, 3]]), 1).numpy().shape == (1, 16)
+    assert warmup_lib.pad_for_xla(tf.constant([[5, 3]] * 3), 2).numpy().shape == (4, 16)
     # The graph op the XLA variant runs pads as the Python rule says.
     for rows, width in ((1, 1), (8, 16), (9, 17), (33, 5), (64, 40)):
         ids = np.full((rows, width), 5, np.int32)
@@ -153,6 +165,23 @@ def test_padding_rule():
         assert padded.shape == warmup_lib.padded_shape(rows, width)
         np.testing.assert_array_equal(padded[:rows, :width], ids)
         assert (padded[rows:, 0] == 3).all() and (padded[rows:, 1:] == 0).all() and (padded[:, width:] == 0).all()
+
+
+def test_smaller_row_buckets_follow_through(model, tokenizer, tmp_path):
+    """xla_min_rows=1: the warm-up records, the export info's shapes and the batching file all start at one
+    row (what the signatures pad to: test_padding_rule); the option is refused by name where it cannot apply."""
+    requests = warmup_lib.warmup_requests(["translate_ids"], jit_compile=True, warmup_rows=WARMUP_ROWS,
+                                          max_input_length=MAX_INPUT_LENGTH, vocabulary_size=100, min_rows=1)
+    shapes = [warmup_lib.padded_shape(*np.shape(inputs["source_ids"]), 1) for _, inputs in requests[1:]]
+    assert sorted(set(shapes)) == [(rows, width) for rows in (1, 2, 4, 8, 16) for width in (16, 32)]
+    parameters = batching_lib.batching_parameters(jit_compile=True, warmup_rows=WARMUP_ROWS, xla_min_rows=1)
+    assert parameters["allowed_batch_sizes"] == [1, 2, 4, 8, 16] and parameters["max_batch_size"] == 16
+    for kwargs, message in ((dict(jit_compile=True, xla_min_rows=3), "`xla_min_rows` must be one of"),
+                            (dict(jit_compile=True, xla_min_rows=True), "`xla_min_rows` must be one of"),
+                            (dict(xla_min_rows=1), "`xla_min_rows` .* needs jit_compile=True")):
+        with pytest.raises(ValueError, match=message):
+            export_saved_model(model, tokenizer, tmp_path, max_input_length=MAX_INPUT_LENGTH, **kwargs)
+    assert not os.listdir(tmp_path) or os.listdir(tmp_path / "translator") == []
 
 
 @pytest.mark.parametrize("rows, message", [
@@ -171,7 +200,7 @@ def test_bad_warmup_rows(rows, message, model, tokenizer, tmp_path):
 def test_too_many_records_is_refused_only_for_the_xla_variant(model, tokenizer, tmp_path):
     version_dir = export_saved_model(model, tokenizer, tmp_path, beam_size=1, max_extra_length=EXTRA,
                                      max_input_length=MAX_INPUT_LENGTH, warmup_rows=2**20, check_ops=False)
-    assert len(raw_records(version_dir)) == 3  # greedy: no n-best signature
+    assert len(raw_records(version_dir)) == 4  # greedy: no n-best signature
 
 
 # A server process with XLA's dump on: how many programs were compiled after
@@ -198,10 +227,19 @@ for rows in range(1, int(argument) + 1):
     server.predict("serving_default", {"text": texts})
     ids = rng.integers(4, 50, size=(rows, int(rng.integers(1, 40)))).astype("int32")
     server.predict("translate_ids", {"source_ids": ids})
+# Each batch size the batching parameters allow, as the server pads a merged batch's ids (its first id).
+import re
+allowed = [int(size) for size in re.findall(r"^allowed_batch_sizes: (\d+)$",
+                                              open(os.path.join(export_dir, "assets.extra", "batching_parameters.txt")).read(),
+                                              re.M)]
+for size in allowed:
+    ids = np.concatenate([[[9, 10, 11, 3]], np.full((size - 1, 4), 9)]).astype("int32")
+    outputs = server.predict("translate_ids", {"source_ids": ids})
+    wrong_rows += [["allowed", size, key] for key, value in outputs.items() if len(value) != size]
 counts["covered"] = programs()
 server.predict("translate_ids", {"source_ids": np.full((int(argument) + 5, 3), 7, "int32")})
 counts["past"] = programs()
-print(json.dumps(dict(counts, requests=len(requests), wrong_rows=wrong_rows)))
+print(json.dumps(dict(counts, requests=len(requests), wrong_rows=wrong_rows, allowed=allowed)))
 '''
 
 
@@ -209,7 +247,39 @@ def test_no_compile_after_warmup(xla_dir, tmp_path):
     counts = run_served_child(COMPILES_SCRIPT, tmp_path, xla_dir, WARMUP_ROWS)
     # The replay ran every record, each answered one row per input row.
     assert counts["requests"] == len(read_warmup_records(xla_dir)) and counts["wrong_rows"] == []
+    # Every batch size the batching parameters allow ran, without a compile (below).
+    assert counts["allowed"] == [8, 16]
     assert counts["start"] == 0
     assert counts["warm"] >= 4  # one program per padded shape (at least)
     assert counts["covered"] == counts["warm"], counts  # no request waited on a compile
     assert counts["past"] > counts["covered"], counts  # the count does see a new shape's compile
+
+
+def read_batching_parameters(export_dir):
+    from google.protobuf import text_format
+
+    text = Path(export_dir, batching_lib.BATCHING_PATH).read_text()
+    return text_format.Parse(text, batching_parameters_class()())  # strict: an unknown field fails
+
+
+def test_batching_parameters_fit_the_row_buckets(plain_dir, xla_dir):
+    """The export's batching file parses as TF Serving's BatchingParameters and fits the export: the XLA
+    variant's row buckets as the allowed sizes (the last one the largest, as BatchingSession requires), no
+    allowed sizes for the plain graph; padding on for `translate_ids` (test_export's server-padding tests).
+    Each allowed size runs through the signature: test_no_compile_after_warmup (XLA), and
+    test_records_run_against_the_signature_defs (plain, its max_batch_size)."""
+    xla = read_batching_parameters(xla_dir)
+    assert list(xla.allowed_batch_sizes) == warmup_lib.row_buckets(WARMUP_ROWS) == [8, 16]
+    assert xla.max_batch_size.value == xla.allowed_batch_sizes[-1]
+    plain = read_batching_parameters(plain_dir)
+    assert list(plain.allowed_batch_sizes) == [] and plain.max_batch_size.value == WARMUP_ROWS
+    for parameters, export_dir in ((xla, xla_dir), (plain, plain_dir)):
+        assert parameters.pad_variable_length_inputs
+        assert parameters.num_batch_threads.value >= 1 and parameters.batch_timeout_micros.value > 0
+        info = json.loads(Path(export_dir, "assets.extra", "keras_transformer_export.json").read_text())
+        assert info["batching_parameters"]["max_batch_size"] == parameters.max_batch_size.value
+    # The parser is strict: a misspelt field fails.
+    from google.protobuf import text_format
+
+    with pytest.raises(text_format.ParseError):
+        text_format.Parse("max_batch_sizes { value: 8 }", batching_parameters_class()())
