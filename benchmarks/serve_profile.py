@@ -163,8 +163,9 @@ def kernel_products(rows, inputs, outputs):
 
 
 def onednn_exec_ms(call):
-    """oneDNN's own execution time (ms) of its matrix primitives during `call()`, from ONEDNN_VERBOSE's
-    lines (written to file descriptor 1 by the C library)."""
+    """oneDNN's own execution time (ms) of its matrix primitives during `call()`, and how many reorders
+    (weights copied into oneDNN's blocked layout) it ran, from ONEDNN_VERBOSE's lines (written to file
+    descriptor 1 by the C library)."""
     import tempfile
 
     sys.stdout.flush()
@@ -179,13 +180,14 @@ def onednn_exec_ms(call):
         log.seek(0)
         lines = [line.rstrip().split(",") for line in log if line.startswith("onednn_verbose") and ",exec," in line]
     kinds = ("inner_product", "matmul", "gemm_api")
-    return sum(float(fields[-1]) for fields in lines if any(kind in fields for kind in kinds))
+    return (sum(float(fields[-1]) for fields in lines if any(kind in fields for kind in kinds)),
+            sum("reorder" in fields for fields in lines))
 
 
 def kernels_main(args, argv):
     record = _harness.start("serve_kernels", argv, packages=("tensorflow", "keras"))
     record.update(products_per_call=args.products, calls=args.calls, us_per_product={}, relative_error={},
-                  onednn_exec_us_per_product={})
+                  onednn_exec_us_per_product={}, onednn_reorders_per_product={})
     for shape in args.kernels.split(","):
         rows, inputs, outputs = (int(n) for n in shape.split("x"))
         products, w = kernel_products(rows, inputs, outputs)
@@ -212,14 +214,16 @@ def kernels_main(args, argv):
         record["us_per_product"][key] = {name: 1e6 * min(t) for name, t in times.items()}
         record["relative_error"][key] = errors
         if args.onednn_verbose:
-            record["onednn_exec_us_per_product"][key] = {
-                name: 1e3 * onednn_exec_ms(lambda run=run: np.asarray(run(x))) / args.products
-                for name, run in timed.items()}
+            for name, run in timed.items():
+                milliseconds, reorders = onednn_exec_ms(lambda run=run: np.asarray(run(x)))
+                record["onednn_exec_us_per_product"].setdefault(key, {})[name] = 1e3 * milliseconds / args.products
+                record["onednn_reorders_per_product"].setdefault(key, {})[name] = reorders / args.products
         print(key, flush=True)
         for name, best in record["us_per_product"][key].items():
             onednn_us = record["onednn_exec_us_per_product"].get(key, {}).get(name)
+            reorders = record["onednn_reorders_per_product"].get(key, {}).get(name)
             print(f"  {name:34s} {best:9.1f} us  ({record['us_per_product'][key]['float32'] / best:.2f}x float32)"
-                  f"  max error {errors[name]:.4f}" + (f"  oneDNN alone {onednn_us:.1f} us" if onednn_us else ""),
+                  f"  max error {errors[name]:.4f}" + (f"  oneDNN alone {onednn_us:.1f} us, {reorders:g} reorders" if onednn_us else ""),
                   flush=True)
     _harness.finish(record)
     load = record["load_average"]
