@@ -23,7 +23,7 @@ one of those documents quotes a benchmark figure (a ratio such as
 marker.
 
 The name after "table:" or "cell:" picks the generator (_report_tables.GENERATORS: serve,
-serve-shortlist, serve-profile, serve-mix, quantize-quality, train-throughput, quality, gpu,
+serve-shortlist, serve-profile, serve-kernels, serve-mix, quantize-quality, train-throughput, quality, gpu,
 complexity, data-scale, recipe) and so the records
 (benchmarks/results/<name>.jsonl). Every marker pins its records, so that a
 new record changes no committed figure: `commit=ABC` (the record of that
