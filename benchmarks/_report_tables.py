@@ -378,6 +378,30 @@ def recipe_table(records, options):
         ["recipe", "updates", "test sentences", "BLEU", "chrF"], [row])
 
 
+def serve_kernels_table(records, options):
+    """serve_profile.py --kernels: each product kernel's time per product at each shape, against float32's
+    (and, in an --onednn-verbose record, oneDNN's own time and its weight reorders per product)."""
+    record = select(records, options, "table:serve-kernels")[-1]
+    shapes = list(record["us_per_product"])
+    verbose = bool(record.get("onednn_exec_us_per_product"))
+    header, rows = ["kernel"], []
+    for shape in shapes:
+        header += [f"{shape} ms", f"{shape} vs float32"] + ([f"{shape} oneDNN ms", f"{shape} reorders"] if verbose else [])
+    for name in record["us_per_product"][shapes[0]]:
+        row = [name]
+        for shape in shapes:
+            times = record["us_per_product"][shape]
+            row += [f"{times[name] / 1000:.2f}", f"{times['float32'] / times[name]:.2f}x"]
+            if verbose:
+                onednn = record["onednn_exec_us_per_product"][shape].get(name)
+                reorders = record["onednn_reorders_per_product"][shape].get(name)
+                row += ["-" if not onednn else f"{onednn / 1000:.2f}", "-" if not onednn else f"{reorders:g}"]
+        rows.append(row)
+    what = (f"milliseconds per product, best of {record['calls']} calls of {record['products_per_call']} products; "
+            "rows x inputs by inputs x outputs")
+    return caption(record, what) + "\n\n" + markdown_table(header, rows, ["---"] + ["---:"] * (len(header) - 1))
+
+
 quantize_quality_table = script_table("quantize_quality", "quantize-quality")
 serve_mix_table = script_table("serve_mix", "serve-mix")
 
@@ -386,6 +410,7 @@ GENERATORS = {
     "serve": ("serve", serve_table),
     "serve-shortlist": ("serve_shortlist", serve_table),
     "serve-profile": ("serve_profile", serve_profile_table),
+    "serve-kernels": ("serve_kernels", serve_kernels_table),
     "serve-mix": ("serve_mix", serve_mix_table),
     "quantize-quality": ("quantize_quality", quantize_quality_table),
     "train-throughput": ("train_throughput", throughput_table),

@@ -4,6 +4,10 @@ How it measures, and what it reports: docs/benchmarks.md, "Methods", `serve_prof
 
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/serve_profile.py --preset base --vocabulary-size 32000
+    KERAS_BACKEND=tensorflow python benchmarks/serve_profile.py --kernels 32x512x2048,32x512x32000 [--onednn-verbose]
+
+`--kernels` times one product per kernel TensorFlow's plain graph could run
+at those (rows x inputs x outputs) shapes instead (record: serve_kernels.jsonl).
 """
 
 import argparse
@@ -13,6 +17,8 @@ import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if "--onednn-verbose" in sys.argv:  # read by oneDNN when TensorFlow loads it
+    os.environ["ONEDNN_VERBOSE"] = "1"
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -38,8 +44,17 @@ def parse_args(argv=None):
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--quantize", default="float32,int8,bfloat16",
                         help="comma-separated precisions: float32 and quantize_model's modes")
-    parser.add_argument("--record", default=_harness.default_path("serve_profile"))
-    return parser.parse_args(argv)
+    parser.add_argument("--record", default=None,
+                        help="default benchmarks/results/serve_profile.jsonl (serve_kernels.jsonl with --kernels)")
+    parser.add_argument("--kernels", default=None,
+                        help="comma-separated MxKxN product shapes: time the plain graph's product kernels instead")
+    parser.add_argument("--products", type=int, default=20, help="with --kernels: products per timed call")
+    parser.add_argument("--onednn-verbose", action="store_true",
+                        help="with --kernels: also oneDNN's own time for each product (ONEDNN_VERBOSE=1)")
+    args = parser.parse_args(argv)
+    if args.record is None:
+        args.record = _harness.default_path("serve_kernels" if args.kernels else "serve_profile")
+    return args
 
 
 def best_seconds(function, calls):
@@ -102,8 +117,124 @@ def products_loop(model, source, args, jit_compile):
     return lambda: run(source)
 
 
+def kernel_products(rows, inputs, outputs):
+    """{name: make} where make() (called in a tf.function) returns x -> x @ w in float32 for one kernel:
+    TensorFlow's float32 and bfloat16 MatMul (oneDNN), Keras' int8 Dense (the int8 export's product: int8
+    BatchMatMul), and oneDNN's u8 x s8 QuantizedMatMulWithBias, its int8 weights read from a variable (as
+    a SavedModel holds them) or a graph constant, activations shifted to >= 0 and quantized per tensor."""
+    import keras
+
+    from keras_transformer.export.quantize import _config
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((inputs, outputs)) / np.sqrt(inputs)).astype("float32")
+    dense = keras.layers.Dense(outputs, use_bias=False)
+    dense.build((None, inputs))
+    dense.set_weights([w])
+    dense.quantize("int8", config=_config("int8"))
+    w_max = float(np.abs(w).max())
+    w_int8 = np.round(w / (w_max / 127)).astype("int8")
+    variables = {"float32": tf.Variable(w), "bfloat16": tf.Variable(tf.cast(w, tf.bfloat16)),
+                 "int8": tf.Variable(w_int8), "zero": tf.Variable(tf.zeros([outputs])),
+                 "column sums": tf.Variable(w_int8.astype("float32").sum(0) * (w_max / 127))}
+
+    def onednn(weights):
+        def make():
+            w_q = tf.bitcast(weights(), tf.qint8)
+
+            def product(x):
+                low = tf.reduce_min(x)
+                q = tf.quantization.quantize(x - low, 0.0, tf.reduce_max(x - low), tf.quint8, mode="SCALED")
+                out = tf.raw_ops.QuantizedMatMulWithBias(
+                    a=q.output, b=w_q, bias=variables["zero"], min_a=q.output_min, max_a=q.output_max,
+                    min_b=tf.constant(-w_max), max_b=tf.constant(w_max), Toutput=tf.qint32,
+                    input_quant_mode="SCALED")
+                scale = out.max_out / 2.0 ** 31
+                return tf.cast(tf.bitcast(out.out, tf.int32), tf.float32) * scale + low * variables["column sums"]
+            return product
+        return make
+
+    return {"float32": lambda: lambda x: tf.matmul(x, variables["float32"]),
+            "bfloat16": lambda: lambda x: tf.cast(tf.matmul(tf.cast(x, tf.bfloat16), variables["bfloat16"]),
+                                                  tf.float32),
+            "Keras int8 (int8 BatchMatMul)": lambda: dense,
+            "oneDNN int8, weights a variable": onednn(lambda: variables["int8"].read_value()),
+            "oneDNN int8, weights a constant": onednn(lambda: tf.constant(w_int8))}, w
+
+
+def onednn_exec_ms(call):
+    """oneDNN's own execution time (ms) of its matrix primitives during `call()`, and how many reorders
+    (weights copied into oneDNN's blocked layout) it ran, from ONEDNN_VERBOSE's lines (written to file
+    descriptor 1 by the C library)."""
+    import tempfile
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile("w+") as log:
+        os.dup2(log.fileno(), 1)
+        try:
+            call()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        log.seek(0)
+        lines = [line.rstrip().split(",") for line in log if line.startswith("onednn_verbose") and ",exec," in line]
+    kinds = ("inner_product", "matmul", "gemm_api")
+    return (sum(float(fields[-1]) for fields in lines if any(kind in fields for kind in kinds)),
+            sum("reorder" in fields for fields in lines))
+
+
+def kernels_main(args, argv):
+    record = _harness.start("serve_kernels", argv, packages=("tensorflow", "keras"))
+    record.update(products_per_call=args.products, calls=args.calls, us_per_product={}, relative_error={},
+                  onednn_exec_us_per_product={}, onednn_reorders_per_product={})
+    for shape in args.kernels.split(","):
+        rows, inputs, outputs = (int(n) for n in shape.split("x"))
+        products, w = kernel_products(rows, inputs, outputs)
+        x = np.random.default_rng(1).standard_normal((rows, inputs)).astype("float32")
+        exact = x @ w
+        key = f"[{rows},{inputs}]x[{inputs},{outputs}]"
+        timed, errors = {}, {}
+        for name, make in products.items():
+            one = tf.function(lambda x, make=make: make()(x), autograph=False)
+            errors[name] = float(np.abs(np.asarray(one(x)) - exact).max() / np.abs(exact).max())
+
+            def chain(x, make=make):  # distinct inputs: no product is merged with another
+                product = make()
+                return tf.add_n([tf.reduce_sum(product(x + 1e-6 * i)[:, :1]) for i in range(args.products)])
+
+            timed[name] = tf.function(chain, autograph=False)
+            timed[name](x)
+        times = {name: [] for name in timed}
+        for _ in range(args.calls):  # taking turns, so that load changes hit every kernel alike
+            for name, run in timed.items():
+                start = time.perf_counter()
+                np.asarray(run(x))
+                times[name].append((time.perf_counter() - start) / args.products)
+        record["us_per_product"][key] = {name: 1e6 * min(t) for name, t in times.items()}
+        record["relative_error"][key] = errors
+        if args.onednn_verbose:
+            for name, run in timed.items():
+                milliseconds, reorders = onednn_exec_ms(lambda run=run: np.asarray(run(x)))
+                record["onednn_exec_us_per_product"].setdefault(key, {})[name] = 1e3 * milliseconds / args.products
+                record["onednn_reorders_per_product"].setdefault(key, {})[name] = reorders / args.products
+        print(key, flush=True)
+        for name, best in record["us_per_product"][key].items():
+            onednn_us = record["onednn_exec_us_per_product"].get(key, {}).get(name)
+            reorders = record["onednn_reorders_per_product"].get(key, {}).get(name)
+            print(f"  {name:34s} {best:9.1f} us  ({record['us_per_product'][key]['float32'] / best:.2f}x float32)"
+                  f"  max error {errors[name]:.4f}" + (f"  oneDNN alone {onednn_us:.1f} us, {reorders:g} reorders" if onednn_us else ""),
+                  flush=True)
+    _harness.finish(record)
+    load = record["load_average"]
+    print(f"# {record['machine']['cpu']}, load average {load['before'][0]:.1f} before, {load['after'][0]:.1f} after")
+    _harness.save(args.record, record)
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.kernels:
+        return kernels_main(args, argv)
     import keras
 
     keras.utils.set_random_seed(0)

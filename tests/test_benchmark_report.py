@@ -87,6 +87,22 @@ def test_serve_profile_table_splits_each_step_into_products_and_the_rest():
     ]
 
 
+
+def test_serve_kernels_table_gives_each_kernel_against_float32_and_onednn_columns_when_recorded():
+    record = {**fixture_record(), "benchmark": "serve_kernels", "command": "python benchmarks/serve_profile.py",
+              "calls": 5, "products_per_call": 10,
+              "us_per_product": {"[2,4]x[4,8]": {"float32": 2000.0, "oneDNN int8": 4000.0}},
+              "onednn_exec_us_per_product": {"[2,4]x[4,8]": {"float32": 1000.0, "oneDNN int8": 500.0}},
+              "onednn_reorders_per_product": {"[2,4]x[4,8]": {"float32": 0.0, "oneDNN int8": 1.0}}}
+    assert report.GENERATORS["serve-kernels"][1]([record], {}).splitlines()[2:] == [
+        "| kernel | [2,4]x[4,8] ms | [2,4]x[4,8] vs float32 | [2,4]x[4,8] oneDNN ms | [2,4]x[4,8] reorders |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        "| float32 | 2.00 | 1.00x | 1.00 | 0 |",
+        "| oneDNN int8 | 4.00 | 0.50x | 0.50 | 1 |",
+    ]
+    record["onednn_exec_us_per_product"] = {}  # a record without --onednn-verbose: no oneDNN columns
+    assert report.GENERATORS["serve-kernels"][1]([record], {}).splitlines()[4] == "| float32 | 2.00 | 1.00x |"
+
 def test_markers_select_records_and_check_reports_a_difference(tmp_path):
     results = tmp_path / "results"
     results.mkdir()

@@ -111,7 +111,7 @@ def is_quantized(model):
             or any(getattr(layer, "quantization_mode", None) for layer in model._flatten_layers()))
 
 
-_PRODUCTS = ("MatMul", "BatchMatMulV2", "BatchMatMulV3", "_MklMatMul", "_MklBatchMatMulV2")
+_PRODUCTS = ("MatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum", "_MklMatMul", "_MklBatchMatMulV2")
 
 
 def _graph_ops(export_dir):

@@ -118,3 +118,20 @@ def test_serve_profile_loops_run_on_the_incremental_decoder_api():
     source = np.array([[5, 6, serve_profile.EOS]], "int32")
     for loop in (serve_profile.steps_loop, serve_profile.products_loop):
         assert np.isfinite(np.asarray(loop(model, source, args, jit_compile=False)())).all(), loop.__name__
+
+
+def test_serve_profile_kernels_each_multiply_like_numpy():
+    """serve_profile.py --kernels times five product kernels (float32, bfloat16, Keras' int8 Dense, oneDNN's
+    u8 x s8 QuantizedMatMulWithBias with the weights a variable or a constant): each must compute x @ w,
+    else the timings compare different work. The bound is int8's: per-tensor 8-bit steps on both sides."""
+    import tensorflow as tf
+
+    from benchmarks import serve_profile
+
+    products, w = serve_profile.kernel_products(4, 32, 24)
+    x = np.random.default_rng(3).standard_normal((4, 32)).astype("float32")
+    exact = x @ w
+    for name, make in products.items():
+        got = np.asarray(tf.function(lambda x, make=make: make()(x), autograph=False)(x))
+        error = np.abs(got - exact).max() / np.abs(exact).max()
+        assert error < (1e-5 if name == "float32" else 0.03), (name, error)

@@ -169,23 +169,28 @@ def test_bfloat16_bleu_stays_close_to_float32(trained, translations):
 
 
 class _Product(tf.Module):
-    def __init__(self, dtype, product_dtype):
+    def __init__(self, dtype, product_dtype, einsum=False):
         super().__init__()
         self.kernel = tf.Variable(tf.ones([4, 4], dtype))
         self.product_dtype = product_dtype
+        self.einsum = einsum
 
     @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
     def __call__(self, x):
         kernel = tf.cast(self.kernel, self.product_dtype)
-        return tf.cast(tf.matmul(tf.cast(x, self.product_dtype), kernel), tf.float32)
+        x = tf.cast(x, self.product_dtype)
+        # An einsum: the form of the tied output projection (SharedEmbedding.logits).
+        product = tf.einsum("bd,vd->bv", x, kernel) if self.einsum else tf.matmul(x, kernel)
+        return tf.cast(product, tf.float32)
 
 
-@pytest.mark.parametrize("dtype, product_dtype, message", [
-    (tf.float32, tf.bfloat16, "float variables not in bfloat16"),
-    (tf.bfloat16, tf.float32, "matrix products outside bfloat16"),
+@pytest.mark.parametrize("dtype, product_dtype, einsum, message", [
+    (tf.float32, tf.bfloat16, False, "float variables not in bfloat16"),
+    (tf.bfloat16, tf.float32, False, "matrix products outside bfloat16"),
+    (tf.bfloat16, tf.float32, True, "matrix products outside bfloat16"),
 ])
-def test_bfloat16_check_rejects_what_is_not(dtype, product_dtype, message, tmp_path):
-    tf.saved_model.save(_Product(dtype, product_dtype), str(tmp_path))
+def test_bfloat16_check_rejects_what_is_not(dtype, product_dtype, einsum, message, tmp_path):
+    tf.saved_model.save(_Product(dtype, product_dtype, einsum), str(tmp_path))
     with pytest.raises(ValueError, match=message):
         check_bfloat16_export(tmp_path)
 
