@@ -496,6 +496,49 @@ def recipe_table(records, options):
         ["recipe", "updates", "test sentences", "BLEU", "chrF"], [row])
 
 
+def pretrained_reference(name, names):
+    """The contender `name` of benchmarks/pretrained.py is compared with: the native model on the same path
+    (in process), CTranslate2's conversion at the same precision (served); None for the references."""
+    if name.startswith("imported, in process"):
+        peer = name.replace("imported", "native base", 1)
+    elif name.startswith("imported SavedModel"):
+        peer = "CTranslate2 converter, " + name.rsplit(", ", 1)[1]
+    else:
+        return None
+    return peer if peer in names else None
+
+
+def pretrained_table(records, options):
+    """benchmarks/pretrained.py: the import's time and peak memory, then each decoding contender's
+    sentences/s, its time per search step and its same-round ratio to its reference."""
+    record = select(records, options, "table:pretrained")[-1]
+    workload = record["workload"]
+    tables = []
+    if record.get("imports"):
+        rows = [[str(index), f"{run['seconds']:.1f}", f"{run['cpu_seconds']:.1f}", f"{run['peak_rss_mb']:,.0f}"]
+                for index, run in enumerate(record["imports"], 1)]
+        tables.append(caption(record, "`keras-transformer import` of the folder, a process of its own each run; "
+                                      "goal: under 30 s and 2,000 MB") + "\n\n"
+                      + markdown_table(["run", "seconds", "CPU seconds", "peak RSS, MB"], rows,
+                                       ["---", "---:", "---:", "---:"]))
+    if record.get("seconds"):
+        rates = {name: [workload["batch"] / s for s in seconds] for name, seconds in record["seconds"].items()}
+        rows = []
+        for name, values in rates.items():
+            reference = pretrained_reference(name, rates)
+            ratio = f"{median_ratio(values, rates[reference]):.2f}x" if reference else "-"
+            step_ms = 1000 * statistics.median(record["seconds"][name]) / workload["steps"]
+            rows.append([name, f"{statistics.median(values):.2f}", f"{step_ms:.0f}", ratio, reference or "-"])
+        rounds = len(next(iter(record["seconds"].values())))
+        what = (f"random weights of opus-mt-en-de's shape, {workload['vocabulary']:,} pieces; {workload['batch']} "
+                f"sources of {workload['source_tokens']} tokens, exactly {workload['steps']} generated tokens each, "
+                f"beam {workload['beam_size']}, log P / length; {workload['threads']} threads; sentences/s and ms per "
+                f"search step, medians of {rounds} rounds; ratios are medians of the same-round ratios")
+        tables.append(caption(record, what) + "\n\n" + markdown_table(
+            ["contender", "sentences/s", "ms per step", "ratio", "to"], rows, ["---", "---:", "---:", "---:", "---"]))
+    return "\n\n".join(tables)
+
+
 quantize_quality_table = script_table("quantize_quality", "quantize-quality")
 serve_mix_table = script_table("serve_mix", "serve-mix")
 
@@ -512,4 +555,5 @@ GENERATORS = {
     "complexity": ("complexity", complexity_table),
     "data-scale": ("data_scale", data_scale_table),
     "recipe": ("recipes", recipe_table),
+    "pretrained": ("pretrained", pretrained_table),
 }
