@@ -153,12 +153,14 @@ def contenders(args, run_dir, folder, work):
                         beam_search(which, tf.constant(ids), jit_compile=xla, **options)["ids"]))
     if "served" in args.parts:
         decoding = dict(beam_size=args.beam_size, alpha=ALPHA, length_penalty="length", max_extra_length=extra)
-        for quantize in (None, "int8"):
-            export_dir = trained_run.export(run_dir, os.path.join(work, f"export-{quantize}"), decoding=decoding,
-                                            quantize=quantize, warmup_rows=args.batch_size)
-            signature = tf.saved_model.load(str(export_dir)).signatures["translate_ids"]
-            calls[f"imported SavedModel plain, {quantize or 'float32'}"] = (
-                lambda signature=signature: signature(source_ids=tf.constant(ids))["ids"].numpy())
+        for variant in args.variants.split(","):
+            for quantize in (None, "int8"):
+                export_dir = trained_run.export(run_dir, os.path.join(work, f"export-{variant}-{quantize}"),
+                                                decoding=decoding, quantize=quantize, warmup_rows=args.batch_size,
+                                                jit_compile=variant == "XLA")
+                signature = tf.saved_model.load(str(export_dir)).signatures["translate_ids"]
+                calls[f"imported SavedModel {variant}, {quantize or 'float32'}"] = (
+                    lambda signature=signature: signature(source_ids=tf.constant(ids))["ids"].numpy())
         import ctranslate2
 
         for quantization in ("float32", "int8"):
@@ -205,6 +207,7 @@ def parse_args(argv=None):
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--xla", action="store_true", help="also the in-process search compiled with XLA")
+    parser.add_argument("--variants", default="plain", help="the SavedModel variants served: plain, XLA or plain,XLA")
     parser.add_argument("--record", default=_harness.default_path("pretrained"))
     return parser.parse_args(argv)
 
