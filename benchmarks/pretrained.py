@@ -181,18 +181,21 @@ def contenders(args, run_dir, folder, work):
 
 
 def run_rounds(calls, lengths, args):
-    """{name: [seconds per round]}: contenders in turns, each first run once to warm up and check its work."""
+    """({name: [seconds per round]}, {name: [CPU seconds per round]}): contenders in turns, each first run
+    once to warm up and check its work. CPU seconds (every thread of this process) are the work done,
+    which a loaded machine inflates far less than the wall time."""
     for name, call in calls.items():
         found = sorted(set(lengths(call())))
         if found != [args.steps]:
             raise SystemExit(f"{name} generated {found} tokens, not {args.steps}: unequal work")
-    names, seconds = list(calls), {name: [] for name in calls}
+    names, seconds, cpu_seconds = list(calls), {name: [] for name in calls}, {name: [] for name in calls}
     for index in range(args.rounds):
         for name in names[index % len(names):] + names[:index % len(names)]:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             calls[name]()
             seconds[name].append(time.perf_counter() - start)
-    return seconds
+            cpu_seconds[name].append(time.process_time() - cpu)
+    return seconds, cpu_seconds
 
 
 def parse_args(argv=None):
@@ -233,7 +236,7 @@ def main(argv=None):
         if "import" not in args.parts:
             record.pop("imports")
         calls, lengths = contenders(args, run_dir, folder, work)
-        record["seconds"] = run_rounds(calls, lengths, args) if calls else {}
+        record["seconds"], record["cpu_seconds"] = run_rounds(calls, lengths, args) if calls else ({}, {})
     _harness.finish(record)
     from benchmarks._report_tables import pretrained_table
 

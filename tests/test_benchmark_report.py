@@ -488,12 +488,16 @@ def test_pretrained_table_gives_the_import_and_each_contender_against_its_peer()
               "seconds": {"imported, in process, plain graph": [2.0, 4.0, 4.0],  # rates 4, 2, 2
                           "native base, in process, plain graph": [2.0, 2.0, 4.0],  # rates 4, 4, 2
                           "imported SavedModel plain, int8": [1.0, 1.0, 1.0],  # rates 8
-                          "CTranslate2 converter, int8": [0.5, 0.5, 0.25]}}  # rates 16, 16, 32
+                          "CTranslate2 converter, int8": [0.5, 0.5, 0.25]},  # rates 16, 16, 32
+              "cpu_seconds": {"imported, in process, plain graph": [3.0, 3.0, 3.0],
+                              "native base, in process, plain graph": [3.0, 1.5, 3.0]}}
     tables = report.GENERATORS["pretrained"][1]([record], {}).split("\n\n")
     assert tables[1].splitlines()[2] == "| 1 | 21.0 | 10.3 | 1,870 |"
     rows = tables[3].splitlines()[2:]
     # Same-round ratios 1, 0.5, 1 -> 1.00x; ms per step = median seconds / 20 steps.
-    assert rows[0] == "| imported, in process, plain graph | 2.00 | 200 | 1.00x | native base, in process, plain graph |"
-    assert rows[1] == "| native base, in process, plain graph | 4.00 | 100 | - | - |"
-    # 8 / 16, 8 / 16, 8 / 32 -> 0.50x
-    assert rows[2] == "| imported SavedModel plain, int8 | 8.00 | 50 | 0.50x | CTranslate2 converter, int8 |"
+    # CPU: the peer's seconds over this one's, 1, 0.5, 1 -> 1.00x.
+    assert rows[0] == ("| imported, in process, plain graph | 2.00 | 200 | 1.00x | 1.00x | "
+                       "native base, in process, plain graph |")
+    assert rows[1] == "| native base, in process, plain graph | 4.00 | 100 | - | - | - |"
+    # 8 / 16, 8 / 16, 8 / 32 -> 0.50x; no CPU seconds recorded for these two
+    assert rows[2] == "| imported SavedModel plain, int8 | 8.00 | 50 | 0.50x | - | CTranslate2 converter, int8 |"
