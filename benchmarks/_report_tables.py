@@ -529,7 +529,9 @@ def pretrained_table(records, options):
             reference = pretrained_reference(name, rates)
             ratio = f"{median_ratio(values, rates[reference]):.2f}x" if reference else "-"
             # CPU seconds: the peer's over this one's, so that above 1 is faster here too.
-            cpu_ratio = (f"{median_ratio(cpu[reference], cpu[name]):.2f}x" if reference in cpu and name in cpu else "-")
+            cpu_ratio = "-"
+            if reference in cpu and name in cpu:
+                cpu_ratio = f"{median_ratio(cpu[reference], cpu[name]):.2f}x"
             step_ms = 1000 * statistics.median(record["seconds"][name]) / workload["steps"]
             rows.append([name, f"{statistics.median(values):.2f}", f"{step_ms:.0f}", ratio, cpu_ratio,
                          reference or "-"])
@@ -537,8 +539,8 @@ def pretrained_table(records, options):
         what = (f"random weights of opus-mt-en-de's shape, {workload['vocabulary']:,} pieces; {workload['batch']} "
                 f"sources of {workload['source_tokens']} tokens, exactly {workload['steps']} generated tokens each, "
                 f"beam {workload['beam_size']}, log P / length; {workload['threads']} threads; sentences/s and ms per "
-                f"search step, medians of {rounds} rounds; ratios (of sentences/s; CPU: of the CPU seconds a call took, the "
-                f"peer's over this one's) are medians of the same-round ratios")
+                f"search step, medians of {rounds} rounds; ratios (of sentences/s; CPU: of the CPU seconds a call "
+                f"took, the peer's over this one's) are medians of the same-round ratios")
         tables.append(caption(record, what) + "\n\n" + markdown_table(
             ["contender", "sentences/s", "ms per step", "ratio", "CPU ratio", "to"], rows,
             ["---", "---:", "---:", "---:", "---:", "---"]))

@@ -200,7 +200,8 @@ def run_rounds(calls, lengths, args):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cache", default=os.path.expanduser("~/.cache/keras-transformer-benchmarks/opus-mt-en-de-random"),
+    parser.add_argument("--cache", default=os.path.expanduser(
+                            "~/.cache/keras-transformer-benchmarks/opus-mt-en-de-random"),
                         help="where the MarianMT folder is built once (outside the repository)")
     parser.add_argument("--parts", default="import,in-process,served")
     parser.add_argument("--imports", type=int, default=2, help="import runs timed")
