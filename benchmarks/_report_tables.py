@@ -402,6 +402,57 @@ def serve_kernels_table(records, options):
     return caption(record, what) + "\n\n" + markdown_table(header, rows, ["---"] + ["---:"] * (len(header) - 1))
 
 
+def pretrained_reference(name, names):
+    """The contender `name` of benchmarks/pretrained.py is compared with: the native model on the same path
+    (in process), CTranslate2's conversion at the same precision (served); None for the references."""
+    if name.startswith("imported, in process"):
+        peer = name.replace("imported", "native base", 1)
+    elif name.startswith("imported SavedModel"):
+        peer = "CTranslate2 converter, " + name.rsplit(", ", 1)[1]
+    else:
+        return None
+    return peer if peer in names else None
+
+
+def pretrained_table(records, options):
+    """benchmarks/pretrained.py: the import's time and peak memory, then each decoding contender's
+    sentences/s, its time per search step and its same-round ratio to its reference."""
+    record = select(records, options, "table:pretrained")[-1]
+    workload = record["workload"]
+    tables = []
+    if record.get("imports"):
+        rows = [[str(index), f"{run['seconds']:.1f}", f"{run['cpu_seconds']:.1f}", f"{run['peak_rss_mb']:,.0f}"]
+                for index, run in enumerate(record["imports"], 1)]
+        tables.append(caption(record, "`keras-transformer import` of the folder, a process of its own each run; "
+                                      "goal: under 30 s and 2,000 MB") + "\n\n"
+                      + markdown_table(["run", "seconds", "CPU seconds", "peak RSS, MB"], rows,
+                                       ["---", "---:", "---:", "---:"]))
+    if record.get("seconds"):
+        rates = {name: [workload["batch"] / s for s in seconds] for name, seconds in record["seconds"].items()}
+        cpu = record.get("cpu_seconds", {})
+        rows = []
+        for name, values in rates.items():
+            reference = pretrained_reference(name, rates)
+            ratio = f"{median_ratio(values, rates[reference]):.2f}x" if reference else "-"
+            # CPU seconds: the peer's over this one's, so that above 1 is faster here too.
+            cpu_ratio = "-"
+            if reference in cpu and name in cpu:
+                cpu_ratio = f"{median_ratio(cpu[reference], cpu[name]):.2f}x"
+            step_ms = 1000 * statistics.median(record["seconds"][name]) / workload["steps"]
+            rows.append([name, f"{statistics.median(values):.2f}", f"{step_ms:.0f}", ratio, cpu_ratio,
+                         reference or "-"])
+        rounds = len(next(iter(record["seconds"].values())))
+        what = (f"random weights of opus-mt-en-de's shape, {workload['vocabulary']:,} pieces; {workload['batch']} "
+                f"sources of {workload['source_tokens']} tokens, exactly {workload['steps']} generated tokens each, "
+                f"beam {workload['beam_size']}, log P / length; {workload['threads']} threads; sentences/s and ms per "
+                f"search step, medians of {rounds} rounds; ratios (of sentences/s; CPU: of the CPU seconds a call "
+                f"took, the peer's over this one's) are medians of the same-round ratios")
+        tables.append(caption(record, what) + "\n\n" + markdown_table(
+            ["contender", "sentences/s", "ms per step", "ratio", "CPU ratio", "to"], rows,
+            ["---", "---:", "---:", "---:", "---:", "---"]))
+    return "\n\n".join(tables)
+
+
 quantize_quality_table = script_table("quantize_quality", "quantize-quality")
 serve_mix_table = script_table("serve_mix", "serve-mix")
 
@@ -418,4 +469,5 @@ GENERATORS = {
     "gpu": ("gpu", gpu_table),
     "data-scale": ("data_scale", data_scale_table),
     "recipe": ("recipes", recipe_table),
+    "pretrained": ("pretrained", pretrained_table),
 }

@@ -433,3 +433,26 @@ def test_recipe_table_gives_the_pinned_runs_scores_and_refuses_a_run_without_one
     assert "| parallel_text recipe | 4,674 | 1000 | 7.2 | 20.7 |" in table([run, other], {"time": "t1"})
     with pytest.raises(ValueError, match="scores no single model"):
         table([run, other], {"time": "t2"})
+
+
+def test_pretrained_table_gives_the_import_and_each_contender_against_its_peer():
+    record = {"benchmark": "pretrained", "time": "t", "commit": "abc1234", "command": "python benchmarks/pretrained.py",
+              "machine": {"cpus": 2}, "workload": dict(vocabulary=58101, batch=8, source_tokens=16, steps=20,
+                                                       beam_size=4, threads=2),
+              "imports": [dict(seconds=21.04, cpu_seconds=10.26, peak_rss_mb=1870.4)],
+              "seconds": {"imported, in process, plain graph": [2.0, 4.0, 4.0],  # rates 4, 2, 2
+                          "native base, in process, plain graph": [2.0, 2.0, 4.0],  # rates 4, 4, 2
+                          "imported SavedModel plain, int8": [1.0, 1.0, 1.0],  # rates 8
+                          "CTranslate2 converter, int8": [0.5, 0.5, 0.25]},  # rates 16, 16, 32
+              "cpu_seconds": {"imported, in process, plain graph": [3.0, 3.0, 3.0],
+                              "native base, in process, plain graph": [3.0, 1.5, 3.0]}}
+    tables = report.GENERATORS["pretrained"][1]([record], {}).split("\n\n")
+    assert tables[1].splitlines()[2] == "| 1 | 21.0 | 10.3 | 1,870 |"
+    rows = tables[3].splitlines()[2:]
+    # Same-round ratios 1, 0.5, 1 -> 1.00x; ms per step = median seconds / 20 steps.
+    # CPU: the peer's seconds over this one's, 1, 0.5, 1 -> 1.00x.
+    assert rows[0] == ("| imported, in process, plain graph | 2.00 | 200 | 1.00x | 1.00x | "
+                       "native base, in process, plain graph |")
+    assert rows[1] == "| native base, in process, plain graph | 4.00 | 100 | - | - | - |"
+    # 8 / 16, 8 / 16, 8 / 32 -> 0.50x; no CPU seconds recorded for these two
+    assert rows[2] == "| imported SavedModel plain, int8 | 8.00 | 50 | 0.50x | - | CTranslate2 converter, int8 |"
