@@ -65,3 +65,37 @@ def pytest_xdist_make_scheduler(config, log):
             return sharing.get(module, module)
 
     return SharedTrainingScheduling(config, log)
+
+
+@pytest.fixture
+def one_phase_search(monkeypatch):
+    """Searches decode in one phase with room for the whole output buffer,
+    as the shipped ladder (`phases.PHASE_CAPACITIES`, first rung 16) has
+    them do at run time for buffers of at most 16 positions, which the
+    searches of a module taking this fixture must keep to (a longer buffer
+    fails the search). JAX and PyTorch know the buffer when tracing and
+    build that one phase anyway; a TensorFlow graph, whose source width is
+    unknown while tracing, would also trace the ladder's four further
+    phases, which then run no step: 6-7 CPU-s per traced search instead of
+    1-1.5 (tiny model, beam 2). Searches that cross phases are held to the
+    same outputs in test_search.py and test_compaction.py."""
+    from keras_transformer.decoding import phases
+
+    first_rung = phases.PHASE_CAPACITIES[0]
+    one_phase = phases._phase_capacities
+
+    def checked_one_phase(buffer_length):
+        if isinstance(buffer_length, int):
+            assert buffer_length <= first_rung, f"a {buffer_length}-position buffer would decode in phases"
+        else:  # a TensorFlow graph: checked when it runs (tf.function runs every assertion it traced)
+            import tensorflow as tf
+
+            check = tf.debugging.assert_less_equal(buffer_length, first_rung,
+                                                   message="the buffer would decode in phases")
+            with tf.control_dependencies([check]):
+                buffer_length = tf.identity(buffer_length)
+        return one_phase(buffer_length)
+
+    # The compiled searches' cache key holds the ladder: none traced with the shipped one is reused.
+    monkeypatch.setattr(phases, "PHASE_CAPACITIES", ())
+    monkeypatch.setattr(phases, "_phase_capacities", checked_one_phase)

@@ -72,6 +72,7 @@ def task(model):
                                 decoding={"beam_size": 3, "alpha": 0.6, "max_extra_length": 4})
 
 
+@pytest.mark.usefixtures("one_phase_search")  # buffers of at most 16 positions (conftest)
 def test_generate_runs_our_searches_on_the_backbone_weights(task):
     """Ids in, ids out, as `Translator` gives them on the backbone's
     Transformer with the task's decoding settings or the options given:

@@ -12,6 +12,9 @@ from conftest import to_numpy
 from keras_transformer.decoding import greedy_search, sampling_search
 from test_search import BOS, EXTRA, PAD, as_numpy, make_model, make_sources
 
+# Buffers of at most 16 positions: one phase at run time on every backend, and traced as one (conftest).
+pytestmark = pytest.mark.usefixtures("one_phase_search")
+
 DRAWS = 4000
 SIGNIFICANCE = 1e-3  # a correct sampler fails this test once in a thousand seeds
 

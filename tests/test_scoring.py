@@ -12,6 +12,9 @@ from conftest import to_numpy
 from keras_transformer.decoding import beam_search, greedy_search, score_translations
 from test_search import BOS, EOS, EXTRA, PAD, as_numpy, gnmt_penalty, make_model, make_sources, numpy_log_softmax
 
+# Buffers of at most 16 positions: one phase at run time on every backend, and traced as one (conftest).
+pytestmark = pytest.mark.usefixtures("one_phase_search")
+
 
 @pytest.fixture(scope="module")
 def model():

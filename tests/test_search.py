@@ -102,6 +102,7 @@ def as_numpy(result):
     return {key: to_numpy(value) for key, value in result.items()}
 
 
+@pytest.mark.usefixtures("one_phase_search")  # buffers of at most 16 positions (conftest)
 def test_greedy_matches_step_by_step_full_forward_passes(model, source):
     result = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
     assert result["ids"].shape == (4, source.shape[1] + EXTRA)
@@ -133,6 +134,7 @@ def test_greedy_matches_step_by_step_full_forward_passes(model, source):
     assert any(ended) and not all(ended)
 
 
+@pytest.mark.usefixtures("one_phase_search")  # buffers of at most 16 positions (conftest)
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_cached_search_equals_search_rerunning_the_full_decoder(search, jit_compile, model, source):
@@ -210,6 +212,7 @@ def test_phases_change_no_output(search, monkeypatch):
     np.testing.assert_allclose(phased["scores"], whole["scores"], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.usefixtures("one_phase_search")  # buffers of at most 16 positions (conftest)
 def test_cached_step_follows_pre_layer_norm_models(source):
     model = make_model(norm_first=True)  # a final LayerNorm and the pre-LN wiring
     cached = as_numpy(beam_search(model, source, beam_size=2, max_extra_length=2))
@@ -231,6 +234,7 @@ def check_hypotheses(ids, lengths, limits):
             assert length == limits[row]  # cut at the limit, never extended past it
 
 
+@pytest.mark.usefixtures("one_phase_search")  # buffers of at most 16 positions (conftest)
 @pytest.mark.parametrize("limit_rule", ["fallback", "finish"])
 def test_finished_hypotheses_are_not_extended_and_limits_hold(limit_rule, model, source):
     limits = limits_of(source)
@@ -310,6 +314,7 @@ def test_blockwise_top_k_equals_a_full_sort(vocabulary_size, min_length):
 
 # 1: each token once, bans at every step; under PyTorch only (20 s of compiling on TF and JAX, where
 # tests/test_blocked_candidates.py runs the same blocked candidates compiled), not a skip that hides a check.
+@pytest.mark.usefixtures("one_phase_search")  # buffers of at most 16 positions (conftest)
 @pytest.mark.parametrize("no_repeat_ngram_size", [0, 1] if keras.backend.backend() == "torch" else [0])
 def test_beam_search_with_blockwise_top_k_equals_plain_top_k(no_repeat_ngram_size, monkeypatch):
     # Two models with the same weights (compiled searches are kept per model).
@@ -326,6 +331,7 @@ def test_beam_search_with_blockwise_top_k_equals_plain_top_k(no_repeat_ngram_siz
     np.testing.assert_allclose(with_blocks["scores"], without["scores"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.usefixtures("one_phase_search")  # buffers of at most 16 positions (conftest)
 def test_padding_columns_change_nothing(model, source):
     """A sentence decodes the same whatever the longest sentence of its batch."""
     wider = np.pad(source, ((0, 0), (0, 3)))
@@ -338,6 +344,7 @@ def test_padding_columns_change_nothing(model, source):
         np.testing.assert_allclose(wide["scores"], narrow["scores"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.usefixtures("one_phase_search")  # buffers of at most 16 positions (conftest)
 def test_absolute_max_length_caps_outputs(model, source):
     # min_length forbids EOS throughout, so outputs run to their limit.
     greedy = as_numpy(greedy_search(model, source, max_extra_length=50, max_output_length=4, min_length=60, compile=False))
@@ -349,6 +356,7 @@ def test_absolute_max_length_caps_outputs(model, source):
     np.testing.assert_array_equal(beam["lengths"], np.minimum(limits_of(source, 2), 6))
 
 
+@pytest.mark.usefixtures("one_phase_search")  # buffers of at most 16 positions (conftest)
 def test_min_length_forbids_early_eos(model, source):
     free = as_numpy(greedy_search(model, source, max_extra_length=EXTRA))
     assert np.any(free["lengths"] < 3)  # EOS comes early without the constraint
@@ -393,6 +401,7 @@ def test_bad_constraints_are_named(model, source):
         greedy_search(model, source, prefix_ids=np.zeros((3, 2), "int32"))
 
 
+@pytest.mark.usefixtures("one_phase_search")  # buffers of at most 16 positions (conftest)
 @pytest.mark.parametrize("vocabulary_size", [12, 1031])  # the plain and the blockwise path
 def test_ties_go_to_the_lower_id_and_the_earlier_beam(vocabulary_size):
     """Every token equally likely: the search's tie rule (the earlier beam,

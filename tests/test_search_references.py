@@ -21,6 +21,9 @@ from test_search import (
     numpy_log_softmax, output_tokens,
 )
 
+# Buffers of at most 16 positions: one phase at run time on every backend, and traced as one (conftest).
+pytestmark = pytest.mark.usefixtures("one_phase_search")
+
 
 def test_beam_size_one_equals_the_reference(tiny_vocabulary_model):
     """One live hypothesis drawn from the two best extensions: exactly the

@@ -12,6 +12,9 @@ from keras_transformer.decoding import StepFunction, beam_search, greedy_search,
 from keras_transformer.decoding.shortlist import Shortlist
 from test_search import make_model, make_sources
 
+# Buffers of at most 16 positions: one phase at run time on every backend, and traced as one (conftest).
+pytestmark = pytest.mark.usefixtures("one_phase_search")
+
 VOCABULARY = 40
 
 
