@@ -24,7 +24,7 @@ marker.
 
 The name after "table:" or "cell:" picks the generator (_report_tables.GENERATORS: serve,
 serve-shortlist, serve-profile, serve-mix, quantize-quality, train-throughput, quality, gpu,
-complexity, data-scale, recipe) and so the records
+complexity, data-scale, recipe, recipe-trip) and so the records
 (benchmarks/results/<name>.jsonl). Every marker pins its records, so that a
 new record changes no committed figure: `commit=ABC` (the record of that
 commit), `time=...` (its start time, as written in the record) or `run=...`
