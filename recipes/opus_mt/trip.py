@@ -204,15 +204,21 @@ def main(argv=None):
                              f"{args.base_pairs:,} pairs of every category but {' and '.join(DOMAIN_B)}",
                      "base_run": str(base), "domain_b": f"{args.domain_b_pairs:,} pairs of {', '.join(DOMAIN_B)}, "
                                                          f"{args.test_size} held out",
-                     "fine_tuning": f"recipes/parallel_text/config.yaml then trip.yaml on both paths "
+                     "fine_tuning": "recipes/parallel_text/config.yaml then trip.yaml on both paths "
                                     "(recipes/opus_mt/config.yaml too on the trip's, overridden by trip.yaml)",
                      "shared": settings},
         "same_test_split": same_split,
+        # Every test sentence translated alike gives the very same scores.
+        "same_scores_before": scores_of(native)["new_before"] == scores_of(trip)["new_before"],
         "first_translations": {"compared": len(sources), "equal": len(sources) - len(differing),
                                "differing": differing},
         "native": {"scores": scores_of(native), "bleu_gain": gains["native"], "seconds": native_seconds},
         "trip": {"scores": scores_of(trip), "bleu_gain": gains["trip"], "seconds": trip_seconds},
         "trip_gain_at_least_native": gains["trip"] >= gains["native"],
+        # A rerun skips the finished stages: their own records hold the seconds they took.
+        "training_seconds": {name: json.loads((work / path / "stage.json").read_text()).get("seconds")
+                             for name, path in (("base", "base"), ("native", "native/fine_tuned"),
+                                                ("trip", "trip/fine_tuned")) if (work / path / "stage.json").is_file()},
         "wall_seconds": {"base": base_seconds, "total": round(time.time() - started, 1)},
     })
     _harness.save(args.record, _harness.finish(record))
