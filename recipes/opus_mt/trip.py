@@ -49,7 +49,7 @@ def parse_arguments(argv):
     parser.add_argument("--work-dir", default=str(Path.home() / ".cache" / "keras-transformer" / "marian-trip"),
                         help="where every stage is written (default %(default)s)")
     parser.add_argument("--base-run", help="a finished run of the first domain instead of training base/")
-    parser.add_argument("--base-steps", type=int, default=1500, help="updates of the base model (default %(default)s)")
+    parser.add_argument("--base-steps", type=int, default=1000, help="updates of the base model (default %(default)s)")
     parser.add_argument("--base-pairs", type=int, default=30000, help="first-domain training pairs (default %(default)s)")
     parser.add_argument("--domain-b-pairs", type=int, default=6000,
                         help="second-domain pairs, test split included (default %(default)s)")
