@@ -453,6 +453,22 @@ def pretrained_table(records, options):
     return "\n\n".join(tables)
 
 
+def trip_table(records, options):
+    """recipes/opus_mt/trip.py's record (benchmarks/results/recipes.jsonl): domain B's scores before and
+    after the same fine-tuning, of the native run and of its marian-hf export imported back."""
+    record = select(records, options, "table:recipe-trip")[-1]
+    if "trip" not in record:
+        raise ValueError(f"table:recipe-trip {options}: not a recipes/opus_mt/trip.py record")
+    rows = []
+    for key, label in (("native", "native (recipes/fine_tuning)"), ("trip", "exported, imported (recipes/opus_mt)")):
+        before, after = record[key]["scores"]["new_before"], record[key]["scores"]["new_after"]
+        rows.append([label, f"{before['bleu']:.1f}", f"{after['bleu']:.1f}", f"{after['bleu'] - before['bleu']:+.1f}",
+                     f"{before['chrf']:.1f}", f"{after['chrf']:.1f}"])
+    return caption(record, "sacreBLEU on domain B's test split") + "\n\n" + markdown_table(
+        ["path", "BLEU before", "BLEU after", "gain", "chrF before", "chrF after"], rows,
+        ["---", "---:", "---:", "---:", "---:", "---:"])
+
+
 quantize_quality_table = script_table("quantize_quality", "quantize-quality")
 serve_mix_table = script_table("serve_mix", "serve-mix")
 
@@ -470,4 +486,5 @@ GENERATORS = {
     "data-scale": ("data_scale", data_scale_table),
     "recipe": ("recipes", recipe_table),
     "pretrained": ("pretrained", pretrained_table),
+    "recipe-trip": ("recipes", trip_table),
 }

@@ -456,3 +456,19 @@ def test_pretrained_table_gives_the_import_and_each_contender_against_its_peer()
     assert rows[1] == "| native base, in process, plain graph | 4.00 | 100 | - | - | - |"
     # 8 / 16, 8 / 16, 8 / 32 -> 0.50x; no CPU seconds recorded for these two
     assert rows[2] == "| imported SavedModel plain, int8 | 8.00 | 50 | 0.50x | - | CTranslate2 converter, int8 |"
+
+
+def test_trip_table_gives_both_paths_before_and_after_and_refuses_another_record():
+    def scores(before, after):
+        return {"new_before": {"bleu": before, "chrf": 30.0}, "new_after": {"bleu": after, "chrf": 80.04}}
+
+    trip = {"benchmark": "opus_mt trip", "time": "t1", "commit": "abc", "command": "python recipes/opus_mt/trip.py",
+            "machine": {"cpus": 2}, "native": {"scores": scores(18.94, 82.46)}, "trip": {"scores": scores(18.94, 87.26)}}
+    other = {"benchmark": "parallel_text recipe", "time": "t2", "commit": "abc", "command": "python recipes/x.py",
+             "machine": {"cpus": 2}, "steps": 1, "test": {"sentences": 1, "bleu": 1.0, "chrf": 1.0}}
+    table = report.GENERATORS["recipe-trip"][1]
+    text = table([trip, other], {"time": "t1"})
+    assert "| native (recipes/fine_tuning) | 18.9 | 82.5 | +63.5 | 30.0 | 80.0 |" in text
+    assert "| exported, imported (recipes/opus_mt) | 18.9 | 87.3 | +68.3 | 30.0 | 80.0 |" in text
+    with pytest.raises(ValueError, match="not a recipes/opus_mt/trip.py record"):
+        table([trip, other], {"time": "t2"})

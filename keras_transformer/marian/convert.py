@@ -26,6 +26,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import keras
 import numpy as np
 
 from keras_transformer.marian.checkpoint import MarianCheckpoint, read_checkpoint
@@ -114,29 +115,10 @@ def _checkpoint_ids(config, checkpoint):
         raise ValueError(f"{checkpoint.folder}: the special ids do not fit the vocabulary: {error}") from error
 
 
-def transformer_from_checkpoint(checkpoint, sinusoid_layout="concatenated", dropout=None):
-    """Our `Transformer` with a Marian checkpoint's weights.
-
-    Args:
-        checkpoint: a `MarianCheckpoint` or a folder `read_checkpoint` reads.
-        sinusoid_layout: "concatenated" (Marian's: the weights as they are) or
-            "interleaved" (the paper's: the model axis permuted to match).
-        dropout: overrides the checkpoint's dropout rate (for fine-tuning).
-
-    Returns:
-        (model, info): the built `Transformer`, and a dict with
-        "source_ids" and "target_ids" (the `MarianIds` used: the tokenizer
-        maps its pieces through them), "config" (the `MarianConfig`, with the
-        generation settings found) and "weights_file".
-    """
+def _build_transformer(config, source_ids, target_ids, dropout, sinusoid_layout):
+    """The built `Transformer` of a `MarianConfig` (weights not set)."""
     from keras_transformer.models.transformer import Transformer
 
-    if not isinstance(checkpoint, MarianCheckpoint):
-        checkpoint = read_checkpoint(checkpoint)
-    config, weights = checkpoint.config, checkpoint.weights
-    if sinusoid_layout not in ("concatenated", "interleaved"):
-        raise ValueError(f"`sinusoid_layout` must be 'concatenated' or 'interleaved', got {sinusoid_layout!r}")
-    target_ids, source_ids = _checkpoint_ids(config, checkpoint)
     model = Transformer(
         vocabulary_size=target_ids.our_size,
         source_vocabulary_size=None if config.share_embeddings else source_ids.our_size,
@@ -156,6 +138,39 @@ def transformer_from_checkpoint(checkpoint, sinusoid_layout="concatenated", drop
         output_bias=True,
     )
     model.build()
+    return model
+
+
+def transformer_from_checkpoint(checkpoint, sinusoid_layout="concatenated", dropout=None):
+    """Our `Transformer` with a Marian checkpoint's weights.
+
+    Args:
+        checkpoint: a `MarianCheckpoint` or a folder `read_checkpoint` reads.
+        sinusoid_layout: "concatenated" (Marian's: the weights as they are) or
+            "interleaved" (the paper's: the model axis permuted to match).
+        dropout: overrides the checkpoint's dropout rate (for fine-tuning).
+
+    Returns:
+        (model, info): the built `Transformer`, and a dict with
+        "source_ids" and "target_ids" (the `MarianIds` used: the tokenizer
+        maps its pieces through them), "config" (the `MarianConfig`, with the
+        generation settings found) and "weights_file".
+    """
+    if not isinstance(checkpoint, MarianCheckpoint):
+        checkpoint = read_checkpoint(checkpoint)
+    config, weights = checkpoint.config, checkpoint.weights
+    if sinusoid_layout not in ("concatenated", "interleaved"):
+        raise ValueError(f"`sinusoid_layout` must be 'concatenated' or 'interleaved', got {sinusoid_layout!r}")
+    target_ids, source_ids = _checkpoint_ids(config, checkpoint)
+    # The checkpoint's float32 model, whatever the caller's global policy: a process that trained
+    # with mixed_bfloat16 before (runs.train sets it globally; recipes/opus_mt/trip.py fine-tunes
+    # natively first) built and saved a bfloat16 model otherwise, whose scores differed.
+    caller_policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float32")
+    try:
+        model = _build_transformer(config, source_ids, target_ids, dropout, sinusoid_layout)
+    finally:
+        keras.config.set_dtype_policy(caller_policy)
     perm = None if sinusoid_layout == "concatenated" else interleaved_of_concatenated(config.d_model)
 
     def embedding(name, ids):

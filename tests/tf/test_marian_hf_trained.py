@@ -50,3 +50,9 @@ def test_trained_run_round_trip(easy_synthetic_run, tmp_path, capsys):
     assert main(["export", str(run_dir), "--format", "marian-hf", "--output", str(tmp_path / "beam"), *rule]) == 0
     assert "Transformers cannot express" not in capsys.readouterr().err
     assert transformers_translate(tmp_path / "beam", texts, EXTRA) == _translate(run_dir, capsys, texts, *rule)
+    # And back in (recipes/opus_mt/trip.py's first links): imported, the folder (its model axis
+    # permuted to Marian's sinusoids, its BOS an id of the folder, layer norms at Marian's epsilon)
+    # gives the run's own greedy texts (greedy only: a beam search traced for one more model costs
+    # minutes here; trip.py compares beam texts at full size).
+    assert main(["import", str(tmp_path / "hf"), str(tmp_path / "imported")]) == 0
+    assert _translate(tmp_path / "imported", capsys, texts, "--beam-size", "1", "--limit-rule", "force_eos") == expected
