@@ -647,7 +647,7 @@ class Clock:
 def count_trained_tokens(pairs, tokenizer, steps, tokens_per_batch, seed, bucket_boundaries=None):
     """Non-pad (source, target) tokens in the first `steps` batches of the training pipeline.
 
-    `runs.train` and the KerasHub worker read `make_dataset(..., repeat=True)`
+    `run.train.train` and the KerasHub worker read `make_dataset(..., repeat=True)`
     with a fixed seed, so a fresh pipeline with the same options replays the
     batches they trained on. Target tokens count the labels (EOS included).
     """
