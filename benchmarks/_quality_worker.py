@@ -163,8 +163,8 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
 
     from benchmarks._harness import Ours
     from keras_transformer import config as config_lib
-    from keras_transformer.run import data as run_data, train as run_train, trained as run_trained
     from keras_transformer.data import SubwordTokenizer
+    from keras_transformer.run import data as run_data, train as run_train, trained as run_trained
 
     data = work / "data"
     run_dir = out / "run"
@@ -243,8 +243,8 @@ def train_and_decode_keras_hub(work, out, minutes, settings, seed):
     import keras
 
     from benchmarks._contender_keras_hub import KerasHub
-    from keras_transformer.run import data as run_data
     from keras_transformer.data import SubwordTokenizer, make_dataset
+    from keras_transformer.run import data as run_data
 
     keras.utils.set_random_seed(seed)
     data = work / "data"

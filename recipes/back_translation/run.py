@@ -172,9 +172,9 @@ def read_monolingual(path, key, max_chars):
 
 def prepare_data(args, config, data_dir):
     """Splits the corpora as parallel_text does (and reads --monolingual) into data_dir; returns the sizes."""
-    from keras_transformer.run import stages
     from keras_transformer.data.corpus import write_jsonl
     from keras_transformer.data.splits import hold_out_targets, read_records, split_by_hash, write_split
+    from keras_transformer.run import stages
 
     data = config["data"]
     source_key, target_key = data["source_key"], data["target_key"]
@@ -264,8 +264,8 @@ def describe_search(options, decoding):
 
 def back_translate(args, reverse_dir, data_dir, synthetic_dir, source_key, target_key):
     """Translates data/monolingual into synthetic/synthetic.jsonl.gz (one pair per German sentence)."""
-    from keras_transformer.run import data as run_data, stages, trained as run_trained, translate as run_translate
     from keras_transformer.data.corpus import write_jsonl
+    from keras_transformer.run import data as run_data, stages, trained as run_trained, translate as run_translate
 
     model_path = reverse_dir / run_data.MODEL_FILE
     monolingual_path = data_dir / "monolingual.jsonl.gz"
@@ -334,8 +334,8 @@ def write_forward_corpus(path, data_dir, synthetic_dir, source_key, target_key, 
 def main(argv=None):
     args = parse_arguments(argv)
     from keras_transformer import config as config_lib
-    from keras_transformer.run import data as run_data, stages, trained as run_trained
     from keras_transformer.data.corpus import CorpusError
+    from keras_transformer.run import data as run_data, stages, trained as run_trained
     from keras_transformer.training.precision import choose_precision
 
     started = time.time()

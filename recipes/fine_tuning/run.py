@@ -103,8 +103,8 @@ def parse_arguments(argv):
 def split_corpus(corpus, config, args, label):
     """parallel_text's split of `corpus` (`keras_transformer.data.splits`) into RUN/data
     (RUN: config's output_dir), once; returns the data.* paths of its splits."""
-    from keras_transformer.run import stages
     from keras_transformer.data.splits import prepare
+    from keras_transformer.run import stages
 
     data_dir = Path(config["output_dir"]) / "data"
     settings = {"corpus": str(Path(corpus).resolve()), "source_key": config["data"]["source_key"],
@@ -129,8 +129,8 @@ def split_corpus(corpus, config, args, label):
 def main(argv=None):
     args = parse_arguments(argv)
     from keras_transformer import config as config_lib
-    from keras_transformer.run import data as run_data, stages, trained as run_trained
     from keras_transformer.data.corpus import CorpusError
+    from keras_transformer.run import data as run_data, stages, trained as run_trained
     from keras_transformer.training.precision import choose_precision
 
     started = time.time()

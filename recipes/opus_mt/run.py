@@ -68,8 +68,8 @@ def parse_arguments(argv):
 
 def import_stage(source, run_dir):
     """`keras-transformer import SOURCE run_dir`, unless run_dir/stage.json says SOURCE was imported there."""
-    from keras_transformer.run import stages
     from keras_transformer.marian.run_import import import_marian
+    from keras_transformer.run import stages
 
     record_path = run_dir / "stage.json"
     settings = {"source": source if source.startswith("hf://") else str(Path(source).resolve())}

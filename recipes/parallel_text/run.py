@@ -76,8 +76,8 @@ def main(argv=None):
         parser.error("--test-size must be >= 1 and --valid-size >= 0.")
 
     from keras_transformer import config as config_lib
-    from keras_transformer.run import data as run_data, train as run_train, trained as run_trained
     from keras_transformer.data.corpus import CorpusError
+    from keras_transformer.run import data as run_data, train as run_train, trained as run_trained
     from keras_transformer.training.precision import choose_precision
 
     started = time.time()

@@ -47,8 +47,8 @@ def main():
     args = parser.parse_args()
 
     from keras_transformer import config as config_lib
-    from keras_transformer.run import train as run_train, trained as run_trained
     from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
+    from keras_transformer.run import train as run_train, trained as run_trained
 
     config = config_lib.resolve([HERE / "config.yaml"], assignments=args.assignments)
     started = time.time()

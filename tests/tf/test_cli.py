@@ -388,8 +388,8 @@ def test_same_text_same_output_on_every_path(trained_run, tmp_path, capsys):
 
 
 def test_translate_n_best_scores_alignments_jsonl_prefix_sampling(trained_run, tmp_path, capsys):
-    from keras_transformer.run import trained as run_trained
     from keras_transformer.decoding import Translator
+    from keras_transformer.run import trained as run_trained
 
     work, _ = trained_run
     run = str(work / "run")
@@ -492,8 +492,8 @@ def test_limit_rule_flag_and_config_key(trained_run, tmp_path, capsys, monkeypat
 
 
 def test_score_command_and_its_errors(trained_run, tmp_path, capsys):
-    from keras_transformer.run import trained as run_trained
     from keras_transformer.decoding import Translator
+    from keras_transformer.run import trained as run_trained
 
     work, _ = trained_run
     run = str(work / "run")
@@ -542,8 +542,8 @@ def test_shortlist_command_and_translate_with_it(trained_run, tmp_path, capsys):
     """`shortlist` writes a file from the training corpus; `translate --shortlist` and the SavedModel of
     `export --shortlist` give the text Translator gives with that list (a list smaller than the
     vocabulary: the shortlisted search runs)."""
-    from keras_transformer.run import trained as run_trained, translate as run_translate
     from keras_transformer.decoding.shortlist import Shortlist
+    from keras_transformer.run import trained as run_trained, translate as run_translate
 
     work, _ = trained_run
     run = str(work / "run")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import TINY_MODEL
 
-from keras_transformer.run import stages
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
+from keras_transformer.run import stages
 
 ROOT = Path(__file__).resolve().parents[2]
 SHRINK = [
