@@ -146,19 +146,19 @@ def score(work, contender):
 
 
 def train_and_decode_ours(work, out, minutes, settings, seed):
-    """`runs.train`, what a user runs (checkpoints every 500 steps inside the budget), then ours'
+    """`run.train.train`, what a user runs (checkpoints every 500 steps inside the budget), then ours'
     `decode`."""
     import keras
 
     from benchmarks._harness import Ours
     from keras_transformer import config as config_lib
-    from keras_transformer import runs
     from keras_transformer.data import SubwordTokenizer
+    from keras_transformer.run import data as run_data, train as run_train, trained as run_trained
 
     data = work / "data"
     run_dir = out / "run"
     run_dir.mkdir(parents=True)
-    shutil.copyfile(data / "tokenizer.model", run_dir / runs.TOKENIZER_FILE)  # runs.train reuses it
+    shutil.copyfile(data / "tokenizer.model", run_dir / run_data.TOKENIZER_FILE)  # run.train.train reuses it
     config = config_lib.merge(config_lib.defaults(), {
         "output_dir": str(run_dir),
         "model": {"preset": "tiny", "dropout": MODEL["dropout"], "norm_first": settings["norm_first"]},
@@ -176,7 +176,7 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
     clock = {}
 
     class ClockCallback(keras.callbacks.Callback):
-        """A training clock started with fit, counting steps (runs.train keeps its own time limit)."""
+        """A training clock started with fit, counting steps (run.train.train keeps its own time limit)."""
 
         def on_train_begin(self, logs=None):
             clock["clock"] = Clock(minutes)
@@ -184,17 +184,17 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
         def on_train_batch_end(self, batch, logs=None):
             clock["clock"].step(logs, batch)
 
-    runs.train(config, verbose=0, callbacks=[ClockCallback()])
+    run_train.train(config, verbose=0, callbacks=[ClockCallback()])
     if "clock" not in clock:
-        raise SystemExit("runs.train did not start training; cannot time it")
+        raise SystemExit("run.train.train did not start training; cannot time it")
     trained = clock["clock"]
     print(f"trained {trained.steps} steps in {trained.seconds / 60:.2f} min", flush=True)
 
-    tokenizer = SubwordTokenizer.load(str(run_dir / runs.TOKENIZER_FILE))
-    boundaries = runs.bucket_boundaries(config)
+    tokenizer = SubwordTokenizer.load(str(run_dir / run_data.TOKENIZER_FILE))
+    boundaries = run_data.bucket_boundaries(config)
     _, target_tokens = count_trained_tokens(read_pairs(data / "train.jsonl.gz"), tokenizer, trained.steps,
                                             settings["tokens_per_batch"], seed, boundaries)
-    model = runs.load_model(run_dir)
+    model = run_trained.load_model(run_dir)
     return decoded(Ours(), model, tokenizer, work, out, trained, target_tokens, {
         "optimizer_used": "TransformerAdam(0.9, 0.98, 1e-9) (densified sparse gradients), NoamSchedule",
         "checkpoint_every_steps": SAVE_EVERY_STEPS, "bucket_boundaries": boundaries})
@@ -226,16 +226,16 @@ def train_and_decode_keras_hub(work, out, minutes, settings, seed):
     import keras
 
     from benchmarks._contender_keras_hub import KerasHub
-    from keras_transformer import runs
     from keras_transformer.data import SubwordTokenizer, make_dataset
+    from keras_transformer.run import data as run_data
 
     keras.utils.set_random_seed(seed)
     data = work / "data"
     tokenizer = SubwordTokenizer.load(str(data / "tokenizer.model"))
     pairs = read_pairs(data / "train.jsonl.gz")
-    # The length buckets ours gets from runs.train's default (model.fit compiles
+    # The length buckets ours gets from run.train.train's default (model.fit compiles
     # this model's step as it compiles ours), so both train on the same batches.
-    boundaries = runs.bucket_boundaries({"data": {"bucket_width": None, "max_length": MAX_LENGTH}})
+    boundaries = run_data.bucket_boundaries({"data": {"bucket_width": None, "max_length": MAX_LENGTH}})
     dataset = make_dataset(pairs, tokenizer, tokens_per_batch=settings["tokens_per_batch"], max_length=MAX_LENGTH,
                            training=True, seed=seed, repeat=True, bucket_boundaries=boundaries)
     optimizer, optimizer_used = make_optimizer(settings, MODEL["d_model"])

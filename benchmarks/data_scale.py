@@ -80,7 +80,7 @@ def run_settings(corpus, output_dir, steps):
 
 def input_rates(prepared_dir, corpus, rounds, batches, with_in_memory):
     """Batches per second of the prepared stream (and of the in-memory pipeline), in turns."""
-    import keras_transformer.runs  # noqa: F401  (the package's start-up settings)
+    import keras_transformer  # noqa: F401  (the package's start-up settings)
     from keras_transformer.data import SubwordTokenizer, default_bucket_boundaries, make_dataset, read_tsv
     from keras_transformer.data.batch_plan import BatchPlan
     from keras_transformer.data.prepare import prepare as prepare_data

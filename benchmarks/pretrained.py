@@ -12,7 +12,7 @@ best candidates: every search runs to its length limit), so each contender does 
 - in process: `beam_search` (beam 4, Marian's length rule) on the imported model and on `Transformer.from_preset
   ("base")` with the same vocabulary size (paper's options: relu, interleaved sinusoids, no output bias),
   the same sources, taking turns; plain graph (tf.function) and, with `--xla`, XLA;
-- served: the imported run's SavedModel (`trained_run.export`, plain variant; float32 and int8) against
+- served: the imported run's SavedModel (`run.trained.export`, plain variant; float32 and int8) against
   CTranslate2's `TransformersConverter` of the folder (float32 and int8), same threads, beam, rule and limit.
 
 Usage:
@@ -132,7 +132,8 @@ def contenders(args, run_dir, folder, work):
     import tensorflow as tf
 
     from benchmarks.serve import generated_lengths
-    from keras_transformer import Transformer, trained_run
+    from keras_transformer import Transformer
+    from keras_transformer.run import trained as trained_run
     from keras_transformer.decoding import beam_search
 
     model, tokenizer, _ = trained_run.load_run(run_dir)

@@ -64,14 +64,14 @@ def compare(outputs, reference_outputs, references, reference_bleu=None):
 
 
 def translate_in_process(model, tokenizer, config, sources):
-    from keras_transformer.run_translation import make_translator
+    from keras_transformer.run.translate import make_translator
 
     translator = make_translator(model, tokenizer, config["decoding"], config["data"]["max_length"])
     return translator.translate(sources)
 
 
 def ctranslate2_export(model, tokenizer, config, directory, quantization):
-    """The run's CTranslate2 export of `model` (trained_run.export_ctranslate2's settings) and its info."""
+    """The run's CTranslate2 export of `model` (run.trained.export_ctranslate2's settings) and its info."""
     import json
 
     from keras_transformer.export.ctranslate2 import CTRANSLATE2_OPTIONS_PATH, export_ctranslate2
@@ -88,10 +88,11 @@ def ctranslate2_export(model, tokenizer, config, directory, quantization):
 def measure(run_dir, limit, with_ctranslate2=True):
     from keras_transformer.export.ctranslate2 import CTranslate2Translator
     from keras_transformer.export.quantize import int8_layers, quantize_model
-    from keras_transformer.runs import _read_pairs, load_run
+    from keras_transformer.run.data import read_pairs
+    from keras_transformer.run.trained import load_run
 
     model, tokenizer, config = load_run(run_dir)
-    pairs = _read_pairs(config, "test")
+    pairs = read_pairs(config, "test")
     test = pairs[:limit] if limit else pairs
     sources, references = [s for s, _ in test], [t for _, t in test]
     int8_model = quantize_model(model, "int8")

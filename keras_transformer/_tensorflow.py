@@ -2,7 +2,7 @@
 
 The rule:
 
-- A backend-agnostic module (layers, models, decoding, training, runs, ...)
+- A backend-agnostic module (layers, models, decoding, training, run, ...)
   never imports TensorFlow at import time. Where it has a TensorFlow-only
   path it asks `tensorflow()`, which gives the module on the TensorFlow
   backend and None on the others, so `import keras_transformer` works under

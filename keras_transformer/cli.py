@@ -271,7 +271,7 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     from keras_transformer.config import ConfigError
-    from keras_transformer.runs import RunError
+    from keras_transformer.run.data import RunError
 
     try:
         return args.func(args)

@@ -31,21 +31,21 @@ def _resolve(args):
 
 
 def cmd_train(args):
-    from keras_transformer import runs
+    from keras_transformer.run.train import train
 
     config = _resolve(args)
     if args.print_config:
         print(json.dumps(config, indent=2))
         return 0
-    output_dir = runs.train(config)
+    output_dir = train(config)
     print(f"done: {output_dir}")
     return 0
 
 
 def cmd_prepare(args):
-    from keras_transformer import runs
+    from keras_transformer.run.data import prepare
 
-    prepared = runs.prepare(_resolve(args))
+    prepared = prepare(_resolve(args))
     counts = prepared.manifest["counts"]
     print(f"{prepared.action}: {prepared.directory}: {counts['pairs']:,} pairs, {counts['tokens']:,} tokens in "
           f"{len(prepared.manifest['shards'])} shards")
@@ -59,9 +59,9 @@ def _decoding_overrides(args):
 
 
 def cmd_evaluate(args):
-    from keras_transformer import runs
+    from keras_transformer.run.trained import evaluate
 
-    result, samples = runs.evaluate(
+    result, samples = evaluate(
         args.run_dir, args.corpus, args.corpus_target, limit=args.limit,
         decoding=_decoding_overrides(args),
     )
@@ -134,8 +134,16 @@ def _format_record(args, row, source):
     return " ||| ".join(fields) if len(fields) > 1 else fields[0]
 
 
+def _load_run(run_dir):
+    """`run.trained.load_run`: the one place where the commands that use the model they load (translate,
+    score, attention) load it; tests/tf/run_memo.py memoizes this function for tests that run many commands."""
+    from keras_transformer.run.trained import load_run
+
+    return load_run(run_dir)
+
+
 def cmd_translate(args):
-    from keras_transformer import runs
+    from keras_transformer.run.translate import make_translator, translate_texts
 
     if args.text:
         texts = list(args.text)
@@ -148,7 +156,7 @@ def cmd_translate(args):
             source = args.input or "--text"
             raise SystemExit(f"error: --prefix {args.prefix} has {len(prefixes)} lines but {source} has "
                              f"{len(texts)}: one prefix (or an empty line) per source")
-    model, tokenizer, config = runs.load_run(args.run_dir)
+    model, tokenizer, config = _load_run(args.run_dir)
     config = _apply_decoding(config, args)
     truncated = []
     if _uses_toolkit(args):
@@ -162,7 +170,7 @@ def cmd_translate(args):
                 from keras_transformer.decoding.shortlist import Shortlist
 
                 options["shortlist"] = Shortlist.load(_existing_file(args.shortlist, "--shortlist"))
-            translator = runs.make_translator(
+            translator = make_translator(
                 model, tokenizer, config["decoding"], config["data"]["max_length"], **options
             )
             records = _translation_records(args, translator, texts, prefixes)
@@ -171,7 +179,7 @@ def cmd_translate(args):
         truncated = translator.last_truncated
         lines = [_format_record(args, row, texts[row["index"]]) for rows in records for row in rows]
     else:
-        lines = runs.translate_texts(
+        lines = translate_texts(
             model, tokenizer, texts, config["decoding"], progress=len(texts) > 100,
             max_source_length=config["data"]["max_length"], truncated=truncated,
         )
@@ -187,7 +195,7 @@ def _existing_file(path, option):
 
 
 def cmd_shortlist(args):
-    from keras_transformer.run_shortlist import build_run_shortlist
+    from keras_transformer.run.shortlist import build_run_shortlist
 
     try:
         shortlist, path = build_run_shortlist(args.run_dir, args.output, per_source=args.per_source,
@@ -209,16 +217,16 @@ def _write_lines(path, lines):
 
 
 def cmd_score(args):
-    from keras_transformer import runs
+    from keras_transformer.run.translate import make_translator
 
     sources = _read_text_file(args.source, "--source")
     targets = _read_text_file(args.target, "--target")
     if len(sources) != len(targets):
         raise SystemExit(f"error: --source {args.source} has {len(sources)} lines but --target "
                          f"{args.target} has {len(targets)}: they must pair line by line")
-    model, tokenizer, config = runs.load_run(args.run_dir)
+    model, tokenizer, config = _load_run(args.run_dir)
     config = _apply_decoding(config, args)
-    translator = runs.make_translator(model, tokenizer, config["decoding"], config["data"]["max_length"])
+    translator = make_translator(model, tokenizer, config["decoding"], config["data"]["max_length"])
     results = translator.score(sources, targets, per_token=args.per_token)
     _report_truncated(len(translator.last_truncated), len(sources), args.run_dir)
     lines = []
@@ -235,7 +243,7 @@ def cmd_score(args):
 
 
 def cmd_export(args):
-    from keras_transformer import runs
+    from keras_transformer.run.trained import export, export_ctranslate2
 
     if args.xla_min_rows is not None and not args.jit_compile:
         raise SystemExit("error: --xla-min-rows is the XLA variant's smallest row bucket: it needs --jit-compile")
@@ -290,14 +298,14 @@ def cmd_export(args):
                          "its vmap.txt (Shortlist.ctranslate2_vmap, use_vmap=True)")
     if args.format == "ctranslate2":
         quantization = args.quantization or ("int8" if args.quantize else "float32")
-        path = runs.export_ctranslate2(args.run_dir, args.output, quantization=quantization,
-                                       force=args.force, decoding=_decoding_overrides(args), quantize=args.quantize)
+        path = export_ctranslate2(args.run_dir, args.output, quantization=quantization,
+                                  force=args.force, decoding=_decoding_overrides(args), quantize=args.quantize)
     else:
-        path = runs.export(args.run_dir, args.base_dir, name=args.name, version=args.version,
-                           decoding=_decoding_overrides(args), jit_compile=args.jit_compile,
-                           warmup_rows=args.warmup_rows, quantize=args.quantize,
-                           shortlist=args.shortlist and _existing_file(args.shortlist, "--shortlist"),
-                           shortlist_size=args.shortlist_size, xla_min_rows=args.xla_min_rows)
+        path = export(args.run_dir, args.base_dir, name=args.name, version=args.version,
+                      decoding=_decoding_overrides(args), jit_compile=args.jit_compile,
+                      warmup_rows=args.warmup_rows, quantize=args.quantize,
+                      shortlist=args.shortlist and _existing_file(args.shortlist, "--shortlist"),
+                      shortlist_size=args.shortlist_size, xla_min_rows=args.xla_min_rows)
     print(f"exported: {path}")
     return 0
 
@@ -305,11 +313,11 @@ def cmd_export(args):
 def cmd_average(args):
     import keras
 
-    from keras_transformer import runs
+    from keras_transformer.run.trained import load_model
     from keras_transformer.training import save_averaged_model
 
     if args.run:
-        model = runs.load_model(args.run)
+        model = load_model(args.run)
     elif args.model:
         model = keras.saving.load_model(args.model)
     else:
@@ -332,16 +340,16 @@ def cmd_import(args):
 
 
 def cmd_attention(args):
-    from keras_transformer import runs
     from keras_transformer.plots import plot_cross_attention
+    from keras_transformer.run.translate import translate_texts, with_target_language
 
-    model, tokenizer, config = runs.load_run(args.run_dir)
+    model, tokenizer, config = _load_run(args.run_dir)
     config = _apply_decoding(config, args)
-    tokenizer = runs.with_target_language(tokenizer, config["decoding"])
+    tokenizer = with_target_language(tokenizer, config["decoding"])
     target = args.target
     if target is None:
-        target = runs.translate_texts(model, tokenizer, [args.text], config["decoding"],
-                                      max_source_length=config["data"]["max_length"])[0]  # as translate cuts
+        target = translate_texts(model, tokenizer, [args.text], config["decoding"],
+                                 max_source_length=config["data"]["max_length"])[0]  # as translate cuts
     path = plot_cross_attention(model, tokenizer, args.text, target, args.output, layer=args.layer)
     print(f"{args.text}\n-> {target}\nattention heatmap: {path}")
     return 0

@@ -11,10 +11,10 @@
   in kind with the paper's figures, not with sacreBLEU's; never mix the two
   in one table.
 - `evaluate`: translate sources with a model (or any translate function) and
-  score them; `keras_transformer.runs.evaluate` calls it for a run.
+  score them; `keras_transformer.run.trained.evaluate` calls it for a run.
 - `perplexity`: exp of the token-mean cross-entropy of a model over batches
   (no label smoothing, padding masked), the "PPL (dev)" of the paper's
-  Table 3; `keras_transformer.runs.validation_perplexity` calls it for a run.
+  Table 3; `keras_transformer.run.trained.validation_perplexity` calls it for a run.
 """
 
 import math
@@ -97,7 +97,7 @@ def evaluate(model, tokenizer, sources, references, *, compound_split=True, tran
     """Translates `sources` and scores them against `references`.
 
     `translate(sources) -> translations` does the translating when given
-    (`runs.evaluate` passes its batched, truncating one); otherwise a
+    (`run.trained.evaluate` passes its batched, truncating one); otherwise a
     `keras_transformer.decoding.Translator(model, tokenizer,
     **translate_options)` does. Returns the dict of `corpus_scores`, plus the
     compound-split BLEU unless `compound_split=False`, "exact_match" (the

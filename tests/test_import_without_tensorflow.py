@@ -30,11 +30,16 @@ SCRIPT = textwrap.dedent("""
     import keras_transformer.export
     import keras_transformer.marian.checkpoint
     import keras_transformer.marian.convert
-    import keras_transformer.runs
+    import keras_transformer.run.shortlist
+    import keras_transformer.run.stages
+    import keras_transformer.run.train
+    import keras_transformer.run.trained
+    import keras_transformer.run.translate
+    import keras_transformer.run.workers
     import keras_transformer.training
     from keras_transformer._tensorflow import tensorflow
     from keras_transformer.data import read_jsonl
-    from keras_transformer.run_data import _train_step_uses_xla
+    from keras_transformer.run.data import _train_step_uses_xla
 
     assert tensorflow() is None
     _train_step_uses_xla()

@@ -88,7 +88,7 @@ def test_the_command_line_and_the_config_give_the_search_its_rule(tables):
     build it): the translations are those of a Translator given the rule,
     and here the two rules translate some text differently."""
     from keras_transformer import cli, cli_commands
-    from keras_transformer.run_translation import translate_texts
+    from keras_transformer.run.translate import translate_texts
 
     model = bigram_model(tables[1])
     parser = cli.build_parser()

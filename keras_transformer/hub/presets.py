@@ -19,13 +19,13 @@ def save_run_preset(run_dir, preset_dir, force=False, decoding=None):
     `decoding` section (as the command's decoding flags do). Returns
     `preset_dir`.
     """
-    from keras_transformer import runs
     from keras_transformer.hub.seq2seq_lm import TransformerSeq2SeqLM
+    from keras_transformer.run.trained import load_run
 
     preset_dir = os.path.abspath(os.fspath(preset_dir))
     if os.path.isdir(preset_dir) and os.listdir(preset_dir) and not force:
         raise FileExistsError(f"{preset_dir} exists and is not empty (pass force=True, or --force, to replace it).")
-    model, tokenizer, config = runs.load_run(run_dir)
+    model, tokenizer, config = load_run(run_dir)
     max_length = config["data"]["max_length"]
     task = TransformerSeq2SeqLM.from_transformer(
         model, tokenizer, decoding={**config["decoding"], **(decoding or {})}, max_source_length=max_length,

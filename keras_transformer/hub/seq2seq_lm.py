@@ -82,7 +82,7 @@ class TransformerSeq2SeqLM(keras_hub.models.Seq2SeqLM):
         """The `keras_transformer.decoding.Translator` that `generate` uses:
         this task's `decoding` settings and `max_source_length`, overridden
         by `options` (any of `Translator`'s)."""
-        from keras_transformer.run_translation import make_translator
+        from keras_transformer.run.translate import make_translator
 
         decoding = dict(self.decoding)
         for key in default_decoding():  # the settings of the `decoding` section; the rest go to `Translator`

@@ -45,7 +45,7 @@ import tempfile
 import sys
 from pathlib import Path
 
-from keras_transformer.run_data import RunError
+from keras_transformer.run.data import RunError
 
 _TEMP_PREFIX = ".keras_transformer_marian_hf-"
 # Transformers' MarianTokenizer's model_max_length and Marian's position table.
@@ -130,7 +130,7 @@ def export_marian_hf(run_dir, destination=None, *, force=False, decoding=None):
     returns its Path. `decoding` overrides the run's decoding settings."""
     from keras_transformer.marian.convert import export_ids, write_marian_hf
     from keras_transformer._folders import replace_folder
-    from keras_transformer.trained_run import _with_decoding
+    from keras_transformer.run.trained import _with_decoding
 
     destination = Path(destination or Path(run_dir) / "export" / "marian-hf")
     if destination.exists() and not destination.is_dir():

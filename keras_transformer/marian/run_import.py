@@ -1,7 +1,7 @@
 """`keras-transformer import`: a MarianMT / OPUS-MT model as an ordinary run directory.
 
 The run directory it writes is what `load_run` reads (see
-`keras_transformer.runs`): `config.json` (the model section describes the
+`keras_transformer.run`): `config.json` (the model section describes the
 imported architecture; the decoding section takes the model's own beam size
 and length penalty, under Marian's length rule),
 `model.keras`, the tokenizer in `marian_tokenizer/` (Transformers'
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from keras_transformer._folders import replace_folder
-from keras_transformer.run_data import MARIAN_TOKENIZER_DIR, RunError
+from keras_transformer.run.data import MARIAN_TOKENIZER_DIR, RunError
 
 IMPORT_FILE = "import.json"
 HUB_PREFIX = "hf://"

@@ -20,8 +20,8 @@ Running `train` again on the same `output_dir` resumes from the newest
 checkpoint; nothing already done is lost. TensorFlow-specific (tf.data, the
 tokenizer): used by the command line and the recipes.
 
-One module per concept, each imported from where it lives (this package
-re-exports nothing, so importing one module loads no other):
+One module per concept; import each name from its module (this package's
+`__init__` imports none of them):
 
 - `run.train`: configure and train (`train`, `build_model`, `compile_model`,
   fine-tuning with `training.init_from`);

@@ -21,7 +21,7 @@ class RunError(RuntimeError):
     """A run directory or its inputs are unusable; the message says which file."""
 
 
-# The files of a run directory (keras_transformer.runs describes the layout).
+# The files of a run directory (keras_transformer.run describes the layout).
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.keras"
 TOKENIZER_FILE = "tokenizer.model"

@@ -26,8 +26,8 @@ def build_run_shortlist(output_dir, path=None, per_source=50, frequent=100, min_
     corpus and saves it to `path` (default RUN/shortlist.txt); returns
     (shortlist, path)."""
     from keras_transformer.decoding.shortlist import Shortlist
-    from keras_transformer.run_data import read_pairs
-    from keras_transformer.trained_run import load_run
+    from keras_transformer.run.data import read_pairs
+    from keras_transformer.run.trained import load_run
 
     model, tokenizer, config = load_run(output_dir)
     pairs = read_pairs(config, "train")

@@ -82,12 +82,12 @@ def file_digest(path):
 
 
 def train_stage(label, config, inputs=None, callbacks=()):
-    """`runs.train(config)` into config["output_dir"], unless its record
+    """`run.train.train(config)` into config["output_dir"], unless its record
     (RUN/stage.json) says it finished with this configuration and these
     `inputs` (digests of the files an earlier stage made: a redone earlier
     stage must not leave a model trained on its old output looking finished);
     returns the run directory. An unfinished run resumes from its checkpoints."""
-    from keras_transformer import runs
+    from keras_transformer.run.train import train
 
     run_dir = Path(config["output_dir"])
     record_path = run_dir / "stage.json"
@@ -96,7 +96,7 @@ def train_stage(label, config, inputs=None, callbacks=()):
         print(f"{label}: finished before, skipping ({record_path})", flush=True)
         return run_dir
     start = time.time()
-    runs.train(config, callbacks=callbacks)
+    train(config, callbacks=callbacks)
     mark_finished(record_path, settings, seconds=round(time.time() - start, 1))
     print(f"{label}: trained in {time.time() - start:.0f}s -> {run_dir}", flush=True)
     return run_dir
@@ -104,14 +104,15 @@ def train_stage(label, config, inputs=None, callbacks=()):
 
 def score_stage(label, run_dir, corpus, record_path, decoding=None):
     """Scores the model of `run_dir` on the JSON-lines or TSV `corpus` with
-    `runs.evaluate` (the run's decoding settings, `decoding` overriding some),
+    `run.trained.evaluate` (the run's decoding settings, `decoding` overriding some),
     unless `record_path` holds a score of this very model file with these
     settings. Returns the result (sentences, bleu, chrf, exact_match, ...);
     the record holds it too. The run's own eval.json is left alone."""
-    from keras_transformer import runs
+    from keras_transformer.run.data import MODEL_FILE
+    from keras_transformer.run.trained import evaluate
 
     run_dir = Path(run_dir)
-    model_path = run_dir / runs.MODEL_FILE
+    model_path = run_dir / MODEL_FILE
     if not model_path.is_file():
         raise StageError(f"{model_path}: no trained model to score.")
     settings = {"model": str(model_path.resolve()), "model_sha256": file_digest(model_path),
@@ -124,7 +125,7 @@ def score_stage(label, run_dir, corpus, record_path, decoding=None):
     record_path = Path(record_path)
     record_path.parent.mkdir(parents=True, exist_ok=True)
     partial = record_path.with_name(record_path.name + ".eval.tmp")
-    result, _ = runs.evaluate(run_dir, corpus=str(corpus), progress=False, decoding=decoding, result_path=partial)
+    result, _ = evaluate(run_dir, corpus=str(corpus), progress=False, decoding=decoding, result_path=partial)
     mark_finished(record_path, settings, result=result)
     partial.unlink()
     print(f"{label}: {result['sentences']} sentences, BLEU {result['bleu']:.1f}, chrF {result['chrf']:.1f} "

@@ -1,29 +1,9 @@
-"""A training run on disk: train, resume, evaluate, translate and export from a config.
+"""Configure and train a run: `train(config)` trains (or resumes) the run in `config["output_dir"]`.
 
-Layout of `output_dir`:
-
-    config.json          the resolved configuration
-    tokenizer.model      the joint SentencePiece vocabulary
-    marian_tokenizer/    instead of tokenizer.model, an imported Marian model's
-                         tokenizer (source.spm, target.spm, vocab.json; see
-                         `keras-transformer import`)
-    prepared/            the prepared training corpus (data.prepared_dir by default; see data/prepare.py)
-    checkpoints/         ckpt-<step>.weights.h5 (weights + optimizer state), latest.json
-    tensorboard/         training curves
-    model.keras          the final model (average of the last checkpoints)
-    eval.json            the last `evaluate` result
-
-TensorFlow-specific (tf.data, tokenizer): used by the command line and the
-recipes. Running `train` again on the same `output_dir` resumes from the
-newest checkpoint; nothing already done is lost.
-
-This module trains; loading a finished run and its other uses (`load_run`,
-`evaluate`, `validation_perplexity`, `export`, `export_ctranslate2`) are in
-`keras_transformer.trained_run`, the run's files, corpora and batch lengths
-(`read_pairs`, `bucket_boundaries`) in `keras_transformer.run_data`, and
-`make_translator` / `translate_texts` in `keras_transformer.run_translation`,
-all importable from here as before. Those modules do not import this one
-(tests/test_import_graph.py).
+The run directory's layout is described in `keras_transformer.run`. Running
+`train` again on the same `output_dir` resumes from the newest checkpoint;
+fine-tuning starts from another run's model (`training.init_from`).
+TensorFlow-specific (tf.data, tokenizer).
 """
 
 import contextlib
@@ -38,7 +18,7 @@ import keras
 import numpy as np
 
 from keras_transformer import config as config_lib
-from keras_transformer.run_data import (  # noqa: F401  (API)
+from keras_transformer.run.data import (
     CONFIG_FILE,
     MARIAN_TOKENIZER_DIR,
     MODEL_FILE,
@@ -49,21 +29,9 @@ from keras_transformer.run_data import (  # noqa: F401  (API)
     prepared_dir,
     read_pairs,
 )
+from keras_transformer.run.trained import load_tokenizer
+from keras_transformer.run.translate import translate_texts
 from keras_transformer.training.progress import read_best
-from keras_transformer.run_translation import (  # noqa: F401  (API)
-    make_translator, translate_texts, with_target_language,
-)
-from keras_transformer.trained_run import (  # noqa: F401  (API)
-    evaluate,
-    export,
-    export_ctranslate2,
-    load_model,
-    load_run,
-    load_tokenizer,
-    validation_perplexity,
-)
-
-_read_pairs = read_pairs  # the name benchmarks/ scripts import
 
 
 CHECKPOINT_DIR = "checkpoints"
@@ -95,7 +63,7 @@ def build_model(config, vocabulary_size):
 
 
 def run_boundaries(config, recorded_plan=None):
-    """The bucket boundaries a run trains with: those of its recorded plan (`run_data.check_plan`)
+    """The bucket boundaries a run trains with: those of its recorded plan (`run.data.check_plan`)
     once it has checkpoints and `data.bucket_width` is unset, since the default depends on the
     hardware (`bucket_boundaries`) and a run resumed on other hardware must keep its batches;
     else those of `data.bucket_width` or the default."""
@@ -133,7 +101,7 @@ def train(config, verbose="auto", callbacks=()):
     `verbose` other than "auto" also turns on Keras' own progress output.
     `callbacks` are more Keras callbacks for `fit` (after the run's own).
     """
-    from keras_transformer.run_workers import (
+    from keras_transformer.run.workers import (
         chief_failure,
         clear_chief_failure,
         join_cluster,
@@ -193,7 +161,7 @@ def train(config, verbose="auto", callbacks=()):
 def _train_prepared(config, prepared, worker, init_model_path, init_optimizer_path, verbose, callbacks):
     """`train` from its prepared data on: model, fit, final model."""
     from keras_transformer.data import SubwordTokenizer, make_dataset
-    from keras_transformer.run_data import check_plan, read_plan, training_batches
+    from keras_transformer.run.data import check_plan, read_plan, training_batches
     from keras_transformer.training import TerminateOnNonFiniteLoss, fit_resumable, list_checkpoints, save_averaged_model
     from keras_transformer.training.progress import ValidationTranslation
     from keras_transformer.training.shared_stop import SharedStop

@@ -1,9 +1,7 @@
 """A finished run: load it, evaluate it, measure its perplexity, export it.
 
-Each function reads the run from its `output_dir` (`keras_transformer.runs`
-describes the layout) and takes its settings from the run's config;
-`keras_transformer.runs` re-exports them (`runs.load_run`, `runs.evaluate`,
-`runs.export`, ...).
+Each function reads the run from its `output_dir` (`keras_transformer.run`
+describes the layout) and takes its settings from the run's config.
 """
 
 import json
@@ -13,10 +11,10 @@ from pathlib import Path
 import keras
 
 from keras_transformer import config as config_lib
-from keras_transformer.run_data import (
+from keras_transformer.run.data import (
     CONFIG_FILE, MARIAN_TOKENIZER_DIR, MODEL_FILE, TOKENIZER_FILE, RunError, bucket_boundaries, read_pairs,
 )
-from keras_transformer.run_translation import translate_texts, with_target_language
+from keras_transformer.run.translate import translate_texts, with_target_language
 
 
 def load_tokenizer(output_dir):

@@ -1,7 +1,7 @@
 """Translating strings with a run's decoding settings (the `decoding` section of its config).
 
 Used by training's validation translations, `evaluate`, the command line and
-the recipes; `keras_transformer.runs` re-exports both names.
+the recipes.
 """
 
 import keras
@@ -10,7 +10,7 @@ import keras
 def with_target_language(tokenizer, decoding):
     """The tokenizer that puts `decoding.target_language`'s code (`>>deu<<`)
     before every source: an imported multilingual Marian model's option."""
-    from keras_transformer.run_data import RunError
+    from keras_transformer.run.data import RunError
 
     language = decoding.get("target_language")
     if not language:

@@ -4,7 +4,7 @@ Every host runs the same `keras-transformer train` command with its own
 TF_CONFIG (see `training.distribute.multi_worker_strategy`). Worker 0 (or
 the "chief" task) is the chief:
 
-- it prepares the data (`runs.prepare`); the others wait for the prepared
+- it prepares the data (`run.data.prepare`); the others wait for the prepared
   directory, which must be on a file system all workers read (like the
   checkpoints), for at most `training.worker_wait_minutes`, and give up at
   once when the chief records its failure (`chief-failed.json` in the

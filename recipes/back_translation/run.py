@@ -172,9 +172,9 @@ def read_monolingual(path, key, max_chars):
 
 def prepare_data(args, config, data_dir):
     """Splits the corpora as parallel_text does (and reads --monolingual) into data_dir; returns the sizes."""
-    from keras_transformer import stages
     from keras_transformer.data.corpus import write_jsonl
     from keras_transformer.data.splits import hold_out_targets, read_records, split_by_hash, write_split
+    from keras_transformer.run import stages
 
     data = config["data"]
     source_key, target_key = data["source_key"], data["target_key"]
@@ -264,12 +264,12 @@ def describe_search(options, decoding):
 
 def back_translate(args, reverse_dir, data_dir, synthetic_dir, source_key, target_key):
     """Translates data/monolingual into synthetic/synthetic.jsonl.gz (one pair per German sentence)."""
-    from keras_transformer import runs, stages
     from keras_transformer.data.corpus import write_jsonl
+    from keras_transformer.run import data as run_data, stages, trained as run_trained, translate as run_translate
 
-    model_path = reverse_dir / runs.MODEL_FILE
+    model_path = reverse_dir / run_data.MODEL_FILE
     monolingual_path = data_dir / "monolingual.jsonl.gz"
-    model, tokenizer, reverse_config = runs.load_run(reverse_dir)
+    model, tokenizer, reverse_config = run_trained.load_run(reverse_dir)
     options, decoding = search_options(args, reverse_config)
     settings = {"reverse_model": str(model_path.resolve()), "reverse_model_sha256": stages.file_digest(model_path),
                 "monolingual_sha256": stages.file_digest(monolingual_path), "options": options,
@@ -282,7 +282,7 @@ def back_translate(args, reverse_dir, data_dir, synthetic_dir, source_key, targe
     german = read_column(monolingual_path, target_key)
     print(f"synthetic: translating {len(german)} German sentences into English with "
           f"{describe_search(options, decoding)} -> {synthetic_dir}", flush=True)
-    translator = runs.make_translator(model, tokenizer, decoding,
+    translator = run_translate.make_translator(model, tokenizer, decoding,
                                       max_source_length=reverse_config["data"]["max_length"], **options)
     start, english, chunk = time.time(), [], decoding["batch_size"] * 8
     for first in range(0, len(german), chunk):
@@ -334,8 +334,8 @@ def write_forward_corpus(path, data_dir, synthetic_dir, source_key, target_key, 
 def main(argv=None):
     args = parse_arguments(argv)
     from keras_transformer import config as config_lib
-    from keras_transformer import runs, stages
     from keras_transformer.data.corpus import CorpusError
+    from keras_transformer.run import data as run_data, stages, trained as run_trained
     from keras_transformer.training.precision import choose_precision
 
     started = time.time()
@@ -366,7 +366,7 @@ def main(argv=None):
         if args.reverse_run:
             reverse_dir = Path(args.reverse_run)
             print(f"[2/6] reverse model: using {reverse_dir} (--reverse-run)", flush=True)
-            _, _, reverse_config = runs.load_run(reverse_dir)
+            _, _, reverse_config = run_trained.load_run(reverse_dir)
             if reverse_config["data"]["source_key"] != target_key:
                 print(f"  note: {reverse_dir} was trained from the key {reverse_config['data']['source_key']!r}, "
                       f"this corpus's target key is {target_key!r}", flush=True)
@@ -418,7 +418,7 @@ def main(argv=None):
             "baseline": stages.score_stage("baseline", baseline_dir, files["test"], scores_dir / "baseline.json"),
             name: stages.score_stage(name, forward_dir, files["test"], scores_dir / f"{name}.json"),
         }
-    except (CorpusError, config_lib.ConfigError, stages.StageError, runs.RunError, OSError, ValueError) as error:
+    except (CorpusError, config_lib.ConfigError, stages.StageError, run_data.RunError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

@@ -114,9 +114,10 @@ def evaluate_parses(output_dir, limit=None, decoding=None):
     """Parses the test split, repairs or rejects each output, scores; writes parse_eval.json.
     `decoding` (beam_size, alpha, ...) overrides the run's decoding settings."""
     from keras_transformer import config as config_lib
-    from keras_transformer import parsing, runs
+    from keras_transformer import parsing
+    from keras_transformer.run import trained as run_trained, translate as run_translate
 
-    model, tokenizer, config = runs.load_run(output_dir)
+    model, tokenizer, config = run_trained.load_run(output_dir)
     if decoding:
         config = config_lib.merge(config, {"decoding": decoding}, origin="decoding settings")
     data = config["data"]
@@ -128,7 +129,7 @@ def evaluate_parses(output_dir, limit=None, decoding=None):
             raise SystemExit(f"{data['test']}:{number}: no 'ptb' tree to score against")
         (tree,) = parsing.parse_brackets(record["ptb"], source=f"{data['test']}:{number}")
         gold.append(tree)
-    outputs = runs.translate_texts(model, tokenizer, sources, config["decoding"],
+    outputs = run_translate.translate_texts(model, tokenizer, sources, config["decoding"],
                                    max_source_length=data["max_length"])
     decoded = [parsing.delinearize(output, tree.words()) for output, tree in zip(outputs, gold)]
     statuses = Counter(result.status for result in decoded)
@@ -164,14 +165,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     from keras_transformer import config as config_lib
-    from keras_transformer import runs
+    from keras_transformer.run import train as run_train
 
     config = config_lib.resolve([args.config], assignments=args.assignments)
     prepare(config, args)
     if args.prepare_only:
         return 0
     if not args.skip_training:
-        runs.train(config)
+        run_train.train(config)
     result = evaluate_parses(config["output_dir"], args.limit, decoding=config["decoding"])
     for sample in result["samples"][:3]:
         print(f"SRC  {sample['source']}\nTREE {sample['tree']} ({sample['status']})\n")

@@ -79,7 +79,7 @@ def parse_arguments(argv):
     if args.base_run:
         if args.base_corpus:
             parser.error("--base-corpus trains the base model that --base-run gives; give one of them.")
-        # Any run `runs.load_run` reads (its tokenizer: tokenizer.model, or an imported run's
+        # Any run `run.trained.load_run` reads (its tokenizer: tokenizer.model, or an imported run's
         # marian_tokenizer/); main() loads it, and names what is missing.
         if not (Path(args.base_run) / "model.keras").is_file():
             parser.error(f"--base-run {args.base_run}: no model.keras there (a finished run directory is needed).")
@@ -103,8 +103,8 @@ def parse_arguments(argv):
 def split_corpus(corpus, config, args, label):
     """parallel_text's split of `corpus` (`keras_transformer.data.splits`) into RUN/data
     (RUN: config's output_dir), once; returns the data.* paths of its splits."""
-    from keras_transformer import stages
     from keras_transformer.data.splits import prepare
+    from keras_transformer.run import stages
 
     data_dir = Path(config["output_dir"]) / "data"
     settings = {"corpus": str(Path(corpus).resolve()), "source_key": config["data"]["source_key"],
@@ -129,8 +129,8 @@ def split_corpus(corpus, config, args, label):
 def main(argv=None):
     args = parse_arguments(argv)
     from keras_transformer import config as config_lib
-    from keras_transformer import runs, stages
     from keras_transformer.data.corpus import CorpusError
+    from keras_transformer.run import data as run_data, stages, trained as run_trained
     from keras_transformer.training.precision import choose_precision
 
     started = time.time()
@@ -149,7 +149,7 @@ def main(argv=None):
 
         if args.base_run:
             base_dir = Path(args.base_run)
-            _, _, base_config = runs.load_run(base_dir)
+            _, _, base_config = run_trained.load_run(base_dir)
             print(f"[1/5] base model: using {base_dir} (--base-run)", flush=True)
             base_files = None
         else:
@@ -184,7 +184,7 @@ def main(argv=None):
               f"(training.init_from) -> {tuned_config['output_dir']}", flush=True)
         tuned_dir = stages.train_stage("fine-tuning", tuned_config, {
             "train_sha256": stages.file_digest(new_files["train"]),
-            "base_model_sha256": stages.file_digest(base_dir / runs.MODEL_FILE)})
+            "base_model_sha256": stages.file_digest(base_dir / run_data.MODEL_FILE)})
 
         print("[5/5] after: the fine-tuned model on the same test split" + (
             "s" if base_files else ""), flush=True)
@@ -193,7 +193,7 @@ def main(argv=None):
         if base_files:
             scores["base_after"] = stages.score_stage("fine-tuned model, base domain", tuned_dir,
                                                       base_files["test"], scores_dir / "base_after.json", decoding)
-    except (CorpusError, config_lib.ConfigError, stages.StageError, runs.RunError, OSError, ValueError) as error:
+    except (CorpusError, config_lib.ConfigError, stages.StageError, run_data.RunError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

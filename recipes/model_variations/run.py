@@ -11,9 +11,9 @@ budget, then measures on each run:
 
   * params: trainable and other weights of the model;
   * PPL (dev): exp of the token-mean cross-entropy, without label smoothing,
-    over the validation split (`runs.validation_perplexity`);
+    over the validation split (`run.trained.validation_perplexity`);
   * BLEU (test): sacreBLEU of beam-search translations of the test split
-    (`runs.evaluate`).
+    (`run.trained.evaluate`).
 
 Data: by default the quickstart's synthetic English->German corpus
 (`--train-pairs` training pairs; `--heldout-pairs` held-out ones, halved into
@@ -139,15 +139,15 @@ def run_row(runs, config):
 
     started = time.time()
     run_dir = Path(config["output_dir"])
-    if (run_dir / runs.MODEL_FILE).is_file():
-        print(f"{run_dir / runs.MODEL_FILE}: training finished before; measuring it", flush=True)
+    if (run_dir / run_data.MODEL_FILE).is_file():
+        print(f"{run_dir / run_data.MODEL_FILE}: training finished before; measuring it", flush=True)
     else:
-        run_dir = Path(runs.train(config))
+        run_dir = Path(run_train.train(config))
     trained = time.time() - started
-    checkpoints = list_checkpoints(str(run_dir / runs.CHECKPOINT_DIR))
-    params = keras.saving.load_model(str(run_dir / runs.MODEL_FILE), compile=False).count_params()
-    dev = runs.validation_perplexity(run_dir)
-    test, _ = runs.evaluate(run_dir, progress=False)
+    checkpoints = list_checkpoints(str(run_dir / run_train.CHECKPOINT_DIR))
+    params = keras.saving.load_model(str(run_dir / run_data.MODEL_FILE), compile=False).count_params()
+    dev = run_trained.validation_perplexity(run_dir)
+    test, _ = run_trained.evaluate(run_dir, progress=False)
     return {
         "params": params,
         "steps": checkpoints[-1][0] if checkpoints else None,
@@ -250,7 +250,7 @@ def main(argv=None):
         parser.error("--minutes-per-row must be > 0.")
 
     from keras_transformer import config as config_lib
-    from keras_transformer import runs
+    from keras_transformer.run import data as run_data
 
     try:
         base = config_lib.resolve([HERE / "config.yaml", *args.config], assignments=args.assignments)
@@ -291,7 +291,7 @@ def main(argv=None):
                   f"(base, budget, data or overrides changed); use a new --output-dir.", file=sys.stderr)
             return 2
 
-    shared_tokenizer = output_dir / runs.TOKENIZER_FILE
+    shared_tokenizer = output_dir / run_data.TOKENIZER_FILE
     failed = []
     for name in selected:
         group, overrides = by_name[name]
@@ -307,12 +307,12 @@ def main(argv=None):
         manifest["rows"][name] = entry
         write_manifest(output_dir, manifest)
         run_dir.mkdir(parents=True, exist_ok=True)
-        if shared_tokenizer.is_file() and not (run_dir / runs.TOKENIZER_FILE).is_file():
-            shutil.copyfile(shared_tokenizer, run_dir / runs.TOKENIZER_FILE)
+        if shared_tokenizer.is_file() and not (run_dir / run_data.TOKENIZER_FILE).is_file():
+            shutil.copyfile(shared_tokenizer, run_dir / run_data.TOKENIZER_FILE)
         print(f"row {name} ({group}): {' '.join(overrides) or 'the base'} -> {run_dir}", flush=True)
         try:
             entry["results"] = run_row(runs, config)
-        except (runs.RunError, ValueError, OSError) as error:
+        except (run_data.RunError, ValueError, OSError) as error:
             entry.update(status="failed", error=str(error))
             failed.append(name)
             print(f"row {name} failed: {error}", file=sys.stderr)
@@ -322,7 +322,7 @@ def main(argv=None):
             print(f"row {name}: {results['params']:,} parameters, {results['steps']} steps, "
                   f"PPL (dev) {results['perplexity']:.2f}, BLEU (test) {results['bleu']:.1f}", flush=True)
             if not shared_tokenizer.is_file():
-                shutil.copyfile(run_dir / runs.TOKENIZER_FILE, shared_tokenizer)
+                shutil.copyfile(run_dir / run_data.TOKENIZER_FILE, shared_tokenizer)
         write_manifest(output_dir, manifest)
 
     order = {name: index for index, (name, _, _) in enumerate(rows)}

@@ -7,7 +7,7 @@ SOURCE is what `keras-transformer import` takes (a MarianMT folder, an OPUS-MT
 release folder, hf://OWNER/NAME); CORPUS is parallel text, .jsonl[.gz] (keys
 --source-key/--target-key, default en/de) or .tsv[.gz]. Stages, each under
 --output-dir (runs/opus_mt), each skipped when it finished with the same
-inputs (keras_transformer.stages):
+inputs (keras_transformer.run.stages):
 
   imported/        SOURCE imported (keras-transformer import)
   fine_tuned/data/ CORPUS split as recipes/parallel_text splits it
@@ -68,8 +68,8 @@ def parse_arguments(argv):
 
 def import_stage(source, run_dir):
     """`keras-transformer import SOURCE run_dir`, unless run_dir/stage.json says SOURCE was imported there."""
-    from keras_transformer import stages
     from keras_transformer.marian.run_import import import_marian
+    from keras_transformer.run import stages
 
     record_path = run_dir / "stage.json"
     settings = {"source": source if source.startswith("hf://") else str(Path(source).resolve())}
@@ -84,16 +84,16 @@ def import_stage(source, run_dir):
 
 def export_stage(run_dir, export_dir):
     """The fine-tuned run for TF Serving and CTranslate2, unless export_dir/stage.json has this very model."""
-    from keras_transformer import runs, stages
+    from keras_transformer.run import data as run_data, stages, trained as run_trained
 
     record_path = export_dir / "stage.json"
-    settings = {"model_sha256": stages.file_digest(run_dir / runs.MODEL_FILE)}
+    settings = {"model_sha256": stages.file_digest(run_dir / run_data.MODEL_FILE)}
     record = stages.finished(record_path, settings)
     if record is not None:
         print(f"export: finished before, skipping ({record_path})", flush=True)
         return record["serving"], record["ctranslate2"]
-    serving = runs.export(run_dir, export_dir / "serving")
-    ctranslate2 = runs.export_ctranslate2(run_dir, export_dir / "ctranslate2", force=True)
+    serving = run_trained.export(run_dir, export_dir / "serving")
+    ctranslate2 = run_trained.export_ctranslate2(run_dir, export_dir / "ctranslate2", force=True)
     stages.mark_finished(record_path, settings, serving=str(serving), ctranslate2=str(ctranslate2))
     print(f"export: TF Serving {serving}, CTranslate2 {ctranslate2}", flush=True)
     return str(serving), str(ctranslate2)
@@ -101,20 +101,20 @@ def export_stage(run_dir, export_dir):
 
 def main(argv=None):
     args = parse_arguments(argv)
-    from keras_transformer import runs
+    from keras_transformer.run import data as run_data
 
     output = Path(args.output_dir)
     imported, tuned = output / "imported", output / "fine_tuned"
     try:
         print(f"[import] {args.source} -> {imported}", flush=True)
         import_stage(args.source, imported)
-    except (runs.RunError, OSError, ValueError) as error:
+    except (run_data.RunError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
     # The scores decode as the imported model does (its beams, Marian's length rule).
     decoding_path = output / "imported_decoding.json"
-    decoding = json.loads((imported / runs.CONFIG_FILE).read_text())["decoding"]
+    decoding = json.loads((imported / run_data.CONFIG_FILE).read_text())["decoding"]
     decoding_path.write_text(json.dumps({"decoding": decoding}, indent=2) + "\n")
     spec = importlib.util.spec_from_file_location("fine_tuning_recipe", FINE_TUNING)
     fine_tuning = importlib.util.module_from_spec(spec)
@@ -138,7 +138,7 @@ def main(argv=None):
     try:
         print("[export] the fine-tuned run", flush=True)
         serving, ctranslate2 = export_stage(tuned, output / "export")
-    except (runs.RunError, OSError, ValueError) as error:
+    except (run_data.RunError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     report_path = output / "report.json"

@@ -85,7 +85,7 @@ def load_recipe(name):
 def base_stage(work, args):
     """The quickstart's model on the first domain, --base-steps updates; returns its run directory."""
     from keras_transformer import config as config_lib
-    from keras_transformer import stages
+    from keras_transformer.run import stages
     from keras_transformer.datasets.synthetic_en_de import CATEGORIES, make_splits, write_jsonl
 
     data = work / "base" / "data"
@@ -126,10 +126,11 @@ def first_sources(corpus, count):
 
 
 def translations(run_dir, sources, decoding):
-    from keras_transformer import runs
+    from keras_transformer.run.trained import load_run
+    from keras_transformer.run.translate import translate_texts
 
-    model, tokenizer, config = runs.load_run(run_dir)
-    return runs.translate_texts(model, tokenizer, sources, dict(config["decoding"], **decoding),
+    model, tokenizer, config = load_run(run_dir)
+    return translate_texts(model, tokenizer, sources, dict(config["decoding"], **decoding),
                                 max_source_length=config["data"]["max_length"])
 
 
@@ -143,7 +144,9 @@ def main(argv=None):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import _harness
 
-    from keras_transformer import cli, runs, stages
+    from keras_transformer import cli
+    from keras_transformer.run import stages
+    from keras_transformer.run.data import MODEL_FILE
 
     record = _harness.start("opus_mt trip", argv)
     started = time.time()
@@ -171,7 +174,7 @@ def main(argv=None):
     clock = time.time()
     folder = work / "trip" / "marian-hf"
     stamp = work / "trip" / "exported_from.json"
-    model_digest = stages.file_digest(base / runs.MODEL_FILE)
+    model_digest = stages.file_digest(base / MODEL_FILE)
     if not (folder.is_dir() and stamp.is_file() and json.loads(stamp.read_text()) == {"model_sha256": model_digest}):
         if cli.main(["export", str(base), "--format", "marian-hf", "--output", str(folder), "--force"]):
             return 2

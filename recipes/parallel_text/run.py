@@ -76,8 +76,8 @@ def main(argv=None):
         parser.error("--test-size must be >= 1 and --valid-size >= 0.")
 
     from keras_transformer import config as config_lib
-    from keras_transformer import runs
     from keras_transformer.data.corpus import CorpusError
+    from keras_transformer.run import data as run_data, train as run_train, trained as run_trained
     from keras_transformer.training.precision import choose_precision
 
     started = time.time()
@@ -104,10 +104,10 @@ def main(argv=None):
           f"batches, warm-up {training['warmup_steps']}, learning-rate scale {training['learning_rate_scale']}, "
           f"{training['max_minutes']} minutes (recipes/parallel_text/config.yaml says why)", flush=True)
     try:
-        output_dir = runs.train(config)
+        output_dir = run_train.train(config)
         print(f"training done after {time.time() - started:.0f}s", flush=True)
-        result, samples = runs.evaluate(output_dir, progress=False)
-    except runs.RunError as error:
+        result, samples = run_trained.evaluate(output_dir, progress=False)
+    except run_data.RunError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     for source, hypothesis, reference in samples[:3]:

@@ -47,8 +47,8 @@ def main():
     args = parser.parse_args()
 
     from keras_transformer import config as config_lib
-    from keras_transformer import runs
     from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
+    from keras_transformer.run import train as run_train, trained as run_trained
 
     config = config_lib.resolve([HERE / "config.yaml"], assignments=args.assignments)
     started = time.time()
@@ -60,13 +60,13 @@ def main():
         write_jsonl(test_path, test)
         print(f"corpus: {len(train)} training and {len(test)} held-out pairs -> {train_path.parent}")
 
-    output_dir = runs.train(config)
+    output_dir = run_train.train(config)
     print(f"training done after {time.time() - started:.0f}s")
     from keras_transformer.plots import plot_training_curves
 
     print(f"training curves: {plot_training_curves(output_dir, Path(output_dir) / 'training_curves.png')}")
 
-    result, samples = runs.evaluate(output_dir, progress=False)
+    result, samples = run_trained.evaluate(output_dir, progress=False)
     for source, hypothesis, reference in samples:
         print(f"  EN  {source}\n  DE  {hypothesis}\n  REF {reference}")
     print(f"held-out ({result['sentences']} sentences, beam {config['decoding']['beam_size']}): "
@@ -76,7 +76,7 @@ def main():
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops, as TF Serving does)
 
-    export_dir = runs.export(output_dir)
+    export_dir = run_trained.export(output_dir)
     served = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
     outputs = served(text=tf.constant(EXAMPLES))
     print(f"exported SavedModel: {export_dir}; translations through it:")

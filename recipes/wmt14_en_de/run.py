@@ -43,7 +43,7 @@ def main(argv=None, *, description=__doc__, paper_bleu="27.3 base / 28.4 big"):
     args = parser.parse_args(argv)
 
     from keras_transformer import config as config_lib
-    from keras_transformer import runs
+    from keras_transformer.run import train as run_train, trained as run_trained
 
     assignments = list(args.assignments)
     if args.gpu_tokens:
@@ -57,8 +57,8 @@ def main(argv=None, *, description=__doc__, paper_bleu="27.3 base / 28.4 big"):
               f"step(s): ~{tokens * (accumulation or 1)} tokens per update")
     config = config_lib.resolve([args.config], assignments=assignments)
     if not args.skip_training:
-        runs.train(config)
-    result, samples = runs.evaluate(config["output_dir"])
+        run_train.train(config)
+    result, samples = run_trained.evaluate(config["output_dir"])
     for source, hypothesis, reference in samples[:3]:
         print(f"SRC {source}\nHYP {hypothesis}\nREF {reference}\n")
     print(f"newstest2014 ({result['sentences']} sentences): sacreBLEU {result['bleu']:.2f} "

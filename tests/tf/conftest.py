@@ -51,7 +51,7 @@ def easy_synthetic_run(tmp_path_factory):
     0.6, 8 extra tokens) trained for 800 steps (minutes) on 6,000 pairs of
     the easy categories (seed 5), for the tests that need a model that
     translates (test_ctranslate2, test_quantize*, test_finetune); load it with
-    `runs.load_run`, and write nothing into it.
+    `run.trained.load_run`, and write nothing into it.
 
     Trained once per test run: pytest-xdist workers share the directory
     above their own temporary ones, so the first worker to need the run
@@ -170,11 +170,11 @@ def saved_weights():
 
 @pytest.fixture(scope="session")
 def easy_synthetic_model(easy_synthetic_run):
-    """`runs.load_run` of easy_synthetic_run, loaded once per worker: (model,
+    """`run.trained.load_run` of easy_synthetic_run, loaded once per worker: (model,
     tokenizer, config). Do not change the model. Its modules (test_ctranslate2,
     test_quantize*) share one model object, so a search they run with the
     same options on it is traced once (keras_transformer.decoding.compiled
     keeps one per model and options), not once per module."""
-    from keras_transformer import runs
+    from keras_transformer.run import trained as run_trained
 
-    return runs.load_run(easy_synthetic_run[0])
+    return run_trained.load_run(easy_synthetic_run[0])

@@ -1,4 +1,4 @@
-"""`runs.load_run` once per run and test module, for the modules that run many
+"""`run.trained.load_run` once per run and test module, for the modules that run many
 `keras-transformer` commands in one process (test_cli.py, test_readme_commands.py).
 
 A user's command is its own process: it loads the run and traces its search
@@ -12,11 +12,11 @@ through the real `load_run`, and a run whose files changed since (a resumed
 training rewrites model.keras) is loaded again: the memo is keyed by the run
 directory and each run file's inode, size and modification time.
 
-Only the commands that read the model look `load_run` up on `runs` (translate,
-score, attention); evaluate, export and shortlist load their own copy
-(keras_transformer/trained_run.py and run_shortlist.py import the function
-itself), so an export that quantizes its model cannot change the model the next
-command translates with. Each caller gets its own copy of the config.
+Only the commands that use the model they load go through
+`cli_commands._load_run` (translate, score, attention); evaluate, export and
+shortlist load their own copy (keras_transformer/run/trained.py and
+run/shortlist.py call `load_run` itself), so an export that quantizes its model
+cannot change the model the next command translates with. Each caller gets its own copy of the config.
 """
 
 import copy
@@ -24,7 +24,7 @@ import os
 
 import pytest
 
-from keras_transformer import runs
+from keras_transformer import cli_commands
 
 RUN_FILES = ("model.keras", "tokenizer.model", "config.json")
 
@@ -44,8 +44,9 @@ def _identity(run_dir):
 
 @pytest.fixture(scope="module")
 def runs_loaded_once():
-    """Patches `runs.load_run` for the module; yields {identity: (model, tokenizer, config)} of the runs loaded."""
-    load, loaded = runs.load_run, {}
+    """Patches `cli_commands._load_run` for the module; yields {identity: (model, tokenizer, config)} of the
+    runs loaded."""
+    load, loaded = cli_commands._load_run, {}
 
     def load_once(output_dir):
         key = _identity(output_dir)
@@ -55,5 +56,5 @@ def runs_loaded_once():
         return model, tokenizer, copy.deepcopy(config)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runs, "load_run", load_once)
+        patch.setattr(cli_commands, "_load_run", load_once)
         yield loaded

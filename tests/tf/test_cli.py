@@ -91,13 +91,14 @@ def test_attention_decodes_its_target_with_the_decoding_flags(trained_run, tmp_p
     """Without --target, `attention` decodes with the decoding flags (the run's
     own decoding is beam 2, up to 5 extra tokens, alpha 0.6) and plots the
     translation that `translate` gives with the same flags."""
-    from keras_transformer import plots, runs
+    from keras_transformer import plots
+    from keras_transformer.run import translate as run_translate
 
     work, _ = trained_run
     run = str(work / "run")
     options = ["--beam-size", "1", "--max-extra-length", "2", "--alpha", "0.2"]
     plotted, searched = [], []
-    plot, translate_texts = plots.plot_cross_attention, runs.translate_texts
+    plot, translate_texts = plots.plot_cross_attention, run_translate.translate_texts
 
     def recording_plot(model, tokenizer, source_text, target_text, path, layer=-1):
         plotted.append(target_text)
@@ -110,7 +111,7 @@ def test_attention_decodes_its_target_with_the_decoding_flags(trained_run, tmp_p
     monkeypatch.setattr(plots, "plot_cross_attention", recording_plot)
     output = tmp_path / "out.txt"
     assert cli.main(["translate", run, "--text", "two houses", "--output", str(output), *options]) == 0
-    monkeypatch.setattr(runs, "translate_texts", recording_translate)
+    monkeypatch.setattr(run_translate, "translate_texts", recording_translate)
     assert cli.main(["attention", run, "--text", "two houses", "--output", str(tmp_path / "a.png"), *options]) == 0
     assert [(d["beam_size"], d["max_extra_length"], d["alpha"]) for d in searched] == [(1, 2, 0.2)]
     assert plotted == [output.read_text(encoding="utf-8").rstrip("\n")]
@@ -131,11 +132,11 @@ def tiny_run_config(tmp_path, max_steps):
 
 
 def test_train_calls_the_given_callbacks(tmp_path):
-    """`runs.train(config, callbacks=[...])`: the callback sees the run's model,
+    """`run.train.train(config, callbacks=[...])`: the callback sees the run's model,
     every step, and can stop training (after 2 of at most 6 steps)."""
     import keras
 
-    from keras_transformer import runs
+    from keras_transformer.run import train as run_train
 
     config = tiny_run_config(tmp_path, max_steps=6)
 
@@ -148,7 +149,7 @@ def test_train_calls_the_given_callbacks(tmp_path):
                 self.model.stop_training = True
 
     callback = StopAfterTwoSteps()
-    runs.train(config, callbacks=[callback])
+    run_train.train(config, callbacks=[callback])
     assert callback.steps == [1, 2]
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*")) == [
         "ckpt-000000001.weights.h5", "ckpt-000000002.weights.h5"]
@@ -157,11 +158,11 @@ def test_train_calls_the_given_callbacks(tmp_path):
 def test_a_run_resumed_at_its_max_steps_trains_no_further(tmp_path):
     """training.max_steps=3, run twice: the second run loads step 3 and stops there (it used to
     train a fourth step before the step limit looked)."""
-    from keras_transformer import runs
+    from keras_transformer.run import train as run_train
 
     config = tiny_run_config(tmp_path, max_steps=3)
-    runs.train(config)
-    runs.train(config)
+    run_train.train(config)
+    run_train.train(config)
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*")) == [
         "ckpt-000000001.weights.h5", "ckpt-000000002.weights.h5", "ckpt-000000003.weights.h5"]
 
@@ -290,21 +291,21 @@ def test_console_script_prints_only_its_own_error(tmp_path):
 
 def test_bucket_width_default_follows_xla_and_can_be_set(monkeypatch):
     from keras_transformer import config as config_lib
-    from keras_transformer import run_data, runs
+    from keras_transformer.run import data as run_data
 
     config = config_lib.defaults()
     config["data"]["max_length"] = 30
     # Without XLA (TensorFlow on this CPU-only machine): one bucket per length.
     assert not run_data._train_step_uses_xla()
-    assert runs.bucket_boundaries(config) == list(range(1, 31))
+    assert run_data.bucket_boundaries(config) == list(range(1, 31))
     # With XLA every shape is a compilation: the pipeline's geometric default.
     monkeypatch.setattr(run_data, "_train_step_uses_xla", lambda: True)
-    assert runs.bucket_boundaries(config) is None
+    assert run_data.bucket_boundaries(config) is None
     config["data"]["bucket_width"] = 8
-    assert runs.bucket_boundaries(config) == [8, 16, 24, 32]
+    assert run_data.bucket_boundaries(config) == [8, 16, 24, 32]
     config["data"]["bucket_width"] = 0
-    with pytest.raises(runs.RunError, match="data.bucket_width"):
-        runs.bucket_boundaries(config)
+    with pytest.raises(run_data.RunError, match="data.bucket_width"):
+        run_data.bucket_boundaries(config)
 
 
 def test_train_passes_the_run_buckets_to_the_pipeline(trained_run, tmp_path, monkeypatch):
@@ -334,7 +335,7 @@ def test_same_text_same_output_on_every_path(trained_run, tmp_path, capsys):
     CTranslate2 wrapper's `last_truncated`."""
     import tensorflow as tf
 
-    from keras_transformer import runs
+    from keras_transformer.run import trained as run_trained, translate as run_translate
 
     work, _ = trained_run
     run = str(work / "run")
@@ -354,8 +355,8 @@ def test_same_text_same_output_on_every_path(trained_run, tmp_path, capsys):
     assert [r["translation"] for r in records] == cli_lines and [r["truncated"] for r in records] == cut
     assert "1 of 7 sources were longer than the run's data.max_length" in err
 
-    model, tokenizer, config = runs.load_run(run)
-    translator = runs.make_translator(model, tokenizer, dict(config["decoding"], beam_size=1),
+    model, tokenizer, config = run_trained.load_run(run)
+    translator = run_translate.make_translator(model, tokenizer, dict(config["decoding"], beam_size=1),
                                       config["data"]["max_length"])
     with pytest.warns(UserWarning, match="1 of 7 sources"):
         hypotheses = [h[0] for h in translator.translate(texts, n_best=1)]
@@ -387,8 +388,8 @@ def test_same_text_same_output_on_every_path(trained_run, tmp_path, capsys):
 
 
 def test_translate_n_best_scores_alignments_jsonl_prefix_sampling(trained_run, tmp_path, capsys):
-    from keras_transformer import runs
     from keras_transformer.decoding import Translator
+    from keras_transformer.run import trained as run_trained
 
     work, _ = trained_run
     run = str(work / "run")
@@ -400,7 +401,7 @@ def test_translate_n_best_scores_alignments_jsonl_prefix_sampling(trained_run, t
         assert cli.main(["translate", run, "--input", str(source), *flags]) == 0
         return capsys.readouterr().out.splitlines()
 
-    model, tokenizer, config = runs.load_run(run)
+    model, tokenizer, config = run_trained.load_run(run)
     translator = Translator(model, tokenizer, beam_size=2, max_extra_length=5, max_source_length=16)
     expected = translator.translate(["one apple", "two houses"], n_best=2)
 
@@ -491,8 +492,8 @@ def test_limit_rule_flag_and_config_key(trained_run, tmp_path, capsys, monkeypat
 
 
 def test_score_command_and_its_errors(trained_run, tmp_path, capsys):
-    from keras_transformer import runs
     from keras_transformer.decoding import Translator
+    from keras_transformer.run import trained as run_trained
 
     work, _ = trained_run
     run = str(work / "run")
@@ -502,7 +503,7 @@ def test_score_command_and_its_errors(trained_run, tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["score", run, "--source", str(sources), "--target", str(targets), "--per-token"]) == 0
     rows = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
-    model, tokenizer, _ = runs.load_run(run)
+    model, tokenizer, _ = run_trained.load_run(run)
     expected = Translator(model, tokenizer, max_source_length=16).score(
         ["one apple", "two houses"], ["ein Apfel", "zwei Häuser"], per_token=True)
     for row, result in zip(rows, expected):
@@ -541,23 +542,23 @@ def test_shortlist_command_and_translate_with_it(trained_run, tmp_path, capsys):
     """`shortlist` writes a file from the training corpus; `translate --shortlist` and the SavedModel of
     `export --shortlist` give the text Translator gives with that list (a list smaller than the
     vocabulary: the shortlisted search runs)."""
-    from keras_transformer import runs
     from keras_transformer.decoding.shortlist import Shortlist
+    from keras_transformer.run import trained as run_trained, translate as run_translate
 
     work, _ = trained_run
     run = str(work / "run")
     path = tmp_path / "shortlist.txt"
     assert cli.main(["shortlist", run, "--per-source", "2", "--frequent", "3", "--output", str(path)]) == 0
     shortlist = Shortlist.load(path)
-    model, tokenizer, config = runs.load_run(run)
+    model, tokenizer, config = run_trained.load_run(run)
     texts = ["one apple", "the red car", "we read the book"]
-    translator = runs.make_translator(model, tokenizer, config["decoding"], config["data"]["max_length"],
+    translator = run_translate.make_translator(model, tokenizer, config["decoding"], config["data"]["max_length"],
                                       shortlist=shortlist)
     expected = translator.translate(texts)
     ids, count = shortlist.candidates(translator.source_ids(texts))
     assert len(ids) < model.vocabulary_size and count > 4
     # The list changes the text, so a command (or an export) that ignored it would not give `expected`.
-    unlisted = runs.make_translator(model, tokenizer, config["decoding"], config["data"]["max_length"])
+    unlisted = run_translate.make_translator(model, tokenizer, config["decoding"], config["data"]["max_length"])
     assert unlisted.translate(texts) != expected
     output = tmp_path / "out.txt"
     arguments = ["translate", run, "--output", str(output)] + [a for t in texts for a in ("--text", t)]

@@ -29,25 +29,26 @@ MAX_STEPS = 6
 def worker(record, case, *argv):
     from trained_batches import record_trained_batches
 
-    from keras_transformer import cli, data, evaluation, runs
+    from keras_transformer import cli, data, evaluation
+    from keras_transformer.run import train as run_train
 
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     record_trained_batches(lambda source, labels: open(record, "a").write("step\n"))
     if case == "time_limit" and index == 0:
-        base_init = runs._TimeLimit.__init__
+        base_init = run_train._TimeLimit.__init__
 
         def hour_ahead(self, minutes):
             base_init(self, minutes)
             self.deadline -= 3600  # as if this clock ran an hour ahead of the other worker's
 
-        runs._TimeLimit.__init__ = hour_ahead
+        run_train._TimeLimit.__init__ = hour_ahead
     if case == "other_manifest" and index == 1:
         from keras_transformer.data import prepare
 
         prepare.content_sha256 = lambda manifest: "another prepared directory"
     if case == "early_stopping":
         # Fast: no search (the translations are the sources), no validation loss at the epoch's end.
-        runs.translate_texts = lambda model, tokenizer, texts, *args, **kwargs: list(texts)
+        run_train.translate_texts = lambda model, tokenizer, texts, *args, **kwargs: list(texts)
         data.make_dataset = lambda *args, **kwargs: None
         calls = []
 

@@ -15,8 +15,13 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import cli, runs
+from keras_transformer import cli
+from keras_transformer import config as config_lib
 from keras_transformer.data import SubwordTokenizer
+from keras_transformer.run import data as run_data
+from keras_transformer.run import train as run_train
+from keras_transformer.run import trained as run_trained
+from keras_transformer.run import translate as run_translate
 from keras_transformer.training import NoamSchedule
 from keras_transformer.training.progress import PROGRESS_FILE, read_best, read_records
 from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
@@ -71,7 +76,7 @@ def bleu_on_b(work, run):
     """BLEU of a run's model.keras on domain B's test file, decoded as DECODING (the fine-tuned runs'
     own); each run's once a module. The result goes to `work`, not into the run."""
     if run not in _BLEU_ON_B:
-        result, _ = runs.evaluate(run, corpus=str(work / "b-test.jsonl.gz"), progress=False, decoding=DECODING,
+        result, _ = run_trained.evaluate(run, corpus=str(work / "b-test.jsonl.gz"), progress=False, decoding=DECODING,
                                   result_path=work / f"eval-{run.name}.json")
         _BLEU_ON_B[run] = result["bleu"]
     return _BLEU_ON_B[run]
@@ -140,13 +145,14 @@ def test_logged_validation_scores_are_sacrebleus_on_the_same_sentences_and_outpu
     best = read_best(run)
     validations = {r["step"]: r for r in read_records(run / PROGRESS_FILE) if "valid_bleu" in r}
     assert sorted(validations) == [B_VALIDATE_EVERY, B_STEPS] and best["step"] in validations
-    model, tokenizer, config = runs.load_run(run)
+    model, tokenizer, config = run_trained.load_run(run)
     model.load_weights(best["weights"])
     with gzip.open(work / "b-test.jsonl.gz", "rt", encoding="utf-8") as stream:
         records = [json.loads(line) for line in stream][:VALIDATION_SENTENCES]
     sources, references = [r["en"].strip() for r in records], [r["de"].strip() for r in records]
     decoding = dict(config["decoding"], beam_size=config["training"]["validation_beam_size"])
-    outputs = runs.translate_texts(model, tokenizer, sources, decoding, max_source_length=config["data"]["max_length"])
+    outputs = run_translate.translate_texts(model, tokenizer, sources, decoding,
+                                            max_source_length=config["data"]["max_length"])
     bleu = sacrebleu.corpus_bleu(outputs, [references]).score
     chrf = sacrebleu.corpus_chrf(outputs, [references]).score
     print(f"step {best['step']}: BLEU {bleu:.2f}, chrF {chrf:.2f}; logged {validations}")
@@ -165,17 +171,17 @@ def test_init_from_refuses_a_different_tokenizer_or_model(domains, tmp_path):
     (tmp_path / "run-c").mkdir()
     SubwordTokenizer.train(["ein Apfel", "two apples", "drei Häuser"], vocabulary_size=30,
                            hard_vocab_limit=False).save(str(tmp_path / "run-c" / "tokenizer.model"))
-    with pytest.raises(runs.RunError, match=r"tokenizer mismatch: .*run-c/tokenizer.model differs from "
+    with pytest.raises(run_data.RunError, match=r"tokenizer mismatch: .*run-c/tokenizer.model differs from "
                                             + re.escape(str(source / "tokenizer.model"))):
-        runs.train(runs.config_lib.resolve([config], assignments=[f"training.init_from={source}"]))
+        run_train.train(config_lib.resolve([config], assignments=[f"training.init_from={source}"]))
     # Another architecture: the differing keys are named.
     config = write_config(tmp_path / "d.yaml", tmp_path / "run-d", work / "b-train.jsonl.gz",
                           work / "b-test.jsonl.gz", 2)
-    with pytest.raises(runs.RunError, match=r"d_model 32 here, 64 in .*model.keras"):
-        runs.train(runs.config_lib.resolve(
+    with pytest.raises(run_data.RunError, match=r"d_model 32 here, 64 in .*model.keras"):
+        run_train.train(config_lib.resolve(
             [config], assignments=[f"training.init_from={source}", "model.d_model=32"]))
-    with pytest.raises(runs.RunError, match="no model at"):
-        runs.train(runs.config_lib.resolve([config], assignments=[f"training.init_from={tmp_path}"]))
+    with pytest.raises(run_data.RunError, match="no model at"):
+        run_train.train(config_lib.resolve([config], assignments=[f"training.init_from={tmp_path}"]))
 
 
 # -- training.init_optimizer ------------------------------------------------------
@@ -211,7 +217,7 @@ def fine_tune(work, source, output_dir, steps, *settings):
     config = write_config(work / f"{output_dir.name}.yaml", output_dir, work / "b-train.jsonl.gz",
                           work / "b-test.jsonl.gz", steps, warmup=WARMUP)
     start = OptimizerAtStart()
-    runs.train(runs.config_lib.resolve([config], assignments=[
+    run_train.train(config_lib.resolve([config], assignments=[
         f"training.init_from={source}", "training.progress_every_steps=1", "training.save_every_steps=1",
         *settings]), callbacks=[start])
     return start
@@ -273,16 +279,17 @@ def test_init_optimizer_reset_starts_at_iteration_zero(corpora, short_run, tmp_p
 
 def test_init_optimizer_keep_errors_name_the_path(corpora, short_run, tmp_path):
     model_file = short_run / "model.keras"
-    with pytest.raises(runs.RunError, match=f"init_from {model_file} is a model file"):
+    with pytest.raises(run_data.RunError, match=f"init_from {model_file} is a model file"):
         fine_tune(corpora, model_file, tmp_path / "from-file", 1, "training.init_optimizer=keep")
     bare = tmp_path / "bare"
     bare.mkdir()
     for name in ("model.keras", "tokenizer.model"):
         shutil.copy(short_run / name, bare / name)
-    with pytest.raises(runs.RunError, match=f"{bare / 'checkpoints'} holds no checkpoint"):
+    with pytest.raises(run_data.RunError, match=f"{bare / 'checkpoints'} holds no checkpoint"):
         fine_tune(corpora, bare, tmp_path / "from-bare", 1, "training.init_optimizer=keep")
     # Gradient accumulation adds optimizer variables the source has not got.
-    with pytest.raises(runs.RunError, match=rf"optimizer state in .*ckpt-{SOURCE_STEPS:09d}.weights.h5 does not fit"):
+    with pytest.raises(run_data.RunError,
+                       match=rf"optimizer state in .*ckpt-{SOURCE_STEPS:09d}.weights.h5 does not fit"):
         fine_tune(corpora, short_run, tmp_path / "accumulating", 1, "training.init_optimizer=keep",
                   "training.gradient_accumulation_steps=2")
 
@@ -299,8 +306,8 @@ def test_init_from_names_the_marian_options_that_differ(tmp_path):
     initial.save(tmp_path / "model.keras")
     model = kt.Transformer(**sizes)
     model.build()
-    with pytest.raises(runs.RunError) as error:
-        runs._load_initial_weights(model, tmp_path / "model.keras")
+    with pytest.raises(run_data.RunError) as error:
+        run_train._load_initial_weights(model, tmp_path / "model.keras")
     for key in ("layer_norm_epsilon 1e-06 here, 1e-05", "output_bias False here, True",
                 "sinusoid_layout 'interleaved' here, 'concatenated'"):
         assert key in str(error.value)

@@ -30,11 +30,11 @@ from hypothesis import strategies as st
 
 import keras_transformer as kt
 from keras_transformer import config as config_lib
-from keras_transformer import runs
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.data.corpus import CorpusError, read_jsonl, read_text_pair, read_tsv
 from keras_transformer.decoding import Translator, translate
 from keras_transformer.export import export_saved_model
+from keras_transformer.run import data as run_data, trained as run_trained
 from keras_transformer.training import StepCheckpoint
 
 PACKAGE_DIR = Path(kt.__file__).resolve().parent
@@ -773,8 +773,8 @@ def test_transformer_loads_in_safe_mode(model, tmp_path):
     # And through a run directory, as the command line loads it.
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    model.save(str(run_dir / runs.MODEL_FILE))
-    assert isinstance(runs.load_model(run_dir), kt.Transformer)
+    model.save(str(run_dir / run_data.MODEL_FILE))
+    assert isinstance(run_trained.load_model(run_dir), kt.Transformer)
 
 
 def test_keras_file_with_python_lambda_is_refused(tmp_path):
@@ -783,7 +783,7 @@ def test_keras_file_with_python_lambda_is_refused(tmp_path):
     marker = tmp_path / "code-ran"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    path = run_dir / runs.MODEL_FILE
+    path = run_dir / run_data.MODEL_FILE
     # Built from source so that the path is a constant of the code (Keras
     # stores a lambda's code, not its closure).
     function = eval(f"lambda x: (open({str(marker)!r}, 'w').close(), x * 2.0)[1]")
@@ -793,7 +793,7 @@ def test_keras_file_with_python_lambda_is_refused(tmp_path):
     with zipfile.ZipFile(path) as archive:
         assert '"__lambda__"' in archive.read("config.json").decode("utf-8")
     with pytest.raises(ValueError, match=r"(?is)lambda.*(safe_mode|arbitrary code)"):
-        runs.load_model(run_dir)
+        run_trained.load_model(run_dir)
     with pytest.raises(ValueError, match=r"(?is)safe_mode"):
         keras.saving.load_model(str(path))
     assert not marker.exists()

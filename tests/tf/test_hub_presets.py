@@ -14,10 +14,11 @@ import pytest
 
 keras_hub = pytest.importorskip("keras_hub")
 
-from keras_transformer import cli, runs  # noqa: E402
+from keras_transformer import cli  # noqa: E402
 from keras_transformer.hub import (  # noqa: E402
     TransformerSeq2SeqLM, TransformerSeq2SeqLMPreprocessor, TransformerTokenizer,
 )
+from keras_transformer.run import translate as run_translate  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,8 @@ def test_a_run_as_a_preset_translates_as_the_run(run_preset, easy_synthetic_run,
     assert task.decoding == config["decoding"] and task.max_source_length == config["data"]["max_length"]
 
     def translate(decoding):  # what `keras-transformer translate RUN_DIR` runs (cli_commands.cmd_translate)
-        return runs.translate_texts(model, tokenizer, texts, decoding, max_source_length=config["data"]["max_length"])
+        return run_translate.translate_texts(model, tokenizer, texts, decoding,
+                                             max_source_length=config["data"]["max_length"])
 
     beam = task.generate(texts)
     assert beam == translate(config["decoding"])

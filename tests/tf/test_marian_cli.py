@@ -198,7 +198,7 @@ def test_fine_tuning_an_imported_run(imported, tmp_path, capsys):
 
     from marian_folder import WORDS_DE, WORDS_EN, sentences
 
-    from keras_transformer import runs
+    from keras_transformer.run import trained as run_trained
 
     _, run_dir = imported
     pairs = list(zip(sentences(WORDS_EN, 24, 7), sentences(WORDS_DE, 24, 7)))
@@ -215,8 +215,8 @@ def test_fine_tuning_an_imported_run(imported, tmp_path, capsys):
     for path in (run_dir / "marian_tokenizer").iterdir():
         assert (tuned / "marian_tokenizer" / path.name).read_bytes() == path.read_bytes()
     assert not (tuned / "tokenizer.model").exists()
-    base_model, base_tokenizer, _ = runs.load_run(run_dir)
-    tuned_model, tuned_tokenizer, _ = runs.load_run(tuned)
+    base_model, base_tokenizer, _ = run_trained.load_run(run_dir)
+    tuned_model, tuned_tokenizer, _ = run_trained.load_run(tuned)
     texts = TEXTS + [source for source, _ in pairs] + ["<unk> x </s>", ">>deu<< Das Haus."]
     assert tuned_tokenizer.tokenize(texts).to_list() == base_tokenizer.tokenize(texts).to_list()
     # The prepared data's pure-Python encoding is the graph tokenizer's, both sides.

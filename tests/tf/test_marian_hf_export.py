@@ -63,7 +63,7 @@ def test_beam_search_under_the_length_rule_equals_transformers(imported, capsys)
 
 
 def test_import_export_import_keeps_weights_and_texts(imported, tmp_path, capsys):
-    from keras_transformer import runs
+    from keras_transformer.run import trained as run_trained
 
     folder, run_dir = imported
     assert main(["export", str(run_dir), "--format", "marian-hf", "--output", str(tmp_path / "hf")]) == 0
@@ -72,7 +72,7 @@ def test_import_export_import_keeps_weights_and_texts(imported, tmp_path, capsys
     # The run's own settings (the folder's 4 beams, Transformers' rule with 1.0).
     assert {key: generation[key] for key in BEAM_FLAGS} == BEAM_FLAGS
     assert main(["import", str(tmp_path / "hf"), str(tmp_path / "again")]) == 0
-    first, second = runs.load_model(run_dir), runs.load_model(tmp_path / "again")
+    first, second = run_trained.load_model(run_dir), run_trained.load_model(tmp_path / "again")
     assert len(first.weights) == len(second.weights)
     for a, b in zip(first.weights, second.weights, strict=True):
         assert a.path.split("/", 1)[1] == b.path.split("/", 1)[1]  # (the model's own name differs)

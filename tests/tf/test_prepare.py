@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from keras_transformer import config as config_lib
-from keras_transformer import runs
 from keras_transformer.data import SubwordTokenizer, read_tsv
 from keras_transformer.data.batch_plan import BatchPlan
 from keras_transformer.data.prepare import MANIFEST_FILE, PrepareError, prepare, read_manifest, verify
 from keras_transformer.data.streaming import stream_batches
+from keras_transformer.run import data as run_data, train as run_train
 from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 WORDS = "the a red blue house car tree book reads sees big small old new green".split()
@@ -129,7 +129,7 @@ def test_two_concurrent_preparations_of_one_directory_make_one_version(tmp_path)
 def test_runs_with_other_seeds_share_a_prepared_directory(tmp_path):
     """training.seed does not seed the tokenizer (data.tokenizer_seed does): a second run with
     another seed finds the first's data up to date, and the first can resume on it."""
-    from keras_transformer.run_data import prepare as prepare_run
+    from keras_transformer.run.data import prepare as prepare_run
 
     corpus = write_corpus(tmp_path / "corpus.tsv", 60)
 
@@ -142,7 +142,7 @@ def test_runs_with_other_seeds_share_a_prepared_directory(tmp_path):
     second = prepare_run(config("b", 2))
     assert (first.action, second.action) == ("prepared", "up to date") and second.directory == first.directory
     assert prepare_run(config("a", 1), on_change="error").directory == first.directory
-    with pytest.raises(runs.RunError, match="data.tokenizer_seed 0 -> 3"):  # the seed that does decide
+    with pytest.raises(run_data.RunError, match="data.tokenizer_seed 0 -> 3"):  # the seed that does decide
         prepare_run(config_lib.merge(config("a", 1), {"data": {"tokenizer_seed": 3}}), on_change="error")
 
 
@@ -236,14 +236,14 @@ def test_train_prepares_on_first_use_and_refuses_a_changed_corpus_under_checkpoi
                    "model.num_encoder_layers=1", "model.num_decoder_layers=1", "training.tokens_per_batch=200",
                    "training.max_steps=2", "training.save_every_steps=1", "training.average_last=1"]
     config = config_lib.resolve([], None, assignments)
-    runs.train(config)
+    run_train.train(config)
     prepared_version = tmp_path / "run" / "prepared" / "v1"
     manifest = json.loads((prepared_version / MANIFEST_FILE).read_text())
     assert manifest["inputs"][0]["path"] == str(corpus)
     assert (tmp_path / "run" / "tokenizer.model").read_bytes() == (prepared_version / "tokenizer.model").read_bytes()
     write_corpus(corpus, 81)
-    with pytest.raises(runs.RunError, match=f"{corpus} changed since it was prepared.*new output_dir"):
-        runs.train(config_lib.resolve([], None, assignments + ["training.max_steps=3"]))
+    with pytest.raises(run_data.RunError, match=f"{corpus} changed since it was prepared.*new output_dir"):
+        run_train.train(config_lib.resolve([], None, assignments + ["training.max_steps=3"]))
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("ckpt-*")) == [
         "ckpt-000000001.weights.h5", "ckpt-000000002.weights.h5"]  # nothing lost
 

@@ -1,7 +1,7 @@
 """A run killed mid-epoch and resumed trains on the batches an uninterrupted
 run trains on, from the checkpointed step on, without replaying any.
 
-`runs.train` runs in subprocesses (tests/tf/conftest.py's harness). Each
+`run.train.train` runs in subprocesses (tests/tf/conftest.py's harness). Each
 records a digest of every batch its train step receives (inside the
 compiled step, so prefetched batches that were never trained on do not
 count). The run is killed after step 7 (checkpoints every 3 steps): the
@@ -30,7 +30,7 @@ def child(corpus, output_dir, kill_after, record, tokens_per_batch=100):
     from trained_batches import record_trained_batches
 
     from keras_transformer import config as config_lib
-    from keras_transformer import runs
+    from keras_transformer.run import train as run_train, trained as run_trained
 
     tf.config.experimental.enable_op_determinism()
     kill_after = int(kill_after)
@@ -54,8 +54,8 @@ def child(corpus, output_dir, kill_after, record, tokens_per_batch=100):
         f"training.max_steps={STEPS}", f"training.save_every_steps={SAVE_EVERY}", "training.average_last=1",
         "training.warmup_steps=4",
     ]
-    model_path = runs.train(config_lib.resolve([], None, assignments), callbacks=[Kill()])
-    model = runs.load_model(model_path)
+    model_path = run_train.train(config_lib.resolve([], None, assignments), callbacks=[Kill()])
+    model = run_trained.load_model(model_path)
     np.savez(os.path.join(output_dir, "final.npz"), *model.get_weights())
 
 

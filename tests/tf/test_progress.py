@@ -13,7 +13,7 @@ import pytest
 from conftest import write_synthetic_corpus
 
 from keras_transformer import config as config_lib
-from keras_transformer import runs
+from keras_transformer.run import train as run_train
 from keras_transformer.training.progress import PROGRESS_FILE, read_best, read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,7 +37,7 @@ def small_config(corpus, output_dir, **training):
 
 
 def test_progress_lines_records_validation_and_best_model(corpus, tmp_path, capsys):
-    output_dir = runs.train(small_config(corpus, tmp_path / "run"))
+    output_dir = run_train.train(small_config(corpus, tmp_path / "run"))
     printed = capsys.readouterr().out
     lines = [line for line in printed.splitlines() if line.startswith("step ")]
     # A line every 3 steps inside the epoch, with every figure.
@@ -158,7 +158,7 @@ def test_tokens_per_second_across_an_epoch_end(monkeypatch):
 
 def test_early_stopping_stops_after_patience(corpus, tmp_path, capsys):
     # min_delta 1000 BLEU: no validation after the first counts as a gain.
-    runs.train(small_config(corpus, tmp_path / "run", max_steps=40, early_stopping_patience=2,
+    run_train.train(small_config(corpus, tmp_path / "run", max_steps=40, early_stopping_patience=2,
                             early_stopping_min_delta=1000.0))
     printed = capsys.readouterr().out
     assert "early stop: no bleu gain" in printed
@@ -167,7 +167,7 @@ def test_early_stopping_stops_after_patience(corpus, tmp_path, capsys):
     assert read_best(tmp_path / "run")["step"] == 4
     # Run again (as after a kill before the end): it stays stopped, trains and validates no further.
     checkpoints = sorted(os.listdir(tmp_path / "run" / "checkpoints"))
-    runs.train(small_config(corpus, tmp_path / "run", max_steps=40, early_stopping_patience=2,
+    run_train.train(small_config(corpus, tmp_path / "run", max_steps=40, early_stopping_patience=2,
                             early_stopping_min_delta=1000.0))
     assert "stopped early before" in capsys.readouterr().out
     records = read_records(os.path.join(tmp_path / "run", PROGRESS_FILE))
@@ -194,7 +194,7 @@ def test_a_kill_keeps_the_best_record_and_resuming_continues_it(corpus, tmp_path
     config_path.write_text(json.dumps(config))
     script = SCRIPTED_SCORES.replace("START", "1") + textwrap.dedent(f"""
         import json, os, signal
-        from keras_transformer import runs
+        from keras_transformer.run import train as run_train
         from keras_transformer.training import progress
         original = progress.ValidationTranslation._save_best
         saves = []
@@ -204,7 +204,7 @@ def test_a_kill_keeps_the_best_record_and_resuming_continues_it(corpus, tmp_path
             if len(saves) == 2:  # a best model replaced another
                 os.kill(os.getpid(), signal.SIGKILL)
         progress.ValidationTranslation._save_best = save_then_die
-        runs.train(json.load(open({str(config_path)!r})))
+        run_train.train(json.load(open({str(config_path)!r})))
     """)
     killed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
     assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
@@ -216,7 +216,7 @@ def test_a_kill_keeps_the_best_record_and_resuming_continues_it(corpus, tmp_path
     counter = itertools.count(3)
     monkeypatch.setattr("keras_transformer.evaluation.corpus_scores",
                         lambda hypotheses, references: dict.fromkeys(("bleu", "chrf"), float(next(counter))))
-    runs.train(config)
+    run_train.train(config)
     after = read_best(output_dir)
     assert (after["step"], after["value"]) == (24, 6.0)  # validations at 12, 16, 20, 24 scored 3..6
     validations = [r["step"] for r in read_records(os.path.join(output_dir, PROGRESS_FILE)) if "valid_bleu" in r]

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import TINY_MODEL
 
-from keras_transformer import stages
 from keras_transformer.data import SubwordTokenizer
 from keras_transformer.datasets.synthetic_en_de import make_splits, write_jsonl
+from keras_transformer.run import stages
 
 ROOT = Path(__file__).resolve().parents[2]
 SHRINK = [
@@ -332,7 +332,7 @@ def test_a_reused_tokenizer_without_the_user_defined_symbols_is_refused(tmp_path
     """data.user_defined_symbols on a run whose tokenizer lacks them (resumed, or adopted by
     training.init_from) fails before training, naming the file."""
     from keras_transformer import config as config_lib
-    from keras_transformer import runs
+    from keras_transformer.run import data as run_data, train as run_train
 
     pairs, _ = make_splits(40, 0, seed=6)
     write_jsonl(tmp_path / "train.jsonl.gz", pairs)
@@ -341,6 +341,6 @@ def test_a_reused_tokenizer_without_the_user_defined_symbols_is_refused(tmp_path
     config = config_lib.resolve(assignments=[f"output_dir={tmp_path / 'run'}",
                                              f"data.train={tmp_path / 'train.jsonl.gz'}",
                                              "data.user_defined_symbols=<BT> <2de>"])
-    with pytest.raises(runs.RunError,
+    with pytest.raises(run_data.RunError,
                        match=r"run/tokenizer.model: no piece for <BT> <2de> \(data.user_defined_symbols\)"):
-        runs.train(config)
+        run_train.train(config)

@@ -1,4 +1,4 @@
-"""A run's recorded batch plan (`run_data.check_plan`, `runs.run_boundaries`): a run with
+"""A run's recorded batch plan (`run.data.check_plan`, `run.train.run_boundaries`): a run with
 checkpoints resumes only on the plan they were trained on, and keeps its bucket boundaries
 when the hardware it resumes on would default to others. (The refusal through a real resume:
 tests/tf/test_prepared_resume.py.)"""
@@ -31,7 +31,7 @@ def test_the_record_names_every_plan_input():
 
 
 def test_a_resumed_run_with_another_plan_is_refused_naming_what_changed(tmp_path):
-    from keras_transformer.run_data import PLAN_FILE, RunError, check_plan
+    from keras_transformer.run.data import PLAN_FILE, RunError, check_plan
 
     check_plan(tmp_path, _record(), has_checkpoints=False)
     written = (tmp_path / PLAN_FILE).read_text()
@@ -51,14 +51,14 @@ def test_a_resumed_run_with_another_plan_is_refused_naming_what_changed(tmp_path
 
 def test_the_boundaries_are_the_runs_once_it_has_started(monkeypatch):
     from keras_transformer import config as config_lib
-    from keras_transformer import run_data, runs
+    from keras_transformer.run import data as run_data, train as run_train
 
     config = config_lib.defaults()
     config["data"]["max_length"] = 30
     started_on_cpu = {"boundaries": list(range(1, 31))}
-    assert runs.run_boundaries(config) == list(range(1, 31))  # TensorFlow on a CPU: no XLA
+    assert run_train.run_boundaries(config) == list(range(1, 31))  # TensorFlow on a CPU: no XLA
     monkeypatch.setattr(run_data, "_train_step_uses_xla", lambda: True)  # resumed where XLA compiles
-    assert runs.run_boundaries(config)[:3] == [8, 16, 24]  # a new run there: the geometric default
-    assert runs.run_boundaries(config, started_on_cpu) == list(range(1, 31))
+    assert run_train.run_boundaries(config)[:3] == [8, 16, 24]  # a new run there: the geometric default
+    assert run_train.run_boundaries(config, started_on_cpu) == list(range(1, 31))
     config["data"]["bucket_width"] = 8  # set: the setting (a change is refused by check_plan)
-    assert runs.run_boundaries(config, started_on_cpu) == [8, 16, 24, 32]
+    assert run_train.run_boundaries(config, started_on_cpu) == [8, 16, 24, 32]

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from keras_transformer.run_workers import chief_failure, clear_chief_failure, record_chief_failure, wait_for
+from keras_transformer.run.workers import chief_failure, clear_chief_failure, record_chief_failure, wait_for
 
 
 def not_yet():

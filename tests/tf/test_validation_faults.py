@@ -2,7 +2,7 @@
 weights and `best.json`: the resumed run ends with the validations, best
 record and best weights of an uninterrupted run, and no orphan file.
 
-A tiny Transformer trains 16 steps (`runs.train`), checkpoints every 8 and
+A tiny Transformer trains 16 steps (`run.train.train`), checkpoints every 8 and
 validates every 4 in subprocesses (tests/tf/conftest.py's harness) that kill
 themselves at a chosen point. The validation metric is scripted per step (the
 crash-safety mechanics are under test, not the model): 1, 3, 2, 4 at steps
@@ -31,7 +31,8 @@ def child(corpus_dir, output_dir, kill_at):
     import tensorflow as tf
 
     from keras_transformer import config as config_lib
-    from keras_transformer import evaluation, runs
+    from keras_transformer import evaluation
+    from keras_transformer.run import train as run_train
     from keras_transformer.training import progress
 
     tf.config.experimental.enable_op_determinism()
@@ -51,7 +52,7 @@ def child(corpus_dir, output_dir, kill_at):
     progress.ValidationTranslation.validate_if_due = maybe_validate
     evaluation.corpus_scores = lambda hypotheses, references: dict.fromkeys(
         ("bleu", "chrf"), SCORES[validating["step"]])
-    translate_texts = runs.translate_texts
+    translate_texts = run_train.translate_texts
 
     def translate_then_die(model, tokenizer, texts, *args, **kwargs):
         if kind == "translate" and validating["step"] == where:
@@ -59,7 +60,7 @@ def child(corpus_dir, output_dir, kill_at):
             die()
         return translate_texts(model, tokenizer, texts, *args, **kwargs)
 
-    runs.translate_texts = translate_then_die
+    run_train.translate_texts = translate_then_die
     write_record = progress.ValidationTranslation._write_record
 
     def write_record_unless_dying(self, **record):
@@ -77,7 +78,7 @@ def child(corpus_dir, output_dir, kill_at):
         "training.progress_every_steps=4", "training.warmup_steps=10", "training.average_last=1",
         "decoding.beam_size=1", "decoding.max_extra_length=4",
     ]
-    runs.train(config_lib.resolve([], None, assignments))
+    run_train.train(config_lib.resolve([], None, assignments))
 
 
 @pytest.fixture(scope="module")
