@@ -100,7 +100,18 @@ def train(config, verbose="auto", callbacks=()):
     `progress_every_seconds` seconds otherwise, records in progress.jsonl);
     `verbose` other than "auto" also turns on Keras' own progress output.
     `callbacks` are more Keras callbacks for `fit` (after the run's own).
+    `training.mixed_precision` is the global dtype policy while the run
+    trains; the caller's is put back after, so that whatever the process
+    builds next (an import, another run) is built as it would have been.
     """
+    caller_policy = keras.config.dtype_policy()
+    try:
+        return _train(config, verbose, callbacks)
+    finally:
+        keras.config.set_dtype_policy(caller_policy)
+
+
+def _train(config, verbose, callbacks):
     from keras_transformer.run.workers import (
         chief_failure,
         clear_chief_failure,

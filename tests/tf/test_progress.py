@@ -221,3 +221,16 @@ def test_a_kill_keeps_the_best_record_and_resuming_continues_it(corpus, tmp_path
     assert (after["step"], after["value"]) == (24, 6.0)  # validations at 12, 16, 20, 24 scored 3..6
     validations = [r["step"] for r in read_records(os.path.join(output_dir, PROGRESS_FILE)) if "valid_bleu" in r]
     assert validations == [4, 8, 12, 16, 20, 24]
+
+
+def test_training_under_mixed_precision_puts_the_callers_policy_back(corpus, tmp_path):
+    # recipes/opus_mt/trip.py imported a model right after a native run in the
+    # same process and got a bfloat16 one: train left its policy set.
+    import keras
+
+    assert keras.config.dtype_policy().name == "float32"
+    output_dir = run_train.train(small_config(corpus, tmp_path / "run", max_steps=2, validate_every_steps=100,
+                                              mixed_precision="mixed_bfloat16"))
+    assert keras.config.dtype_policy().name == "float32"
+    saved = json.load(open(os.path.join(output_dir, "config.json")))
+    assert saved["training"]["mixed_precision"] == "mixed_bfloat16"
