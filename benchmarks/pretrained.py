@@ -1,19 +1,7 @@
 """An imported OPUS-MT-sized model: import time and memory, decoding against a native model of the same
-size, and served speed against CTranslate2's own conversion of the same folder (issue 48's goals).
-
-The folder has the shape of Helsinki-NLP/opus-mt-en-de (config.json: d_model 512, 6+6 layers, 8 heads,
-ffn 2048, swish, one shared vocabulary of 58,101 with pad last) and random weights: Transformers'
-`MarianMTModel(config).save_pretrained`, two SentencePiece models trained on a small text, a
-`vocab.json` of their pieces padded with filler pieces to 58,101 entries. It is built once and cached
-(`--cache`, outside the repository). Its EOS row is zero (EOS's logit is its bias, 0, never among the
-best candidates: every search runs to its length limit), so each contender does the same work, checked.
-
-- import: `keras-transformer import` in a child process (wall seconds, peak RSS from wait4), `--imports` times;
-- in process: `beam_search` (beam 4, Marian's length rule) on the imported model and on `Transformer.from_preset
-  ("base")` with the same vocabulary size (paper's options: relu, interleaved sinusoids, no output bias),
-  the same sources, taking turns; plain graph (tf.function) and, with `--xla`, XLA;
-- served: the imported run's SavedModel (`run.trained.export`, plain variant; float32 and int8) against
-  CTranslate2's `TransformersConverter` of the folder (float32 and int8), same threads, beam, rule and limit.
+size, and served speed against CTranslate2's own conversion of the same folder (issue 48's goals). The
+folder (opus-mt-en-de's shape, random weights, EOS row zero so every search runs to its limit), the
+contenders and what each times: docs/benchmarks.md, "pretrained.py".
 
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/pretrained.py [--rounds 3] [--batch-size 8] [--xla]
