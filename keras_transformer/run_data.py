@@ -138,19 +138,19 @@ def training_batches(config, prepared, boundaries, worker=None):
     training, max_length = config["training"], config["data"]["max_length"]
     lengths = prepared.lengths()
     if worker is None:
-        plans = [BatchPlan(lengths, boundaries, training["tokens_per_batch"], seed=training["seed"],
-                           max_length=max_length)]
+        plan = BatchPlan(lengths, boundaries, training["tokens_per_batch"], seed=training["seed"],
+                         max_length=max_length)
     else:
-        # One share per replica of the cluster; this worker reads its replicas' shares.
+        # One share per replica of the cluster; this worker reads its replicas' shares, from one
+        # plan (one permutation a host, not one a replica).
         replicas = worker.local_replicas
         try:
-            plans = [BatchPlan(lengths, boundaries, training["tokens_per_batch"], seed=training["seed"],
-                               max_length=max_length, num_workers=worker.count * replicas,
-                               worker=worker.index * replicas + replica) for replica in range(replicas)]
+            plan = BatchPlan(lengths, boundaries, training["tokens_per_batch"], seed=training["seed"],
+                             max_length=max_length, num_workers=worker.count * replicas,
+                             shares=range(worker.index * replicas, (worker.index + 1) * replicas))
         except ValueError as error:
             raise RunError(f"data.train {config['data']['train']}: {error}.") from None
     del lengths
-    plan = plans[0]
     if plan.num_pairs == 0:
         raise RunError(f"data.train {config['data']['train']}: no pair fits data.max_length {max_length}.")
     if plan.left_out:
@@ -163,7 +163,7 @@ def training_batches(config, prepared, boundaries, worker=None):
     if worker is None:
         return plan.steps_per_epoch, lambda step: stream_batches(shards, plan, step), record
     return plan.steps_per_epoch, lambda step: worker.strategy.distribute_datasets_from_function(
-        lambda context: stream_batches(shards, plans, step)), record
+        lambda context: stream_batches(shards, plan, step)), record
 
 
 PLAN_FILE = "plan.json"  # in the run's checkpoint directory
