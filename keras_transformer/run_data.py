@@ -50,7 +50,7 @@ def _settings(config):
     return reader, settings
 
 
-def prepare(config, on_change="rebuild", build=True):
+def prepare(config, on_change="rebuild", build=True, verify=False):
     """Prepares the training corpus of `config` once (`data.prepare`): the
     tokenizer and shards of token ids in `prepared_dir(config)`. The run's
     own tokenizer (OUTPUT_DIR/tokenizer.model, or an imported run's
@@ -58,7 +58,8 @@ def prepare(config, on_change="rebuild", build=True):
     used when there is one. Returns a `Prepared`.
 
     `build=False` only checks (raising `data.prepare.PrepareError` unless
-    the data is prepared and up to date): a worker waiting for the chief."""
+    the data is prepared and up to date): a worker waiting for the chief.
+    `verify` checks every file's SHA-256, not only those whose stat changed."""
     from keras_transformer.data import SubwordTokenizer
     from keras_transformer.data.corpus import open_corpus
     from keras_transformer.data.prepare import PrepareError
@@ -110,7 +111,8 @@ def prepare(config, on_change="rebuild", build=True):
             directory, inputs=inputs, open_pairs=lambda: open_corpus(path, data["train_target"], **reader),
             settings=settings, tokenizer_proto=proto, encoder=encoder, train_tokenizer=train_tokenizer,
             sample_pairs=data["tokenizer_sample_pairs"], seed=seed, pairs_per_shard=data["pairs_per_shard"],
-            on_change=on_change, log=lambda message: print(message, flush=True), build=build)
+            on_change=on_change, log=lambda message: print(message, flush=True), build=build, verify=verify,
+            processes=data["prepare_processes"] if encoder is None else 1)
     except PrepareError as error:
         if not build:
             raise
