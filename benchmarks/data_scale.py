@@ -29,11 +29,11 @@ CLI = [sys.executable, "-m", "keras_transformer.cli"]
 STEP_LINE = re.compile(r"^step (\d+)\b")
 
 
-def write_corpus(path, size):
+def write_corpus(path, size, data_dir=SHARED):
     """`size` numbered pairs from ddtp_en_de and po_all, as TSV."""
     pairs = []
     for name in ("ddtp_en_de", "po_all"):
-        with gzip.open(SHARED / f"{name}.jsonl.gz", "rt", encoding="utf-8") as stream:
+        with gzip.open(Path(data_dir) / f"{name}.jsonl.gz", "rt", encoding="utf-8") as stream:
             for line in stream:
                 record = json.loads(line)
                 en, de = (" ".join(str(record.get(key) or "").split()) for key in ("en", "de"))
@@ -78,40 +78,83 @@ def run_settings(corpus, output_dir, steps):
             "--set", "training.average_last=1"]
 
 
-def input_rates(prepared_dir, corpus, rounds, batches, with_in_memory):
-    """Batches per second of the prepared stream (and of the in-memory pipeline), in turns."""
-    import keras_transformer.runs  # noqa: F401  (the package's start-up settings)
-    from keras_transformer.data import SubwordTokenizer, default_bucket_boundaries, make_dataset, read_tsv
+def open_prepared(prepared_dir):
+    from keras_transformer.data.prepare import Prepared, current_version, read_manifest
+
+    return Prepared(current_version(prepared_dir), read_manifest(prepared_dir), "")
+
+
+def data_start(prepared_dir, corpus):
+    """Seconds from the check of the prepared data (by size and time) to the first batch, at step 0 and
+    at a resumed step of epoch 3 (whose order is computed then), as `train` does them."""
+    from keras_transformer.data import default_bucket_boundaries, read_tsv
     from keras_transformer.data.batch_plan import BatchPlan
     from keras_transformer.data.prepare import prepare as prepare_data
-    from keras_transformer.data.prepare import current_version, read_manifest
+
+    seconds = {}
+    for name in ("start", "resume"):
+        start = time.perf_counter()
+        manifest = open_prepared(prepared_dir).manifest
+        prepared = prepare_data(prepared_dir, inputs=[str(corpus)], open_pairs=lambda: read_tsv(corpus),
+                                settings=manifest["settings"], tokenizer_proto=Path(open_prepared(
+                                    prepared_dir).tokenizer_path).read_bytes(), on_change="error", build=False)
+        plan = BatchPlan(prepared.lengths(), default_bucket_boundaries(128, min_boundary=1, growth=1, multiple=1),
+                         4096, seed=0, max_length=128)
+        plan.record()
+        step = 0 if name == "start" else 3 * plan.steps_per_epoch + 7
+        prepared.shards().batch(*plan.batch(step))
+        seconds[name] = time.perf_counter() - start
+    return seconds
+
+
+def one_core(prepared_dir, args):
+    """Run in a process of its own, on one core (`--one-core`): input batches/s of 25,000 tokens
+    with a warm and a cold page cache (the shards' pages dropped with posix_fadvise before each
+    cold round), and the batch plan's memory (tracemalloc: NumPy's arrays) for 1 and 8 local replicas."""
+    import tracemalloc
+
+    from keras_transformer.data import default_bucket_boundaries
+    from keras_transformer.data.batch_plan import BatchPlan
     from keras_transformer.data.streaming import stream_batches
 
-    manifest = read_manifest(prepared_dir)
-    prepared = prepare_data(prepared_dir, inputs=[str(corpus)], open_pairs=lambda: read_tsv(corpus),
-                            settings=manifest["settings"], tokenizer_proto=open(Path(
-                                current_version(prepared_dir)) / "tokenizer.model", "rb").read(),
-                            on_change="error")
+    prepared = open_prepared(prepared_dir)
+    lengths, shards = prepared.lengths(), prepared.shards()
     boundaries = default_bucket_boundaries(128, min_boundary=1, growth=1, multiple=1)
-    plan = BatchPlan(prepared.lengths(), boundaries, 4096, seed=0, max_length=128)
-    stream = iter(stream_batches(prepared.shards(), plan, 0))
-    contenders = {"prepared stream": stream}
-    if with_in_memory:
-        pairs, _ = read_tsv(corpus).load()
-        tokenizer = SubwordTokenizer.load(prepared.tokenizer_path)
-        in_memory = iter(make_dataset(pairs, tokenizer, tokens_per_batch=4096, max_length=128,
-                                      bucket_boundaries=boundaries, seed=0, repeat=True))
-        for _ in range(plan.steps_per_epoch + 10):  # fills the id cache: today's first epoch, not timed
-            next(in_memory)
-        contenders["in-memory pipeline"] = in_memory
-    rates = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, iterator in contenders.items():
+
+    def plan_megabytes(make_plans):
+        tracemalloc.start()
+        plans = make_plans()
+        for plan in plans:
+            for share in plan.shares:
+                plan.batch(0, share)
+            if plan.ahead:
+                plan._epochs[1].result()
+        megabytes = tracemalloc.get_traced_memory()[0] / 2**20
+        tracemalloc.stop()
+        return megabytes
+
+    result = {"plan_memory_mb": {
+        "1 replica": plan_megabytes(lambda: [BatchPlan(lengths, boundaries, 25_000, max_length=128)]),
+        "8 replicas, one plan": plan_megabytes(lambda: [BatchPlan(lengths, boundaries, 25_000, max_length=128,
+                                                                  num_workers=8, shares=range(8))]),
+        "8 replicas, a plan each (before)": plan_megabytes(lambda: [BatchPlan(
+            lengths, boundaries, 25_000, max_length=128, num_workers=8, worker=w, ahead=False) for w in range(8)]),
+    }}
+    plan = BatchPlan(lengths, boundaries, 25_000, max_length=128)
+    rates = {"cold": [], "warm": []}
+    for turn in range(args.rounds):
+        for cache in rates:  # the same batches: cold, then again from the cache the first read filled
+            if cache == "cold":
+                for entry in prepared.manifest["shards"]:
+                    with open(Path(prepared.directory) / (entry["name"] + ".tokens"), "rb") as handle:
+                        os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             start = time.perf_counter()
-            for _ in range(batches):
-                next(iterator)
-            rates[name].append(batches / (time.perf_counter() - start))
-    return rates
+            stream = iter(stream_batches(shards, plan, 1000 * turn))
+            for _ in range(args.batches):
+                next(stream)
+            rates[cache].append(args.batches / (time.perf_counter() - start))
+    result["input_25k_batches_per_second"] = rates
+    return result
 
 
 def median(values):
@@ -121,7 +164,7 @@ def median(values):
 
 
 def measure(size, work, args):
-    corpus = write_corpus(work / f"corpus-{size}.tsv", size)
+    corpus = write_corpus(work / f"corpus-{size}.tsv", size, args.data_dir)
     run_dir = work / f"run-{size}"
     result = {"pairs": size, "corpus_bytes": corpus.stat().st_size}
     _, seconds, rss, output = run_command(["prepare", *run_settings(corpus, run_dir, args.train_steps)])
@@ -151,10 +194,29 @@ def measure(size, work, args):
                         "seconds_to_first_step": first}
     print(f"  killed after step {args.kill_after}, resumed: step {steps[0] if steps else '?'} after {first:.1f}s",
           flush=True)
-    rates = input_rates(run_dir / "prepared", corpus, args.rounds, args.batches, with_in_memory=size == args.sizes[0])
-    result["input_batches_per_second"] = rates
-    print("  input batches/s: " + ", ".join(f"{name} {median(values):.0f}" for name, values in rates.items()),
+    result["data_start_seconds"] = data_start(run_dir / "prepared", corpus)
+    print(f"  data start: {result['data_start_seconds']}", flush=True)
+    pinned = subprocess.run([sys.executable, __file__, "--one-core", str(run_dir / "prepared"), "--rounds",
+                             str(args.rounds), "--batches", str(args.batches)], capture_output=True, text=True,
+                            preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+    if pinned.returncode:
+        raise RuntimeError(f"--one-core failed:\n{pinned.stderr[-3000:]}")
+    result.update(json.loads(pinned.stdout.splitlines()[-1]))
+    print(f"  one core: {result['plan_memory_mb']}, " + ", ".join(
+        f"{cache} {median(rates):.0f} batches/s" for cache, rates in result["input_25k_batches_per_second"].items()),
           flush=True)
+    from keras_transformer.data.prepare import prepare as prepare_data
+    from keras_transformer.data import read_tsv
+
+    manifest = json.loads((version / "manifest.json").read_text())
+    result["prepare_shards_seconds"] = {}
+    for processes in (1, 2):  # with the run's tokenizer: tokenizing and writing the shards
+        start = time.perf_counter()
+        prepare_data(work / f"processes-{processes}", inputs=[str(corpus)], open_pairs=lambda: read_tsv(corpus),
+                     settings=manifest["settings"], tokenizer_proto=(version / "tokenizer.model").read_bytes(),
+                     pairs_per_shard=manifest["settings"]["data.pairs_per_shard"], processes=processes)
+        result["prepare_shards_seconds"][processes] = time.perf_counter() - start
+    print(f"  shards written by 1 and 2 processes: {result['prepare_shards_seconds']}", flush=True)
     return result
 
 
@@ -164,10 +226,17 @@ def main(argv=None):
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--kill-after", type=int, default=7)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--data-dir", default=SHARED, help="where ddtp_en_de and po_all are (../shared/data)")
     parser.add_argument("--work-dir", help="where the corpora and runs go (default: a temporary directory)")
     parser.add_argument("--output", default=_harness.default_path("data_scale"))
+    parser.add_argument("--one-core", metavar="PREPARED_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one_core:
+        import keras_transformer.runs  # noqa: F401  (the package's start-up settings)
+
+        print(json.dumps(one_core(args.one_core, args)))
+        return
     record = _harness.start("data_scale", argv)
     with tempfile.TemporaryDirectory(dir=args.work_dir) as work:
         results = [measure(size, Path(work), args) for size in args.sizes]
