@@ -70,12 +70,12 @@ def run_command(arguments, stop_after_step=None):
     return first_step, time.monotonic() - start, usage.ru_maxrss / 1024, output
 
 
-def run_settings(corpus, output_dir, steps):
+def run_settings(corpus, output_dir, steps, sample_pairs=500_000):
     return ["--train", str(corpus), "--output-dir", str(output_dir),
             "--set", "model.preset=tiny", "--set", "data.vocabulary_size=8000", "--set", "data.max_length=128",
             "--set", "training.tokens_per_batch=4096", "--set", f"training.max_steps={steps}",
             "--set", "training.save_every_steps=5", "--set", "training.progress_every_steps=1",
-            "--set", "training.average_last=1"]
+            "--set", "training.average_last=1", "--set", f"data.tokenizer_sample_pairs={sample_pairs}"]
 
 
 def open_prepared(prepared_dir):
@@ -167,7 +167,8 @@ def measure(size, work, args):
     corpus = write_corpus(work / f"corpus-{size}.tsv", size, args.data_dir)
     run_dir = work / f"run-{size}"
     result = {"pairs": size, "corpus_bytes": corpus.stat().st_size}
-    _, seconds, rss, output = run_command(["prepare", *run_settings(corpus, run_dir, args.train_steps)])
+    run = run_settings(corpus, run_dir, args.train_steps, args.sample_pairs)
+    _, seconds, rss, output = run_command(["prepare", *run])
     from keras_transformer.data.prepare import current_version
 
     version = Path(current_version(run_dir / "prepared"))
@@ -176,17 +177,17 @@ def measure(size, work, args):
                          "shards": len(manifest["shards"]), "prepared_bytes": sum(
                              f.stat().st_size for f in version.iterdir())}
     print(f"{size:,} pairs: prepared in {seconds:.0f}s, peak RSS {rss:.0f} MB", flush=True)
-    _, again, _, output = run_command(["prepare", *run_settings(corpus, run_dir, args.train_steps)])
+    _, again, _, output = run_command(["prepare", *run])
     assert output.startswith("up to date") or "\nup to date" in output, output[-2000:]
     result["prepare_again_seconds"] = again
-    first, seconds, rss, _ = run_command(["train", *run_settings(corpus, run_dir, args.train_steps)])
+    first, seconds, rss, _ = run_command(["train", *run])
     result["train"] = {"seconds_to_first_step": first, "seconds": seconds, "steps": args.train_steps,
                        "peak_rss_mb": rss}
     print(f"  train: first step after {first:.1f}s, peak RSS {rss:.0f} MB over {args.train_steps} steps", flush=True)
     resume_dir = work / f"resume-{size}"
     resume_dir.mkdir()
     os.symlink(run_dir / "prepared", resume_dir / "prepared")  # the same prepared data, a new run
-    settings = run_settings(corpus, resume_dir, 10_000)
+    settings = run_settings(corpus, resume_dir, 10_000, args.sample_pairs)
     run_command(["train", *settings], stop_after_step=args.kill_after)
     first, _, _, output = run_command(["train", *settings, "--set", f"training.max_steps={args.kill_after + 2}"])
     steps = [int(m.group(1)) for m in re.finditer(r"^step (\d+)", output, re.M)]
@@ -209,10 +210,13 @@ def measure(size, work, args):
     from keras_transformer.data import read_tsv
 
     manifest = json.loads((version / "manifest.json").read_text())
-    result["prepare_shards_seconds"] = {}
-    for processes in (1, 2):  # with the run's tokenizer: tokenizing and writing the shards
+    result["prepare_shards_seconds"] = {"pairs": args.processes_pairs}
+    with open(corpus, encoding="utf-8") as whole, open(work / "prefix.tsv", "w", encoding="utf-8") as prefix:
+        prefix.writelines(line for _, line in zip(range(args.processes_pairs), whole))
+    for processes in (1, 2):  # with the run's tokenizer: tokenizing and writing the shards of a prefix
         start = time.perf_counter()
-        prepare_data(work / f"processes-{processes}", inputs=[str(corpus)], open_pairs=lambda: read_tsv(corpus),
+        prefix = work / "prefix.tsv"
+        prepare_data(work / f"processes-{processes}", inputs=[str(prefix)], open_pairs=lambda: read_tsv(prefix),
                      settings=manifest["settings"], tokenizer_proto=(version / "tokenizer.model").read_bytes(),
                      pairs_per_shard=manifest["settings"]["data.pairs_per_shard"], processes=processes)
         result["prepare_shards_seconds"][processes] = time.perf_counter() - start
@@ -227,6 +231,9 @@ def main(argv=None):
     parser.add_argument("--kill-after", type=int, default=7)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--sample-pairs", type=int, default=500_000, help="data.tokenizer_sample_pairs")
+    parser.add_argument("--processes-pairs", type=int, default=1_000_000,
+                        help="pairs of the corpus prepared by 1 and by 2 processes, to compare")
     parser.add_argument("--data-dir", default=SHARED, help="where ddtp_en_de and po_all are (../shared/data)")
     parser.add_argument("--work-dir", help="where the corpora and runs go (default: a temporary directory)")
     parser.add_argument("--output", default=_harness.default_path("data_scale"))

@@ -343,7 +343,8 @@ def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, tr
                 "reading it)")
     fingerprints = [fingerprint(path) for path in inputs]
     key = _sha256(json.dumps({"format": FORMAT_VERSION, "inputs": fingerprints, "settings": settings,
-                              "tokenizer_sha256": encoder.sha256 if encoder is not None else tokenizer_sha256,
+                              "tokenizer_sha256": encoder.sha256 if encoder is not None else (
+                                  None if tokenizer_proto is None else _sha256(tokenizer_proto)),
                               "pairs_per_shard": pairs_per_shard}, sort_keys=True).encode())[:16]
     private = os.path.join(directory, _BUILDING_PREFIX + key)
     for name in os.listdir(directory):  # left by a killed preparation of other inputs: the lock is ours
