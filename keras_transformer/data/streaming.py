@@ -13,7 +13,7 @@ flight rather than one).
 """
 
 import collections
-import concurrent.futures
+import multiprocessing.pool
 
 import tensorflow as tf
 
@@ -45,16 +45,17 @@ def stream_batches(shards, plan, start_step=0, readers=4):
             step += 1
 
     def generate():
-        with concurrent.futures.ThreadPoolExecutor(readers, thread_name_prefix="shard reader") as pool:
-            pending = collections.deque()
-            try:
-                for step, share in due():
-                    pending.append(pool.submit(read, step, share))
-                    if len(pending) > 2 * readers:
-                        yield pending.popleft().result()
-            finally:  # the consumer stopped: drop what was read ahead
-                for future in pending:
-                    future.cancel()
+        # Daemon threads: a stream left unfinished (its dataset never closed) does not keep the
+        # interpreter from exiting, as ThreadPoolExecutor's threads would.
+        pool = multiprocessing.pool.ThreadPool(readers)
+        pending = collections.deque()
+        try:
+            for step, share in due():
+                pending.append(pool.apply_async(read, (step, share)))
+                if len(pending) > 2 * readers:
+                    yield pending.popleft().get()
+        finally:  # the consumer stopped: what was read ahead is dropped
+            pool.terminate()
 
     dataset = tf.data.Dataset.from_generator(generate, output_signature=_SPEC)
     options = tf.data.Options()
