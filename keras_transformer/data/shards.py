@@ -210,9 +210,8 @@ class ShardSet:
         order = np.lexsort((rows[:, 0], shard_of))
         shard, start, size = shard_of[order], rows[order, 0], sizes[order]
         end = start + size
-        previous_end = np.maximum.accumulate(end) if len(end) else end
-        gap = np.ones(len(order), bool)
-        gap[1:] = (shard[1:] != shard[:-1]) | ((start[1:] - previous_end[:-1]) * itemsize > _PAGE_BYTES)
+        gap = np.ones(len(order), bool)  # pairs' spans never overlap: the one before ends first
+        gap[1:] = (shard[1:] != shard[:-1]) | ((start[1:] - end[:-1]) * itemsize > _PAGE_BYTES)
         read_first = np.flatnonzero(gap)
         read_end = np.maximum.reduceat(end, read_first) if len(order) else end
         read_start = start[read_first]
