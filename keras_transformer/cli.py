@@ -99,8 +99,12 @@ def build_parser():
         description="Prepare data.train once: train the tokenizer on a sample read while the corpus streams by, "
         "tokenize on all cores, and write shards of token ids with a manifest to data.prepared_dir (default "
         "OUTPUT_DIR/prepared). Running it again over unchanged inputs does nothing; a changed input is named and "
-        "prepared again. `train` calls it on first use.")
+        "prepared again. `train` calls it on first use. A start checks the shards by size and modification time; "
+        "--verify computes every file's SHA-256.")
     _config_arguments(prepare)
+    prepare.add_argument("--verify", action="store_true",
+                         help="check every prepared file's SHA-256 (a start checks only those whose size or "
+                         "modification time changed)")
     prepare.set_defaults(func=cmd_prepare)
 
     train = commands.add_parser(

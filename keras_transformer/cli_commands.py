@@ -45,7 +45,7 @@ def cmd_train(args):
 def cmd_prepare(args):
     from keras_transformer.run.data import prepare
 
-    prepared = prepare(_resolve(args))
+    prepared = prepare(_resolve(args), verify=args.verify)
     counts = prepared.manifest["counts"]
     print(f"{prepared.action}: {prepared.directory}: {counts['pairs']:,} pairs, {counts['tokens']:,} tokens in "
           f"{len(prepared.manifest['shards'])} shards")

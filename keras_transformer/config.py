@@ -58,6 +58,8 @@ SCHEMA = {
         "tokenizer_seed": (0, int, "seeds the tokenizer's sample and training (not training.seed: runs with "
                            "other seeds share one prepared_dir)"),
         "pairs_per_shard": (1_000_000, int, "sentence pairs per shard of the prepared corpus"),
+        "prepare_processes": (1, int, "processes that tokenize and write shards side by side in `prepare` "
+                              "(each with its share of the cores; the shards are the same)"),
         "bucket_width": (None, int, "batch lengths are padded to multiples of this (default: 1 without "
                          "XLA, else the geometric buckets 8, 16, 24, 32, 40, 48, 64, ...; a run with checkpoints "
                          "keeps the buckets it started with, recorded in checkpoints/plan.json)"),

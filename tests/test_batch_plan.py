@@ -124,3 +124,54 @@ def test_errors_name_the_argument():
         BatchPlan([3, 3, 3], BOUNDARIES, 4, num_workers=2)
     with pytest.raises(ValueError, match="step"):
         BatchPlan([3], BOUNDARIES, 100).batch(-1)
+
+
+# The batches of shares 3, 4 and 5 of six (host 1 of 2, three replicas) over 3 epochs, lengths of
+# `lengths_of`-style seed 7, 803 pairs, tokens_per_batch 96, seed 2: digested from the plans of
+# before one plan served a host's replicas, one `BatchPlan(num_workers=6, worker=w)` per replica
+# (147 batches to deal, so the halving of batches is in it too).
+PER_REPLICA_DIGEST = "f86f790d9335cc23d71ab3e77debca39c67e09dc7da00822d422aa5afcecec3f"
+
+
+def test_one_plan_shared_by_a_hosts_replicas_gives_each_the_batches_of_its_own_plan():
+    import hashlib
+
+    lengths = np.random.default_rng(7).integers(2, 40, size=803)
+    shared = BatchPlan(lengths, [4, 8, 16, 32], 96, seed=2, num_workers=6, shares=range(3, 6))
+    digest = hashlib.sha256()
+    for step in range(3 * shared.steps_per_epoch):
+        for share in shared.shares:
+            ids, width = shared.batch(step, share)
+            digest.update(np.asarray(ids, "<i8").tobytes())
+            digest.update(str(width).encode())
+    assert digest.hexdigest() == PER_REPLICA_DIGEST
+    with pytest.raises(ValueError, match="share 0 is not one of"):
+        shared.batch(0, 0)
+
+
+def test_workers_take_turns_at_the_batches_of_the_one_worker_plan():
+    """Dealt in turns: with a batch count that W divides, share w's step p is the single plan's
+    batch p * W + w of the epoch."""
+    lengths, workers = lengths_of(606, seed=4), 3
+    single = BatchPlan(lengths, BOUNDARIES, 200, seed=3)
+    assert single.batches_per_epoch == 57  # three workers' turns, no batch halved
+    shared = BatchPlan(lengths, BOUNDARIES, 200, seed=3, num_workers=workers, shares=range(workers))
+    for epoch in range(2):
+        for position in range(shared.steps_per_epoch):
+            for share in range(workers):
+                ids, width = shared.batch(epoch * shared.steps_per_epoch + position, share)
+                expected_ids, expected_width = single.batch(epoch * single.steps_per_epoch + position * workers
+                                                            + share)
+                assert ids.tolist() == expected_ids.tolist() and width == expected_width
+
+
+def test_the_next_epoch_is_computed_ahead_and_only_two_are_held():
+    lengths = lengths_of(300, seed=5)
+    plan, unhurried = BatchPlan(lengths, BOUNDARIES, 96, seed=1), BatchPlan(lengths, BOUNDARIES, 96, seed=1,
+                                                                            ahead=False)
+    plan.batch(0)
+    assert sorted(plan._epochs) == [0, 1] and sorted(unhurried._epochs) == []
+    plan._epochs[1].result(timeout=30)  # computed in the background
+    for epoch in range(4):
+        assert epoch_batches(plan, epoch)[-1][0].tolist() == epoch_batches(unhurried, epoch)[-1][0].tolist()
+        assert sorted(plan._epochs) == [epoch, epoch + 1]

@@ -20,11 +20,17 @@ tokens than `tokens_per_batch` (a streamed, repeated `tf.data`
   `w + W`, ...): each pair is read by one worker once per epoch. When the
   batch count is not a multiple of W, the first batches of more than one
   pair are halved until it is, so that no worker repeats or skips a pair.
+- one plan serves all the shares a host reads (its local replicas, `shares`):
+  the epoch's permutation is computed and held once per host, not once per
+  replica, and the next epoch's is computed ahead in a background thread, so
+  that an epoch boundary does not stall the input.
 
 Pure NumPy: no TensorFlow, the same on every backend.
 """
 
+import concurrent.futures
 import hashlib
+import threading
 
 import numpy as np
 
@@ -43,19 +49,26 @@ class BatchPlan:
             `max(1, tokens_per_batch // boundary)` pairs (the epoch's last
             one fewer).
         seed: the shuffle seed.
-        num_workers, worker: this process's share (see the module docstring).
+        num_workers, worker: the number of shares and this process's share
+            (see the module docstring).
+        shares: instead of `worker`, the shares this process reads (a host's
+            local replicas); `batch(step, share)` gives each.
+        ahead: compute the next epoch's order in a background thread.
     """
 
-    def __init__(self, lengths, boundaries, tokens_per_batch, seed=0, num_workers=1, worker=0, max_length=None):
+    def __init__(self, lengths, boundaries, tokens_per_batch, seed=0, num_workers=1, worker=0, max_length=None,
+                 shares=None, ahead=True):
         lengths = np.asarray(lengths)
         self.boundaries = np.asarray(boundaries, np.int64)
         if self.boundaries.ndim != 1 or not len(self.boundaries) or np.any(np.diff(self.boundaries) <= 0):
             raise ValueError(f"boundaries must be increasing, got {boundaries!r}")
-        if not 0 <= worker < num_workers:
-            raise ValueError(f"worker must lie in [0, {num_workers}), got {worker!r}")
+        self.shares = tuple(int(share) for share in ([worker] if shares is None else shares))
+        if not self.shares or not all(0 <= share < num_workers for share in self.shares):
+            raise ValueError(f"worker and shares must lie in [0, {num_workers}), got "
+                             f"{worker if shares is None else shares!r}")
         self.tokens_per_batch, self.max_length = int(tokens_per_batch), max_length
         self.batch_sizes = np.maximum(1, int(tokens_per_batch) // self.boundaries)
-        self.seed, self.num_workers, self.worker = int(seed), int(num_workers), int(worker)
+        self.seed, self.num_workers, self.worker = int(seed), int(num_workers), self.shares[0]
         bucket = np.searchsorted(self.boundaries, lengths, side="left")
         if max_length is not None:
             bucket[lengths > max_length] = len(self.boundaries)
@@ -73,7 +86,9 @@ class BatchPlan:
                 f"{self.batches_per_epoch} batches of {len(self._kept)} pairs cannot be dealt evenly to "
                 f"{num_workers} workers; use more data or fewer workers")
         self.steps_per_epoch = (self.batches_per_epoch + splits) // self.num_workers
-        self._cached = None
+        self.ahead = ahead
+        self._epochs = {}  # epoch -> Future of its (order, starts, ends, widths): this one and the next
+        self._lock = threading.Lock()
 
     @property
     def num_pairs(self):
@@ -87,7 +102,7 @@ class BatchPlan:
         The worker's own share is left out (the shares together make one plan, whichever
         process reads which); `epoch_0_sha256` digests the first pair ids of epoch 0, which
         also changes with NumPy's permutation stream."""
-        first = self._epoch(0)[0][:4096].astype("<i8")
+        first = self._epoch(0, ahead=False)[0][:4096].astype("<i8")
         return {
             "boundaries": self.boundaries.tolist(),
             "tokens_per_batch": self.tokens_per_batch,
@@ -99,10 +114,30 @@ class BatchPlan:
             "epoch_0_sha256": hashlib.sha256(first.tobytes()).hexdigest(),
         }
 
-    def _epoch(self, epoch):
-        """`(order, starts, ends, widths)` of this worker's batches of `epoch`."""
-        if self._cached is not None and self._cached[0] == epoch:
-            return self._cached[1]
+    def _epoch(self, epoch, ahead=True):
+        """`(order, starts, ends, widths)` of all the batches of `epoch` (every share's),
+        held for this epoch and the next (computed ahead in the background)."""
+        with self._lock:
+            future = self._epochs.get(epoch)
+            if future is None:
+                future = self._epochs[epoch] = concurrent.futures.Future()
+                self._compute(epoch, future)  # under the lock: another thread wanting it waits anyway
+            if ahead and self.ahead and epoch + 1 not in self._epochs:
+                following = self._epochs[epoch + 1] = concurrent.futures.Future()
+                threading.Thread(target=self._compute, args=(epoch + 1, following), daemon=True,
+                                 name=f"batch plan of epoch {epoch + 1}").start()
+            if ahead:
+                for old in [e for e in self._epochs if e not in (epoch, epoch + 1)]:
+                    del self._epochs[old]
+        return future.result()
+
+    def _compute(self, epoch, future):
+        try:
+            future.set_result(self._order(epoch))
+        except BaseException as error:  # noqa: B036  (handed to whoever waits for the epoch)
+            future.set_exception(error)
+
+    def _order(self, epoch):
         rng = np.random.default_rng([self.seed, epoch])
         shuffled = self._kept[rng.permutation(len(self._kept))]
         order = shuffled[np.argsort(self._bucket[shuffled], kind="stable")]
@@ -110,11 +145,7 @@ class BatchPlan:
         starts, ends, widths = self._cut(np.bincount(self._bucket[order], minlength=len(self.boundaries)))
         shuffle = rng.permutation(len(starts))
         starts, ends, widths = starts[shuffle], ends[shuffle], widths[shuffle]
-        starts, ends, widths = self._even_out(starts, ends, widths)
-        mine = slice(self.worker, None, self.num_workers)
-        plan = (order, starts[mine], ends[mine], widths[mine])
-        self._cached = (epoch, plan)
-        return plan
+        return (order, *self._even_out(starts, ends, widths))
 
     def _cut(self, counts):
         """`(starts, ends, widths)` of the batches over pairs sorted by bucket,
@@ -151,11 +182,15 @@ class BatchPlan:
         new_ends[halved + np.arange(len(halved))] = middles
         return new_starts, new_ends, np.insert(widths, halved + 1, widths[halved])
 
-    def batch(self, step):
-        """`(pair ids, width)` of this worker's batch at training step `step`
-        (counted from 0 over all epochs)."""
+    def batch(self, step, share=None):
+        """`(pair ids, width)` of share `share`'s batch (default: `worker`'s) at training step
+        `step` (counted from 0 over all epochs)."""
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
+        share = self.worker if share is None else int(share)
+        if share not in self.shares:
+            raise ValueError(f"share {share} is not one of this plan's {self.shares}")
         epoch, position = divmod(int(step), self.steps_per_epoch)
         order, starts, ends, widths = self._epoch(epoch)
-        return order[starts[position]:ends[position]], int(widths[position])
+        batch = position * self.num_workers + share
+        return order[starts[batch]:ends[batch]], int(widths[batch])

@@ -8,16 +8,20 @@ in place, so that a run reading one is never pulled from under it:
                      trained on them: delete one when no run needs it)
     .lock            held (fcntl) by the process preparing: another waits,
                      then finds the new version up to date
-    .building-*/     a version being made, renamed into place when complete
+    .building-KEY/   a version being made, renamed into place when complete;
+                     KEY digests the inputs and settings, so that a killed
+                     preparation of the same ones resumes from its finished
+                     shards (listed in its progress.json)
 
 (a directory prepared before versions holds one version's files itself).
 A version holds:
 
     manifest.json    inputs (path, size, mtime, SHA-256), the settings that
                      decide the content, the tokenizer's SHA-256 (and, with
-                     an `encoder`, each of its files'), counts and
-                     the shards with their SHA-256 (written last: a directory
-                     without it was not finished)
+                     an `encoder`, each of its files'), counts,
+                     the shards with their SHA-256, and every file's size and
+                     modification time (written last: a directory without it
+                     was not finished)
     tokenizer.model  the SentencePiece model (or, with an `encoder`, the
                      files it names: an imported Marian run's tokenizer)
     lengths.u16      per pair, max(source, target) + 1 tokens: what bucketing
@@ -27,8 +31,14 @@ A version holds:
 `prepare` streams the corpus (it never holds it): one pass samples pairs
 for the tokenizer (reservoir sampling, seeded), a second tokenizes them in
 chunks on all cores (SentencePiece's own threads) into shards of
-`pairs_per_shard` pairs. Called again it does nothing when the inputs and
-settings are unchanged and the shards intact; a changed input, setting or
+`pairs_per_shard` pairs, in this process or, with `processes`, in several
+(each tokenizing and writing whole shards; the shards are the same bytes).
+Called again it does nothing when the inputs and settings are unchanged and
+the shards intact: a start checks every file's size and modification time
+against the manifest's and computes the SHA-256 only of a file whose stat
+changed (a copy, or one rewritten in place), so that it takes seconds at
+any size; `verify=True` (`keras-transformer prepare --verify`) checks every
+SHA-256. A changed input, setting or
 tokenizer is named in the message, and the data is prepared again (or, with
 `on_change="error"`, a `PrepareError` says so); a damaged shard is named and
 the shards are written again from the same inputs and tokenizer, which
@@ -39,22 +49,33 @@ tokenizer other than one SentencePiece model comes as an `encoder` (see
 `prepare`) that encodes in plain Python.
 """
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import fcntl
 import hashlib
 import itertools
 import json
+import multiprocessing
 import os
 import random
 import re
 import shutil
-import tempfile
 import time
 
 import numpy as np
 
-from keras_transformer.data.shards import ShardError, ShardSet, ShardWriter, file_sha256, token_dtype, verify_shard
+from keras_transformer.data.shards import (
+    ShardError,
+    ShardSet,
+    ShardWriter,
+    check_file,
+    file_sha256,
+    file_stat,
+    shard_files,
+    token_dtype,
+    verify_shard,
+)
 
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -64,6 +85,8 @@ _BUILDING_PREFIX = ".building-"
 _VERSION_NAME = re.compile(r"v[0-9]+")
 TOKENIZER_FILE = "tokenizer.model"
 LENGTHS_FILE = "lengths.u16"
+PROGRESS_FILE = "progress.json"  # in a version being made: its finished shards
+_SHARD_LENGTHS_SUFFIX = ".lengths"  # a finished shard's part of lengths.u16, joined at the end
 _MAX_LENGTH = 2**16 - 1  # lengths.u16 saturates here: such pairs fit no bucket
 _CHUNK_PAIRS = 8192
 
@@ -173,20 +196,26 @@ def _why_stale(manifest, inputs, settings, tokenizer_sha256):
 
 
 def verify(directory, manifest, checksums=True):
-    """Raises `ShardError` naming the first missing or damaged file."""
+    """Raises `ShardError` naming the first missing or damaged file.
+
+    `checksums`: True computes every file's SHA-256; "changed" only those of files whose
+    size or modification time differs from the manifest's `file_stats` (all of them in a
+    manifest without: one written before it recorded them); False none."""
+    stats = manifest.get("file_stats", {})
     # Data prepared with an `encoder` lists its tokenizer's files; otherwise it is one SentencePiece model.
     for name, sha256 in manifest.get("tokenizer_files", {TOKENIZER_FILE: manifest["tokenizer_sha256"]}).items():
         tokenizer = os.path.join(directory, name)
-        if not os.path.isfile(tokenizer) or file_sha256(tokenizer) != sha256:
+        if not os.path.isfile(tokenizer) or file_sha256(tokenizer) != sha256:  # small: always checked
             raise ShardError(f"{tokenizer}: missing or not the tokenizer the data was prepared with")
     lengths = os.path.join(directory, LENGTHS_FILE)
     if not os.path.isfile(lengths) or os.path.getsize(lengths) != 2 * manifest["counts"]["pairs"]:
         raise ShardError(f"{lengths}: missing or of the wrong size")
     # Manifests before format 1's lengths_sha256 have none: their lengths are checked by size only.
-    if checksums and "lengths_sha256" in manifest and file_sha256(lengths) != manifest["lengths_sha256"]:
-        raise ShardError(f"{lengths}: its SHA-256 differs from the manifest's (damaged)")
+    if "lengths_sha256" in manifest:
+        check_file(lengths, 2 * manifest["counts"]["pairs"], manifest["lengths_sha256"], stats.get(LENGTHS_FILE),
+                   checksums)
     for entry in manifest["shards"]:
-        verify_shard(directory, entry, manifest["token_dtype"], checksums=checksums)
+        verify_shard(directory, entry, manifest["token_dtype"], checksums=checksums, stats=stats)
 
 
 def reservoir_sample(pairs, size, seed):
@@ -231,7 +260,7 @@ def _locked(directory):
 
 def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, train_tokenizer=None,
             sample_pairs=500_000, seed=0, pairs_per_shard=1_000_000, on_change="rebuild", log=print,
-            num_threads=None, build=True, encoder=None):
+            num_threads=None, build=True, encoder=None, verify=False, processes=1):
     """Prepares (or checks) `directory`; returns a `Prepared` (its `directory` is the version's).
 
     Args:
@@ -254,6 +283,10 @@ def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, tr
             the version), `sha256` (of those files: it decides staleness as
             the proto's does), `vocabulary_size`, and `encode_sources(texts)`
             / `encode_targets(texts)` -> a list of id lists each (no EOS).
+        verify: check every file's SHA-256, not only those whose size or
+            modification time changed.
+        processes: processes that tokenize and write shards side by side
+            (each with its share of `num_threads`); with an `encoder`, 1.
     """
     if on_change not in ("rebuild", "error"):
         raise ValueError(f"on_change must be 'rebuild' or 'error', got {on_change!r}")
@@ -264,6 +297,8 @@ def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, tr
         raise ValueError("prepare needs tokenizer_proto, encoder or train_tokenizer")
     if isinstance(pairs_per_shard, bool) or not isinstance(pairs_per_shard, int) or pairs_per_shard < 1:
         raise ValueError(f"pairs_per_shard must be a positive integer, got {pairs_per_shard!r}")
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"processes must be a positive integer, got {processes!r}")
     for path in inputs:
         if not os.path.isfile(path):
             raise PrepareError(f"{path}: no such corpus file")
@@ -273,15 +308,12 @@ def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, tr
     # needs no lock, a preparation holds it from its check to its new version.
     with _locked(directory) if build else contextlib.nullcontext():
         return _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer,
-                               sample_pairs, seed, pairs_per_shard, on_change, log, num_threads, build, encoder)
+                               sample_pairs, seed, pairs_per_shard, on_change, log, num_threads, build, encoder,
+                               verify, processes)
 
 
 def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,
-                    pairs_per_shard, on_change, log, num_threads, build, encoder):
-    if build:
-        for name in os.listdir(directory):  # left by a killed preparation: the lock is ours
-            if name.startswith(_BUILDING_PREFIX):
-                shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+                    pairs_per_shard, on_change, log, num_threads, build, encoder, full_verify, processes):
     tokenizer_sha256 = encoder.sha256 if encoder is not None else (
         None if tokenizer_proto is None else _sha256(tokenizer_proto))
     current = current_version(directory)
@@ -292,7 +324,7 @@ def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, tr
         reason = _why_stale(manifest, inputs, settings, tokenizer_sha256)
         if reason is None:
             try:
-                verify(current, manifest)
+                verify(current, manifest, checksums=True if full_verify else "changed")
                 return Prepared(current, manifest, "up to date")
             except ShardError as error:
                 if not build:
@@ -309,19 +341,25 @@ def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, tr
                 raise PrepareError(f"{directory}: {reason}.")
             log(f"prepare: {reason}; preparing {directory} again (a new version; {current} stays for any run "
                 "reading it)")
-    private = tempfile.mkdtemp(prefix=_BUILDING_PREFIX, dir=directory)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(private, 0o777 & ~umask)  # mkdtemp's 0700 would keep other users' workers out
-        prepared = _build(private, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs,
-                          seed, pairs_per_shard, log, num_threads, encoder)
-        names = [name for name in os.listdir(directory) if _VERSION_NAME.fullmatch(name)]
-        name = f"v{1 + max((int(n[1:]) for n in names), default=0)}"
-        os.rename(private, os.path.join(directory, name))
-    except BaseException:
-        shutil.rmtree(private, ignore_errors=True)
-        raise
+    fingerprints = [fingerprint(path) for path in inputs]
+    key = _sha256(json.dumps({"format": FORMAT_VERSION, "inputs": fingerprints, "settings": settings,
+                              "tokenizer_sha256": encoder.sha256 if encoder is not None else (
+                                  None if tokenizer_proto is None else _sha256(tokenizer_proto)),
+                              "pairs_per_shard": pairs_per_shard}, sort_keys=True).encode())[:16]
+    private = os.path.join(directory, _BUILDING_PREFIX + key)
+    for name in os.listdir(directory):  # left by a killed preparation of other inputs: the lock is ours
+        if name.startswith(_BUILDING_PREFIX) and name != os.path.basename(private):
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.makedirs(private, exist_ok=True)
+    os.chmod(private, 0o777 & ~umask)  # a private folder, but other users' workers read it once in place
+    prepared = _build(private, fingerprints, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs,
+                      seed, pairs_per_shard, log, num_threads, encoder, processes)
+    names = [name for name in os.listdir(directory) if _VERSION_NAME.fullmatch(name)]
+    name = f"v{1 + max((int(n[1:]) for n in names), default=0)}"
+    # A failed preparation leaves its folder: the next one of the same inputs resumes from its shards.
+    os.rename(private, os.path.join(directory, name))
     _atomic_write(os.path.join(directory, CURRENT_FILE), name.encode())
     return Prepared(os.path.join(directory, name), prepared.manifest, prepared.action)
 
@@ -348,12 +386,81 @@ class _SentencePieceEncoder:
     encode_targets = encode_sources
 
 
-def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,
-           pairs_per_shard, log, num_threads, encoder=None):
+def _read_progress(directory):
+    """The finished shards of a version being made whose files are still as written:
+    `{name: entry}` (see `_write_shard`)."""
+    try:
+        with open(os.path.join(directory, PROGRESS_FILE), encoding="utf-8") as handle:
+            shards = json.load(handle)["shards"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    finished = {}
+    for name, entry in shards.items():
+        try:
+            for kind, path in shard_files(directory, entry).items():
+                check_file(path, entry["bytes"][kind], entry["sha256"][kind], entry["stats"][kind], "changed")
+            check_file(os.path.join(directory, name + _SHARD_LENGTHS_SUFFIX), 2 * entry["pairs"],
+                       entry["lengths_sha256"], entry["stats"]["lengths"], "changed")
+        except (ShardError, KeyError, TypeError):
+            continue
+        finished[name] = entry
+    return finished
+
+
+def _write_shard(directory, name, encoder, chunks, dtype):
+    """Tokenizes the pairs of `chunks` (lists of pairs) into shard `name` and its part of
+    lengths.u16; returns its progress entry (the manifest's shard entry and what resuming checks)."""
+    writer = ShardWriter(directory, name, dtype)
+    lengths_path = os.path.join(directory, name + _SHARD_LENGTHS_SUFFIX)
+    lengths_digest = hashlib.sha256()
+    try:
+        with open(lengths_path, "wb") as lengths_file:
+            for chunk in chunks:
+                sources = encoder.encode_sources([source for source, *_ in chunk])
+                targets = encoder.encode_targets([target for _, target, *_ in chunk])
+                lengths = np.minimum(
+                    np.maximum(np.fromiter(map(len, sources), np.int64, len(chunk)),
+                               np.fromiter(map(len, targets), np.int64, len(chunk))) + 1, _MAX_LENGTH)
+                data = lengths.astype("<u2").tobytes()
+                lengths_file.write(data)
+                lengths_digest.update(data)
+                writer.append(sources, targets)
+            lengths_file.flush()
+            os.fsync(lengths_file.fileno())
+    except BaseException:
+        writer.abort()
+        raise
+    entry = writer.close()
+    paths = shard_files(directory, entry)
+    entry["bytes"] = {kind: os.path.getsize(path) for kind, path in paths.items()}
+    entry["stats"] = {**{kind: file_stat(path) for kind, path in paths.items()}, "lengths": file_stat(lengths_path)}
+    entry["lengths_sha256"] = lengths_digest.hexdigest()
+    return entry
+
+
+_process_encoder = None  # a `prepare` process's encoder, made once
+
+
+def _write_shard_in_process(directory, name, proto, num_threads, pairs, dtype):
+    global _process_encoder
+    if _process_encoder is None or _process_encoder.sha256 != _sha256(proto):
+        _process_encoder = _SentencePieceEncoder(proto, num_threads)
+    chunks = (pairs[start:start + _CHUNK_PAIRS] for start in range(0, len(pairs), _CHUNK_PAIRS))
+    return _write_shard(directory, name, _process_encoder, chunks, dtype)
+
+
+def _build(directory, fingerprints, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,
+           pairs_per_shard, log, num_threads, encoder=None, processes=1):
     started = time.time()
-    fingerprints = [fingerprint(path) for path in inputs]
+    inputs = [record["path"] for record in fingerprints]
     trained = tokenizer_proto is None and encoder is None
-    if trained:
+    finished = _read_progress(directory)
+    if trained and os.path.isfile(os.path.join(directory, TOKENIZER_FILE)):
+        # A resumed preparation: the tokenizer it trained (written whole, before any shard).
+        with open(os.path.join(directory, TOKENIZER_FILE), "rb") as handle:
+            tokenizer_proto = handle.read()
+    elif trained:
+        finished = {}
         sample = reservoir_sample(open_pairs(), sample_pairs, seed)
         if not sample:
             raise PrepareError(f"{', '.join(inputs)}: no usable sentence pairs")
@@ -361,48 +468,77 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
         tokenizer_proto = train_tokenizer(sample)
         log(f"prepare: tokenizer trained on {len(sample):,} pairs in {time.time() - tokenizer_started:.0f}s")
         del sample
+    if finished:
+        log(f"prepare: resuming {directory}: {len(finished)} shards were finished ({', '.join(sorted(finished))})")
     tokenizer_files = None if encoder is None else {name: _sha256(data) for name, data in encoder.files.items()}
+    threads = num_threads or os.cpu_count() or 1
     if encoder is None:
-        encoder = _SentencePieceEncoder(tokenizer_proto, num_threads or os.cpu_count() or 1)
+        encoder = _SentencePieceEncoder(tokenizer_proto, max(1, threads // processes))
+    else:
+        processes = 1  # an encoder of its own kind is not sent to other processes
     for name, data in encoder.files.items():
         _atomic_write(os.path.join(directory, name), data)
     dtype = token_dtype(encoder.vocabulary_size)
+
+    def record(name, entry):
+        finished[name] = entry
+        _atomic_write(os.path.join(directory, PROGRESS_FILE), json.dumps({"shards": finished}).encode())
+
     corpus = open_pairs()
-    shards, writer = [], None
-    longest = tokens = 0
-    length_counts = np.zeros(_MAX_LENGTH + 1, np.int64)
-    lengths_digest = hashlib.sha256()
-    with open(os.path.join(directory, LENGTHS_FILE), "wb") as lengths_file:
-        iterator = iter(corpus)
-        while chunk := list(itertools.islice(iterator, _CHUNK_PAIRS)):
-            sources = encoder.encode_sources([source for source, *_ in chunk])
-            targets = encoder.encode_targets([target for _, target, *_ in chunk])
-            lengths = np.minimum(
-                np.maximum(np.fromiter(map(len, sources), np.int64, len(chunk)),
-                           np.fromiter(map(len, targets), np.int64, len(chunk))) + 1, _MAX_LENGTH)
-            lengths_bytes = lengths.astype("<u2").tobytes()
-            lengths_file.write(lengths_bytes)
-            lengths_digest.update(lengths_bytes)
-            length_counts += np.bincount(lengths, minlength=_MAX_LENGTH + 1)
-            longest = max(longest, int(lengths.max()))
-            position = 0
-            while position < len(chunk):
-                if writer is None:
-                    writer = ShardWriter(directory, f"shard-{len(shards):05d}", dtype)
-                take = min(len(chunk) - position, pairs_per_shard - writer.pairs)
-                writer.append(sources[position:position + take], targets[position:position + take])
-                position += take
-                if writer.pairs == pairs_per_shard:
-                    shards.append(writer.close())
-                    writer = None
-            tokens += sum(map(len, sources)) + sum(map(len, targets))
-        lengths_file.flush()
-        os.fsync(lengths_file.fileno())
-    if writer is not None:
-        shards.append(writer.close())
+    iterator = iter(corpus)
+    # Forked, the processes start at once (spawned, each would import Keras and TensorFlow for
+    # seconds); they run NumPy, SentencePiece and file writes only, none of what another thread
+    # of this process may hold.
+    pool = None if processes == 1 else concurrent.futures.ProcessPoolExecutor(
+        processes, mp_context=multiprocessing.get_context(
+            "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"))
+    pending = {}
+    try:
+        for index in itertools.count():
+            name = f"shard-{index:05d}"
+            first = list(itertools.islice(iterator, min(_CHUNK_PAIRS, pairs_per_shard)))
+            if not first:
+                break
+            rest = itertools.islice(iterator, pairs_per_shard - len(first))
+            if name in finished:
+                for _ in rest:  # read past it: its pairs are in its files
+                    pass
+            elif pool is None:
+                chunks = itertools.chain([first], iter(lambda: list(itertools.islice(rest, _CHUNK_PAIRS)), []))
+                record(name, _write_shard(directory, name, encoder, chunks, dtype))
+            else:
+                while len(pending) >= processes:  # bounds the pairs held while others tokenize
+                    done, _ = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                    for future in done:
+                        record(pending.pop(future), future.result())
+                pending[pool.submit(_write_shard_in_process, directory, name, tokenizer_proto,
+                                    encoder._threads, first + list(rest), dtype)] = name
+        for future in concurrent.futures.as_completed(pending):
+            record(pending[future], future.result())
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    names = [f"shard-{index:05d}" for index in range(len(finished))]
+    if sorted(finished) != names:  # the corpus ended before a shard the progress lists: not these inputs
+        raise PrepareError(f"{directory}: {PROGRESS_FILE} lists shards the corpus does not make; delete the folder")
+    shards = [{key: finished[name][key] for key in ("name", "pairs", "tokens", "sha256")} for name in names]
     pairs = sum(entry["pairs"] for entry in shards)
     if not pairs:
         raise PrepareError(f"{', '.join(inputs)}: no usable sentence pairs ({corpus.stats})")
+    lengths_path = os.path.join(directory, LENGTHS_FILE)
+    lengths_digest = hashlib.sha256()
+    length_counts = np.zeros(_MAX_LENGTH + 1, np.int64)
+    with open(lengths_path, "wb") as lengths_file:
+        for name in names:
+            part = np.fromfile(os.path.join(directory, name + _SHARD_LENGTHS_SUFFIX), "<u2")
+            lengths_file.write(part.tobytes())
+            lengths_digest.update(part.tobytes())
+            length_counts += np.bincount(part, minlength=_MAX_LENGTH + 1)
+        lengths_file.flush()
+        os.fsync(lengths_file.fileno())
+    for name in names:
+        os.remove(os.path.join(directory, name + _SHARD_LENGTHS_SUFFIX))
+    os.remove(os.path.join(directory, PROGRESS_FILE))
     stats = dataclasses.asdict(corpus.stats) if hasattr(corpus, "stats") else {}
     manifest = {
         "format": FORMAT_VERSION,
@@ -413,12 +549,30 @@ def _build(directory, inputs, open_pairs, settings, tokenizer_proto, train_token
         "tokenizer_trained": trained,
         "lengths_sha256": lengths_digest.hexdigest(),
         "token_dtype": dtype,
-        "counts": {"pairs": pairs, "tokens": tokens, "longest": longest, "corpus": stats,
+        "counts": {"pairs": pairs, "tokens": sum(entry["tokens"] for entry in shards),
+                   "longest": int(np.flatnonzero(length_counts).max()), "corpus": stats,
                    # pairs per padded length, from 1 (lengths.u16 in a histogram)
                    "lengths": {str(length): int(count) for length, count in enumerate(length_counts) if count}},
         "shards": shards,
+        "file_stats": _file_stats(directory, [LENGTHS_FILE, *(os.path.basename(path) for entry in shards
+                                                               for path in shard_files(directory, entry).values())]),
         "seconds": round(time.time() - started, 1),
     }
     _atomic_write(os.path.join(directory, MANIFEST_FILE), json.dumps(manifest, indent=1).encode())
-    log(f"prepare: {pairs:,} pairs, {tokens:,} tokens in {len(shards)} shards ({manifest['seconds']:.0f}s)")
+    log(f"prepare: {pairs:,} pairs, {manifest['counts']['tokens']:,} tokens in {len(shards)} shards "
+        f"({manifest['seconds']:.0f}s)")
     return Prepared(directory, manifest, "prepared")
+
+
+_CLOCK_TICK_NS = 50_000_000  # longer than a coarse file-time tick (1-10 ms)
+
+
+def _file_stats(directory, names):
+    """`{name: [size, mtime_ns]}` of finished files, for the quick check at start. A file
+    changed within the clock tick of its last write would keep its modification time, so
+    the stats are taken once that tick has passed (git's "racy clean" case)."""
+    newest = max(os.stat(os.path.join(directory, name)).st_mtime_ns for name in names)
+    wait_ns = newest + _CLOCK_TICK_NS - time.time_ns()
+    if wait_ns > 0:
+        time.sleep(wait_ns / 1e9)
+    return {name: file_stat(os.path.join(directory, name)) for name in names}

@@ -13,18 +13,16 @@ every worker reads only its own pairs. TFRecord and `Dataset.save` files are
 read in sequence (reaching pair N means reading the N before it: the replay
 this format removes). ArrayRecord gives random access through Grain, whose
 loader feeds Keras only as an iterator of NumPy batches, the same thing the
-generator in `streaming` is, with two more dependencies. Reading a pair is two
-`pread` calls: `benchmarks/data_scale.py` reads batches from these shards
-faster than the in-memory tf.data pipeline makes them.
+generator in `streaming` is, with two more dependencies.
 
-Memory stays flat: the files are read with `pread`, pair by pair, into the
-batch's arrays. A memory map was tried first: its pages count in the
-process's resident memory once touched, and with the kernel mapping the
-cached pages around each one touched, 64 batches of random pairs of the
-4.5-million-pair corpus added 451 MB (108 MB even when dropped after every
-batch), against nothing read this way; this way makes about half as many
-batches a second (650 against 1,300-1,600 there), still several times what
-the in-memory tf.data pipeline makes.
+Reading: the index rows of every pair are held in memory (`ShardSet` loads
+them once, 8 to 12 bytes a pair: 36 MB at 4.5 million pairs), so a batch
+is its pairs' token spans only: sorted by position, spans that touch or lie
+within a page of each other are read together with one `pread`, and the
+batch's arrays are filled by NumPy indexing, not pair by pair. A memory map
+was tried first: its pages count in the process's resident memory once
+touched (64 batches of random pairs of the 4.5-million-pair corpus added
+451 MB); `pread` into the batch's arrays keeps memory flat.
 """
 
 import hashlib
@@ -119,57 +117,77 @@ def shard_files(directory, entry):
                                                                                                INDEX_SUFFIX)}
 
 
-def verify_shard(directory, entry, dtype, checksums=True):
+def file_stat(path):
+    """`[size, modification time in ns]`: what a quick check compares."""
+    stat = os.stat(path)
+    return [stat.st_size, stat.st_mtime_ns]
+
+
+def check_file(path, size, sha256, stat=None, checksums=True):
+    """Raises `ShardError` naming `path` if it is missing, not `size` bytes, or its SHA-256
+    is not `sha256`. With `checksums="changed"`, the SHA-256 is computed only when the
+    file's `[size, mtime_ns]` differs from `stat` (recorded when it was written) or none
+    was recorded: a file rewritten in place gets a new modification time."""
+    if not os.path.isfile(path):
+        raise ShardError(f"{path}: missing")
+    now = file_stat(path)
+    if now[0] != size:
+        raise ShardError(f"{path}: {now[0]} bytes, the manifest says {size} (truncated or damaged)")
+    if checksums == "changed":
+        checksums = stat is None or list(stat) != now
+    if checksums and file_sha256(path) != sha256:
+        raise ShardError(f"{path}: its SHA-256 differs from the manifest's (damaged)")
+
+
+def verify_shard(directory, entry, dtype, checksums=True, stats=None):
     """Raises `ShardError` naming the file if a shard's files are missing,
-    of the wrong size, or (with `checksums`) differ from their SHA-256."""
+    of the wrong size, or differ from their SHA-256 (every time with
+    `checksums=True`; with "changed", only those whose size and modification
+    time differ from `stats[file name]`; never with False)."""
     expected_bytes = {"tokens": entry["tokens"] * np.dtype(dtype).itemsize,
                       "index": entry["pairs"] * _INDEX_COLUMNS * 8}
     for kind, path in shard_files(directory, entry).items():
-        if not os.path.isfile(path):
-            raise ShardError(f"{path}: missing")
-        size = os.path.getsize(path)
-        if size != expected_bytes[kind]:
-            raise ShardError(f"{path}: {size} bytes, the manifest says {expected_bytes[kind]} (truncated or "
-                             "damaged)")
-        if checksums and file_sha256(path) != entry["sha256"][kind]:
-            raise ShardError(f"{path}: its SHA-256 differs from the manifest's (damaged)")
+        check_file(path, expected_bytes[kind], entry["sha256"][kind], (stats or {}).get(os.path.basename(path)),
+                   checksums)
 
 
-class _ShardFiles:
-    """A shard's two files, read with `pread`: nothing of them stays in the process."""
-
-    def __init__(self, directory, entry, dtype):
-        paths = shard_files(directory, entry)
-        self.dtype = np.dtype(dtype)
-        self.tokens = os.open(paths["tokens"], os.O_RDONLY)
-        self.index = os.open(paths["index"], os.O_RDONLY)
-        for descriptor in (self.tokens, self.index):  # batches gather pairs from all over the file
-            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_RANDOM)
-
-    def row(self, local_id):
-        return np.frombuffer(os.pread(self.index, 8 * _INDEX_COLUMNS, 8 * _INDEX_COLUMNS * int(local_id)), "<i8")
-
-    def token_span(self, start, count):
-        itemsize = self.dtype.itemsize
-        return np.frombuffer(os.pread(self.tokens, itemsize * int(count), itemsize * int(start)), self.dtype)
-
-    def close(self):
-        os.close(self.tokens)
-        os.close(self.index)
+_PAGE_BYTES = 4096  # spans closer than this are read together: the page is read anyway
 
 
 class ShardSet:
     """The shards of a prepared corpus, read by global pair number.
 
     Pair numbers run over the shards in manifest order. `batch` gathers
-    pairs into the training convention's padded arrays.
+    pairs into the training convention's padded arrays; it may be called
+    from several threads at once.
     """
 
     def __init__(self, directory, entries, dtype):
-        self._shards = [_ShardFiles(directory, entry, dtype) for entry in entries]
+        self.dtype = np.dtype(dtype)
         sizes = np.array([entry["pairs"] for entry in entries], np.int64)
         self._firsts = np.concatenate([[0], np.cumsum(sizes)])
         self.num_pairs = int(self._firsts[-1])
+        longest_shard = max([entry["tokens"] for entry in entries], default=0)
+        start_type = np.uint32 if longest_shard < 2**32 else np.int64
+        self._starts = np.empty(self.num_pairs, start_type)  # in the pair's shard
+        self._lengths = np.empty((self.num_pairs, 2), np.uint16)  # widened if a pair needs it
+        self._files = []
+        try:
+            for entry, first in zip(entries, self._firsts.tolist()):
+                paths = shard_files(directory, entry)
+                rows = np.fromfile(paths["index"], "<i8").reshape(-1, _INDEX_COLUMNS)
+                if len(rows) != entry["pairs"]:
+                    raise ShardError(f"{paths['index']}: {len(rows)} pairs, the manifest says {entry['pairs']}")
+                if rows[:, 1:].max(initial=0) > np.iinfo(self._lengths.dtype).max:
+                    self._lengths = self._lengths.astype(np.int64)
+                self._starts[first:first + len(rows)] = rows[:, 0]
+                self._lengths[first:first + len(rows)] = rows[:, 1:]
+                descriptor = os.open(paths["tokens"], os.O_RDONLY)
+                self._files.append(descriptor)
+                os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_RANDOM)  # batches gather from all over the file
+        except BaseException:
+            self.close()
+            raise
 
     def rows(self, pair_ids):
         """Index rows `(start, source length, target length)` of `pair_ids`,
@@ -179,17 +197,42 @@ class ShardSet:
             raise IndexError(f"pair ids must lie in [0, {self.num_pairs}), got {pair_ids.min()}..{pair_ids.max()}")
         shard_of = np.searchsorted(self._firsts, pair_ids, side="right") - 1
         rows = np.empty((pair_ids.size, _INDEX_COLUMNS), np.int64)
-        for position, (pair_id, shard) in enumerate(zip(pair_ids.tolist(), shard_of.tolist())):
-            rows[position] = self._shards[shard].row(pair_id - self._firsts[shard])
+        rows[:, 0] = self._starts[pair_ids]
+        rows[:, 1:] = self._lengths[pair_ids]
         return rows, shard_of
+
+    def _gather(self, rows, shard_of):
+        """The tokens of every pair, one after another, and where each pair's begin in them."""
+        itemsize = self.dtype.itemsize
+        sizes = rows[:, 1] + rows[:, 2]
+        # Sorted by (shard, start), a pair's span begins where the last one read ended, or a
+        # new read starts: one per run of spans that touch or lie within a page of each other.
+        order = np.lexsort((rows[:, 0], shard_of))
+        shard, start, size = shard_of[order], rows[order, 0], sizes[order]
+        end = start + size
+        gap = np.ones(len(order), bool)  # pairs' spans never overlap: the one before ends first
+        gap[1:] = (shard[1:] != shard[:-1]) | ((start[1:] - end[:-1]) * itemsize > _PAGE_BYTES)
+        read_first = np.flatnonzero(gap)
+        read_end = np.maximum.reduceat(end, read_first) if len(order) else end
+        read_start = start[read_first]
+        chunks = [os.pread(self._files[s], itemsize * int(n), itemsize * int(o))
+                  for s, o, n in zip(shard[read_first].tolist(), read_start.tolist(),
+                                     (read_end - read_start).tolist())]
+        tokens = np.frombuffer(b"".join(chunks), self.dtype)
+        read_base = np.concatenate([[0], np.cumsum(read_end - read_start)[:-1]]).astype(np.int64)
+        run = np.cumsum(gap) - 1
+        offsets = np.empty(len(order), np.int64)
+        offsets[order] = read_base[run] + start - read_start[run]
+        return tokens, offsets
 
     def pairs(self, pair_ids):
         """`[(source ids, target ids), ...]` of `pair_ids` (tests, inspection)."""
         rows, shard_of = self.rows(pair_ids)
+        tokens, offsets = self._gather(rows, shard_of)
         out = []
-        for (start, source_length, target_length), shard in zip(rows.tolist(), shard_of.tolist()):
-            tokens = self._shards[shard].token_span(start, source_length + target_length).tolist()
-            out.append((tokens[:source_length], tokens[source_length:]))
+        for offset, source_length, target_length in zip(offsets.tolist(), rows[:, 1].tolist(), rows[:, 2].tolist()):
+            pair = tokens[offset:offset + source_length + target_length].tolist()
+            out.append((pair[:source_length], pair[source_length:]))
         return out
 
     def batch(self, pair_ids, width):
@@ -201,13 +244,14 @@ class ShardSet:
         source_lengths, target_lengths = rows[:, 1], rows[:, 2]
         if size and max(source_lengths.max(), target_lengths.max()) + 1 > width:
             raise ValueError(f"a pair is longer than the batch width {width}")
+        tokens, offsets = self._gather(rows, shard_of)
+        columns = np.arange(width)
         source = np.full((size, width), PAD_ID, np.int32)
         target = np.full((size, width), PAD_ID, np.int32)
-        for position, ((start, source_length, target_length), shard) in enumerate(
-                zip(rows.tolist(), shard_of.tolist())):
-            tokens = self._shards[shard].token_span(start, source_length + target_length)
-            source[position, :source_length] = tokens[:source_length]
-            target[position, :target_length] = tokens[source_length:]
+        taken = columns < source_lengths[:, None]
+        source[taken] = tokens[(offsets[:, None] + columns)[taken]]
+        taken = columns < target_lengths[:, None]
+        target[taken] = tokens[(offsets[:, None] + source_lengths[:, None] + columns)[taken]]
         everyone = np.arange(size)
         source[everyone, source_lengths] = EOS_ID
         labels = target.copy()
@@ -218,5 +262,6 @@ class ShardSet:
         return source, decoder_input, labels
 
     def close(self):
-        for shard in self._shards:
-            shard.close()
+        for descriptor in self._files:
+            os.close(descriptor)
+        self._files = []

@@ -6,8 +6,14 @@ another), in the training convention of `pipeline.make_dataset`:
 `({"source": int32 (B, W), "target": int32 (B, W)}, int32 (B, W))`, each
 batch padded to its bucket's length. `model.fit` takes it on every Keras
 backend. Memory does not grow with the corpus: a batch is read from the
-shards when it is due (see `shards`).
+shards shortly before it is due (see `shards`), by a few reader threads
+working on the next batches at once (`os.pread` and NumPy's copies run
+outside the GIL, so a cold page cache is read with several requests in
+flight rather than one).
 """
+
+import collections
+import multiprocessing.pool
 
 import tensorflow as tf
 
@@ -17,24 +23,39 @@ _SPEC = (
 )
 
 
-def stream_batches(shards, plan, start_step=0):
-    """The batches of `plan` (a `BatchPlan`) from step `start_step` on, read from `shards` (a `ShardSet`).
+def stream_batches(shards, plan, start_step=0, readers=4):
+    """The batches of `plan` (a `BatchPlan`) from step `start_step` on, read from `shards` (a `ShardSet`)
+    by `readers` threads, up to `2 * readers` batches ahead.
 
-    `plan` may be a list of plans (the shares of a worker's local replicas):
-    each step then yields one batch of each, in order, as
+    Each step yields one batch of each of the plan's `shares` (a host's local replicas), in order, as
     `tf.distribute`'s `distribute_datasets_from_function` hands them out."""
     if start_step < 0:
         raise ValueError(f"start_step must be >= 0, got {start_step}")
-    plans = plan if isinstance(plan, (list, tuple)) else [plan]
 
-    def generate():
+    def read(step, share):
+        pair_ids, width = plan.batch(step, share)
+        source, decoder_input, labels = shards.batch(pair_ids, width)
+        return {"source": source, "target": decoder_input}, labels
+
+    def due():
         step = start_step
         while True:
-            for share in plans:
-                pair_ids, width = share.batch(step)
-                source, decoder_input, labels = shards.batch(pair_ids, width)
-                yield {"source": source, "target": decoder_input}, labels
+            for share in plan.shares:
+                yield step, share
             step += 1
+
+    def generate():
+        # Daemon threads: a stream left unfinished (its dataset never closed) does not keep the
+        # interpreter from exiting, as ThreadPoolExecutor's threads would.
+        pool = multiprocessing.pool.ThreadPool(readers)
+        pending = collections.deque()
+        try:
+            for step, share in due():
+                pending.append(pool.apply_async(read, (step, share)))
+                if len(pending) > 2 * readers:
+                    yield pending.popleft().get()
+        finally:  # the consumer stopped: what was read ahead is dropped
+            pool.terminate()
 
     dataset = tf.data.Dataset.from_generator(generate, output_signature=_SPEC)
     options = tf.data.Options()

@@ -50,7 +50,7 @@ def _settings(config):
     return reader, settings
 
 
-def prepare(config, on_change="rebuild", build=True):
+def prepare(config, on_change="rebuild", build=True, verify=False):
     """Prepares the training corpus of `config` once (`data.prepare`): the
     tokenizer and shards of token ids in `prepared_dir(config)`. The run's
     own tokenizer (OUTPUT_DIR/tokenizer.model, or an imported run's
@@ -58,7 +58,8 @@ def prepare(config, on_change="rebuild", build=True):
     used when there is one. Returns a `Prepared`.
 
     `build=False` only checks (raising `data.prepare.PrepareError` unless
-    the data is prepared and up to date): a worker waiting for the chief."""
+    the data is prepared and up to date): a worker waiting for the chief.
+    `verify` checks every file's SHA-256, not only those whose stat changed."""
     from keras_transformer.data import SubwordTokenizer
     from keras_transformer.data.corpus import open_corpus
     from keras_transformer.data.prepare import PrepareError
@@ -110,7 +111,8 @@ def prepare(config, on_change="rebuild", build=True):
             directory, inputs=inputs, open_pairs=lambda: open_corpus(path, data["train_target"], **reader),
             settings=settings, tokenizer_proto=proto, encoder=encoder, train_tokenizer=train_tokenizer,
             sample_pairs=data["tokenizer_sample_pairs"], seed=seed, pairs_per_shard=data["pairs_per_shard"],
-            on_change=on_change, log=lambda message: print(message, flush=True), build=build)
+            on_change=on_change, log=lambda message: print(message, flush=True), build=build, verify=verify,
+            processes=data["prepare_processes"] if encoder is None else 1)
     except PrepareError as error:
         if not build:
             raise
@@ -138,19 +140,19 @@ def training_batches(config, prepared, boundaries, worker=None):
     training, max_length = config["training"], config["data"]["max_length"]
     lengths = prepared.lengths()
     if worker is None:
-        plans = [BatchPlan(lengths, boundaries, training["tokens_per_batch"], seed=training["seed"],
-                           max_length=max_length)]
+        plan = BatchPlan(lengths, boundaries, training["tokens_per_batch"], seed=training["seed"],
+                         max_length=max_length)
     else:
-        # One share per replica of the cluster; this worker reads its replicas' shares.
+        # One share per replica of the cluster; this worker reads its replicas' shares, from one
+        # plan (one permutation a host, not one a replica).
         replicas = worker.local_replicas
         try:
-            plans = [BatchPlan(lengths, boundaries, training["tokens_per_batch"], seed=training["seed"],
-                               max_length=max_length, num_workers=worker.count * replicas,
-                               worker=worker.index * replicas + replica) for replica in range(replicas)]
+            plan = BatchPlan(lengths, boundaries, training["tokens_per_batch"], seed=training["seed"],
+                             max_length=max_length, num_workers=worker.count * replicas,
+                             shares=range(worker.index * replicas, (worker.index + 1) * replicas))
         except ValueError as error:
             raise RunError(f"data.train {config['data']['train']}: {error}.") from None
     del lengths
-    plan = plans[0]
     if plan.num_pairs == 0:
         raise RunError(f"data.train {config['data']['train']}: no pair fits data.max_length {max_length}.")
     if plan.left_out:
@@ -163,7 +165,7 @@ def training_batches(config, prepared, boundaries, worker=None):
     if worker is None:
         return plan.steps_per_epoch, lambda step: stream_batches(shards, plan, step), record
     return plan.steps_per_epoch, lambda step: worker.strategy.distribute_datasets_from_function(
-        lambda context: stream_batches(shards, plans, step)), record
+        lambda context: stream_batches(shards, plan, step)), record
 
 
 PLAN_FILE = "plan.json"  # in the run's checkpoint directory

@@ -286,3 +286,106 @@ def test_an_encoder_instead_of_a_proto_gives_the_shards_and_decides_staleness(tm
     assert not run(encoder).action == "up to date"  # the encoder's file is checked as tokenizer.model is
     with pytest.raises(ValueError, match="not both"):
         run(encoder, tokenizer_proto=b"x")
+
+
+def test_a_start_checksums_only_the_files_whose_size_or_time_changed(tmp_path, monkeypatch):
+    """Starts take seconds at any size: a file whose size and modification time are the manifest's
+    is not read; one rewritten in place (same size, new time) is, and refused when its bytes
+    differ. `verify=True` (`prepare --verify`) reads every file."""
+    from keras_transformer.data import shards as shards_module
+
+    corpus = write_corpus(tmp_path / "corpus.tsv", 60)
+    data = prepare_tsv(tmp_path / "data", corpus, pairs_per_shard=32)
+    read = []
+    checksum = shards_module.file_sha256
+    monkeypatch.setattr(shards_module, "file_sha256", lambda path: read.append(os.path.basename(path))
+                        or checksum(path))
+    assert prepare_tsv(tmp_path / "data", corpus, build=False).action == "up to date" and read == []
+    shard = os.path.join(data.directory, "shard-00001.tokens")
+    recorded = os.stat(shard).st_mtime_ns
+    assert data.manifest["file_stats"]["shard-00001.tokens"] == [os.path.getsize(shard), recorded]
+    os.utime(shard, ns=(recorded + 10**9, recorded + 10**9))  # touched (a copy): read once, still the same
+    assert prepare_tsv(tmp_path / "data", corpus, build=False).action == "up to date"
+    assert read == ["shard-00001.tokens"]
+    original = open(shard, "rb").read()
+    with open(shard, "r+b") as handle:  # same size, one id changed, behind the manifest's back
+        handle.seek(4)
+        handle.write(bytes([original[4] ^ 0x01]))
+    with pytest.raises(PrepareError, match=f"{shard}: its SHA-256 differs from the manifest's"):
+        prepare_tsv(tmp_path / "data", corpus, build=False)
+    os.utime(shard, ns=(recorded, recorded))  # and its time set back: only a full check sees it
+    read.clear()
+    assert prepare_tsv(tmp_path / "data", corpus, build=False).action == "up to date" and read == []
+    with pytest.raises(PrepareError, match=f"{shard}: its SHA-256 differs"):
+        prepare_tsv(tmp_path / "data", corpus, build=False, verify=True)
+    assert read == ["lengths.u16", "shard-00000.tokens", "shard-00000.index", "shard-00001.tokens"]  # to the bad one
+
+
+def test_a_killed_preparation_resumes_from_its_finished_shards(tmp_path, prepared):
+    """A preparation that fails in shard 2 (the corpus stream breaks, as a kill would stop it) leaves
+    shards 0 and 1 and its tokenizer; the next one keeps them (the same files: not tokenized again,
+    no tokenizer trained) and ends with the data a preparation in one go makes."""
+    _, whole = prepared
+    corpus = write_corpus(tmp_path / "corpus.tsv", 500)  # the fixture's corpus
+    trainings = []
+
+    def train_tokenizer(sample):
+        trainings.append(len(sample))
+        return SubwordTokenizer.train(sample, vocabulary_size=120, model_type="bpe", seed=0,
+                                      hard_vocab_limit=False).proto
+
+    def breaking_stream():
+        for index, pair in enumerate(read_tsv(corpus)):
+            if index == 300:
+                raise OSError("the disk went away")
+            yield pair
+
+    streams = iter([lambda: read_tsv(corpus), breaking_stream])
+    options = dict(inputs=[str(corpus)], settings={"vocabulary_size": 120}, train_tokenizer=train_tokenizer,
+                   pairs_per_shard=128)
+    with pytest.raises(OSError, match="went away"):
+        prepare(tmp_path / "data", open_pairs=lambda: next(streams)(), log=lambda message: None, **options)
+    (building,) = [name for name in os.listdir(tmp_path / "data") if name.startswith(".building-")]
+    kept = {name: os.stat(tmp_path / "data" / building / f"{name}.tokens") for name in ("shard-00000",
+                                                                                          "shard-00001")}
+    assert not os.path.exists(tmp_path / "data" / building / "shard-00002.tokens")
+    messages = []
+    resumed = prepare(tmp_path / "data", open_pairs=lambda: read_tsv(corpus), log=messages.append, **options)
+    assert trainings == [500] and any("resuming" in m and "2 shards were finished" in m for m in messages)
+    for name, before in kept.items():
+        after = os.stat(os.path.join(resumed.directory, f"{name}.tokens"))
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert sorted(os.listdir(tmp_path / "data")) == [".lock", "current", "v1"]
+    assert resumed.manifest["shards"] == whole.manifest["shards"]
+    assert resumed.manifest["lengths_sha256"] == whole.manifest["lengths_sha256"]
+    assert resumed.manifest["counts"] == whole.manifest["counts"]
+    verify(resumed.directory, resumed.manifest)
+
+
+def test_a_preparation_in_several_processes_writes_the_same_shards(tmp_path, prepared):
+    corpus, whole = prepared
+    proto = open(whole.tokenizer_path, "rb").read()
+    parallel = prepare(tmp_path / "data", inputs=[str(corpus)], open_pairs=lambda: read_tsv(corpus),
+                       settings={"vocabulary_size": 120}, tokenizer_proto=proto, pairs_per_shard=128, processes=2,
+                       log=lambda message: None)
+    assert parallel.manifest["shards"] == whole.manifest["shards"]
+    assert parallel.manifest["lengths_sha256"] == whole.manifest["lengths_sha256"]
+    assert parallel.manifest["counts"] == whole.manifest["counts"]
+
+
+def test_batches_gather_pairs_from_anywhere_in_the_shards_as_a_pair_by_pair_read_does(prepared):
+    """The reference reads each pair's index row and tokens from the files on its own."""
+    _, data = prepared
+    entries = data.manifest["shards"]
+    reference = []
+    for entry in entries:
+        index = np.fromfile(os.path.join(data.directory, entry["name"] + ".index"), "<i8").reshape(-1, 3)
+        tokens = np.fromfile(os.path.join(data.directory, entry["name"] + ".tokens"), data.manifest["token_dtype"])
+        reference += [(tokens[s:s + a].tolist(), tokens[s + a:s + a + b].tolist()) for s, a, b in index]
+    ids = np.random.default_rng(1).permutation(data.num_pairs)[:150]
+    ids = np.concatenate([ids, [127, 128, 129, 3, 4, 5]])  # neighbours, across a shard's end too
+    assert data.shards().pairs(ids) == [reference[i] for i in ids]
+    source, _, labels = data.shards().batch(ids, 64)
+    for row, i in enumerate(ids):
+        assert source[row, :len(reference[i][0])].tolist() == reference[i][0]
+        assert labels[row, :len(reference[i][1])].tolist() == reference[i][1]
