@@ -126,7 +126,7 @@ def row_config(config_lib, args, name, overrides, output_dir, data):
     }, origin="recipes/model_variations")
 
 
-def run_row(runs, config):
+def run_row(config):
     """Trains (or resumes) one row and measures it; returns its results.
 
     A row whose training finished (its model.keras is written only then) is
@@ -135,6 +135,7 @@ def run_row(runs, config):
     """
     import keras
 
+    from keras_transformer.run import data as run_data, train as run_train, trained as run_trained
     from keras_transformer.training import list_checkpoints
 
     started = time.time()
@@ -311,7 +312,7 @@ def main(argv=None):
             shutil.copyfile(shared_tokenizer, run_dir / run_data.TOKENIZER_FILE)
         print(f"row {name} ({group}): {' '.join(overrides) or 'the base'} -> {run_dir}", flush=True)
         try:
-            entry["results"] = run_row(runs, config)
+            entry["results"] = run_row(config)
         except (run_data.RunError, ValueError, OSError) as error:
             entry.update(status="failed", error=str(error))
             failed.append(name)

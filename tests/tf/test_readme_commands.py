@@ -57,6 +57,9 @@ NOT_RUN = {
     "make quickstart": "test_make_quickstart_runs_the_recipe checks it runs recipes/quickstart/run.py, run below",
     "docker run": "no TensorFlow Serving binary or docker daemon in CI; tests/tf/test_export.py runs the stand-ins",
     "curl": "needs the TensorFlow Serving server above",
+    "tensorflow_model_server": "no TensorFlow Serving binary in CI; tests/tf/test_serving_docs.py checks every flag "
+                               "of these lines against TF Serving 2.20.0's main.cc and runs the request bodies "
+                               "against an export in process",
     "TF_CONFIG=": "needs two hosts; tests/tf/test_cli_workers.py runs `keras-transformer train` as two workers on "
                   "localhost, tests/tf/test_multi_worker.py the Python API",
     # Three (two) trainings each: a second run here would add about a minute.
