@@ -585,20 +585,6 @@ def test_op_check_accepts_the_export(export_dir):
     assert set(ops) & TF_TEXT_OPS == {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"}
 
 
-
-def test_plain_graph_output_projection_reads_the_embedding_rows_untransposed():
-    """The tied output projection in a TensorFlow graph: an einsum against the (vocabulary, d_model)
-    rows, no Transpose. matmul(outputs, transpose(embeddings)) became a float32 MatMul with transpose_b
-    in the plain SavedModel, 2.7x slower a base step (benchmarks/results/serve_logits.jsonl)."""
-    layer = kt.layers.SharedEmbedding(50, 16)
-    layer.build()
-    outputs = np.random.default_rng(0).standard_normal((4, 1, 16)).astype("float32")
-    function = tf.function(layer.logits).get_concrete_function(tf.TensorSpec([None, 1, 16], tf.float32))
-    op_types = {op.type for op in function.graph.get_operations()}
-    assert "Transpose" not in op_types and "Einsum" in op_types, sorted(op_types)
-    expected = outputs @ keras.ops.convert_to_numpy(layer.embeddings).T
-    np.testing.assert_allclose(function(tf.constant(outputs)).numpy(), expected, rtol=1e-5, atol=1e-6)
-
 def _save_module(path, function, signature):
     module = tf.Module()
     module.f = tf.function(function, input_signature=signature)
