@@ -212,6 +212,33 @@ def test_phases_change_no_output(search, monkeypatch):
     np.testing.assert_allclose(phased["scores"], whole["scores"], rtol=1e-6, atol=1e-6)
 
 
+def test_a_compiled_search_traces_only_the_phases_its_width_can_reach(monkeypatch):
+    """A batch 10 wide with 8 extra positions (an 18-position buffer) decodes
+    in two phases (room for 16, then 18), and its compiled search holds just
+    those on every backend: on TensorFlow too, whose graph has a dynamic
+    width (a trace for any width holds all five rungs' phases: 6-7 CPU-s
+    for a tiny model where 2 do), since `compiled.run` traces per width
+    class. The same sentences padded to 40 (another class) give the same
+    outputs."""
+    capacities, traced = phases_module._phase_capacities, []
+
+    def recording(buffer_length, buffer_bound=None):
+        traced.append(len(capacities(buffer_length, buffer_bound)))
+        return capacities(buffer_length, buffer_bound)
+
+    monkeypatch.setattr(phases_module, "_phase_capacities", recording)
+    model = make_model(vocabulary_size=9, num_encoder_layers=1, num_decoder_layers=1, eos_scale=0.5, seed=6)
+    source = make_sources(vocabulary_size=9, lengths=(3, 10, 2, 4), seed=2)
+    short = as_numpy(beam_search(model, source, beam_size=2, max_extra_length=8))
+    assert traced == [2]
+    padded = as_numpy(beam_search(model, np.pad(source, ((0, 0), (0, 30))), beam_size=2, max_extra_length=8))
+    assert len(traced) == 2 and traced[1] >= 3  # 16, 32, 48 (TensorFlow: and 64, capped at 48)
+    np.testing.assert_array_equal(padded["ids"][:, :18], short["ids"])
+    assert np.all(padded["ids"][:, 18:] == PAD)
+    np.testing.assert_array_equal(padded["lengths"], short["lengths"])
+    np.testing.assert_allclose(padded["scores"], short["scores"], rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.usefixtures("one_phase_search")  # buffers of at most 16 positions (conftest)
 def test_cached_step_follows_pre_layer_norm_models(source):
     model = make_model(norm_first=True)  # a final LayerNorm and the pre-LN wiring

@@ -50,6 +50,7 @@ def _beam(
 
     source_ids = ops.cast(source_ids, "int32")
     limits, buffer_length = phases._lengths_and_buffer(source_ids, pad_id, max_extra_length, max_output_length)
+    buffer_bound = phases._buffer_bound(source_ids, max_extra_length, max_output_length)
     decoder = phases._decoder(model, source_ids, beam_size, buffer_length, use_cache, jit_compile)
     constraints = _Constraints(
         prefix_ids, no_repeat_ngram_size, beam_size, model.vocabulary_size, pad_id, eos_id
@@ -172,7 +173,7 @@ def _beam(
     compaction = (phases.Compaction(beam_size, (True, True) + (False,) * 6, lambda state: state[1].done)
                   if phases.compacts(jit_compile) else None)
     _, beam, _ = phases._while_loop_in_phases(
-        loop, (ops.convert_to_tensor(0, dtype="int32"), start), decoder, buffer_length, compaction
+        loop, (ops.convert_to_tensor(0, dtype="int32"), start), decoder, buffer_length, compaction, buffer_bound
     )
     beam = BeamState(*beam)
     tokens, scores = beam.finished_tokens, beam.finished_scores
@@ -281,4 +282,4 @@ def beam_search(
         bos_id, eos_id, pad_id, use_cache, jit_compile, bool(extra_inputs), no_repeat_ngram_size,
         limit_rule, length_penalty, phases.PHASE_CAPACITIES,
     )
-    return compiled.run(model, source_ids, key, search, compile, jit_compile, extra_inputs)
+    return compiled.run(model, source_ids, key, search, compile, jit_compile, extra_inputs, phased=True)

@@ -66,6 +66,7 @@ def _greedy(
     """Greedy search, or random sampling when `uniforms` (batch, buffer) is given."""
     source_ids = ops.cast(source_ids, "int32")
     limits, buffer_length = phases._lengths_and_buffer(source_ids, pad_id, max_extra_length, max_output_length)
+    buffer_bound = phases._buffer_bound(source_ids, max_extra_length, max_output_length)
     decoder = phases._decoder(model, source_ids, 1, buffer_length, use_cache, jit_compile)
     constraints = _Constraints(prefix_ids, no_repeat_ngram_size, 1, model.vocabulary_size, pad_id, eos_id)
     batch = batch_size_of(source_ids)
@@ -126,7 +127,7 @@ def _greedy(
     # Between phases, only the sentences not finished go on (where shapes may change).
     compaction = phases.Compaction(1, (False,) * 5, lambda state: state[3]) if phases.compacts(jit_compile) else None
     _, tokens, _, _, scores, lengths, _ = phases._while_loop_in_phases(
-        loop, loop_state, decoder, buffer_length, compaction
+        loop, loop_state, decoder, buffer_length, compaction, buffer_bound
     )
     return {"ids": tokens, "scores": scores, "log_probs": scores, "lengths": lengths}
 
@@ -216,7 +217,7 @@ def _run_one_hypothesis(model, source_ids, prefix_ids, uniforms, options, compil
 
     key = ("one hypothesis", tuple(sorted(options.items())), tuple(sorted(sampling.items())), jit_compile,
            len(extra_inputs), phases.PHASE_CAPACITIES)
-    return compiled.run(model, source_ids, key, search, compile, jit_compile, extra_inputs)
+    return compiled.run(model, source_ids, key, search, compile, jit_compile, extra_inputs, phased=True)
 
 
 def sampling_search(

@@ -2,6 +2,8 @@
 the buffer width, the decoder over a source, and `ops.while_loop` run in
 phases of growing decoder capacity (see `keras_transformer.decoding.search`)."""
 
+import contextlib
+import contextvars
 from typing import Callable, NamedTuple
 
 import keras
@@ -32,6 +34,42 @@ def _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_output_length)
     return limits, buffer_length
 
 
+# While `compiled.run` traces a TensorFlow search for batches of known width
+# (the graph's width dimension stays dynamic): a static bound on that width,
+# so that the trace holds only the phases such a batch can reach. None: any width.
+_SOURCE_WIDTH_BOUND = contextvars.ContextVar("source_width_bound", default=None)
+
+
+def width_class(width):
+    """The bound a compiled search for batches `width` wide is traced under:
+    the smallest ladder rung at or above it, or None (every rung) past the
+    ladder. A few classes keep the traces few; any bound gives the same
+    outputs, as the phases do not change them."""
+    return next((capacity for capacity in PHASE_CAPACITIES if width <= capacity), None)
+
+
+@contextlib.contextmanager
+def source_width_at_most(bound):
+    """Searches traced in this block are for sources at most `bound` wide (None: any)."""
+    token = _SOURCE_WIDTH_BOUND.set(bound)
+    try:
+        yield
+    finally:
+        _SOURCE_WIDTH_BOUND.reset(token)
+
+
+def _buffer_bound(source_ids, max_extra_length, max_output_length):
+    """A static bound on the buffer length where the source width is dynamic
+    and bounded (`source_width_at_most`), else None."""
+    bound = _SOURCE_WIDTH_BOUND.get()
+    if source_ids.shape[1] is not None or bound is None:
+        return None
+    bound += max_extra_length
+    if max_output_length is not None:
+        bound = min(bound, max_output_length)
+    return max(bound, 1)
+
+
 def _decoder(model, source_ids, beam_size, buffer_length, use_cache, jit_compile):
     return model.incremental_decoder(
         source_ids, beam_size=beam_size, buffer_length=buffer_length, jit_compile=jit_compile, use_cache=use_cache
@@ -49,15 +87,17 @@ def _decoder(model, source_ids, beam_size, buffer_length, use_cache, jit_compile
 PHASE_CAPACITIES = (16, 32, 64, 128)
 
 
-def _phase_capacities(buffer_length):
+def _phase_capacities(buffer_length, buffer_bound=None):
     """Each phase's capacity: the ladder's below the buffer length, then the
     buffer length. A buffer length known only when the graph runs (a
-    TensorFlow graph with a dynamic source width) gets every rung, capped at
-    the buffer length: the number of phases must be known when tracing, and
-    a phase that starts with every position decoded runs no step."""
+    TensorFlow graph with a dynamic source width) gets every rung below its
+    static bound (`_buffer_bound`; every rung without one), capped at the
+    buffer length: the number of phases must be known when tracing, and a
+    phase that starts with every position decoded runs no step."""
     if isinstance(buffer_length, int):
         return [capacity for capacity in PHASE_CAPACITIES if capacity < buffer_length] + [buffer_length]
-    return [ops.minimum(capacity, buffer_length) for capacity in PHASE_CAPACITIES] + [buffer_length]
+    rungs = [capacity for capacity in PHASE_CAPACITIES if buffer_bound is None or capacity < buffer_bound]
+    return [ops.minimum(capacity, buffer_length) for capacity in rungs] + [buffer_length]
 
 
 def compacts(jit_compile):
@@ -114,7 +154,7 @@ def _put_sentences(whole, sentences, part, compaction):
     return (part[0],) + tuple(keras.tree.pack_sequence_as(whole[1:], put))
 
 
-def _while_loop_in_phases(loop, loop_state, decoder, buffer_length, compaction=None):
+def _while_loop_in_phases(loop, loop_state, decoder, buffer_length, compaction=None, buffer_bound=None):
     """`ops.while_loop(cond, body, loop_state + (decoder state,))` with
     `cond, body = loop(decoder, None)`, the step (`loop_state[0]`) counting
     from 0, run as one loop per phase: each phase steps while `cond` holds
@@ -128,13 +168,14 @@ def _while_loop_in_phases(loop, loop_state, decoder, buffer_length, compaction=N
     (`sentences` indexes the whole batch), their loop and decoder states
     are gathered from the last phase's, and each phase's results are
     scattered back into the whole batch's loop state, which is returned
-    (with the last phase's decoder state)."""
+    (with the last phase's decoder state). `buffer_bound`: see
+    `_phase_capacities`."""
     if not hasattr(decoder, "grow"):
         cond, body = loop(decoder, None)
         return ops.while_loop(cond, body, loop_state + (decoder.initial_state,))
     if not hasattr(decoder, "select"):
         compaction = None
-    capacities = _phase_capacities(buffer_length)
+    capacities = _phase_capacities(buffer_length, buffer_bound)
     state = decoder.empty_state(capacities[0])
     whole, sentences = loop_state, None
     for index, capacity in enumerate(capacities):

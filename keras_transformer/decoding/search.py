@@ -20,8 +20,10 @@ buffer does, while every loop keeps fixed shapes. The search's own buffers (toke
 hypotheses) keep the buffer's width throughout. With a buffer length known
 at trace time (JAX, PyTorch, TensorFlow run eagerly) only the capacities
 below it get a phase; in a TensorFlow graph with a dynamic source width
-every capacity gets one, capped at the buffer length, and those past it run
-no step. The outputs do not depend on the phases.
+every capacity below a static bound gets one (`compiled.run` traces a
+search once per width class of its batches; an export, for any width, gets
+them all), capped at the buffer length, and those past it run no step. The
+outputs do not depend on the phases.
 
 Between phases, where shapes may change (`phases.compacts`: TensorFlow
 without XLA, i.e. the plain graph, eager mode and the SavedModel's plain
