@@ -1,6 +1,7 @@
-"""The top-level run modules moved to `keras_transformer.run`: their old paths still import, for one
-release, with a DeprecationWarning that names the importing line, and give the new objects; nothing
-of ours imports an old path (pyproject.toml also turns the warning into an error under pytest)."""
+"""Top-level modules that moved into subpackages (the run modules to `keras_transformer.run`, the
+special tokens to `data`, ...): their old paths still import, for one release, with a
+DeprecationWarning that names the importing line, and give the new objects; nothing of ours imports
+an old path (pyproject.toml also turns the warning into an error under pytest)."""
 
 import ast
 import importlib
@@ -11,8 +12,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MOVED = {"run_data": "data", "run_workers": "workers", "run_translation": "translate",
-         "run_shortlist": "shortlist", "trained_run": "trained", "stages": "stages"}
+# old top-level module: its new home, under keras_transformer
+MOVED = {"run_data": "run.data", "run_workers": "run.workers", "run_translation": "run.translate",
+         "run_shortlist": "run.shortlist", "trained_run": "run.trained", "stages": "run.stages",
+         "special_tokens": "data.special_tokens"}
 OLD_PATHS = {f"keras_transformer.{name}" for name in [*MOVED, "runs"]}
 
 
@@ -39,7 +42,7 @@ def import_afresh(old):
 
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_a_moved_module_is_its_new_module_under_the_old_path(old):
-    new = importlib.import_module(f"keras_transformer.run.{MOVED[old]}")
+    new = importlib.import_module(f"keras_transformer.{MOVED[old]}")
     module, caught = import_afresh(f"keras_transformer.{old}")
     assert module is new  # its names, and monkeypatching them, are the new module's
     assert [(w.filename, w.lineno) for w in caught] == [("users_file.py", 1)]
