@@ -179,7 +179,7 @@ def test_early_stopping_stops_after_patience(corpus, tmp_path, capsys):
 # model): every validation scores one more than the last, so each is a new best.
 SCRIPTED_SCORES = """
 import itertools
-from keras_transformer import evaluation
+from keras_transformer.decoding import evaluation
 counter = itertools.count(START)
 evaluation.corpus_scores = lambda hypotheses, references: dict.fromkeys(("bleu", "chrf"), float(next(counter)))
 """
@@ -214,7 +214,7 @@ def test_a_kill_keeps_the_best_record_and_resuming_continues_it(corpus, tmp_path
     assert weights == [os.path.basename(before["weights"])]  # the replaced best is gone, no temporary left
     assert (before["step"], before["value"]) == (8, 2.0)
     counter = itertools.count(3)
-    monkeypatch.setattr("keras_transformer.evaluation.corpus_scores",
+    monkeypatch.setattr("keras_transformer.decoding.evaluation.corpus_scores",
                         lambda hypotheses, references: dict.fromkeys(("bleu", "chrf"), float(next(counter))))
     run_train.train(config)
     after = read_best(output_dir)
