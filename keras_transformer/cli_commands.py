@@ -340,7 +340,7 @@ def cmd_import(args):
 
 
 def cmd_attention(args):
-    from keras_transformer.plots import plot_cross_attention
+    from keras_transformer.run.plots import plot_cross_attention
     from keras_transformer.run.translate import translate_texts, with_target_language
 
     model, tokenizer, config = _load_run(args.run_dir)
@@ -356,7 +356,7 @@ def cmd_attention(args):
 
 
 def cmd_plot(args):
-    from keras_transformer.plots import plot_training_curves
+    from keras_transformer.run.plots import plot_training_curves
 
     output = args.output or os.path.join(args.run_dir, "training_curves.png")
     print(f"training curves: {plot_training_curves(args.run_dir, output)}")

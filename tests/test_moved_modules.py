@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # old top-level module: its new home, under keras_transformer
 MOVED = {"run_data": "run.data", "run_workers": "run.workers", "run_translation": "run.translate",
          "run_shortlist": "run.shortlist", "trained_run": "run.trained", "stages": "run.stages",
-         "special_tokens": "data.special_tokens", "evaluation": "decoding.evaluation"}
+         "special_tokens": "data.special_tokens", "evaluation": "decoding.evaluation",
+         "plots": "run.plots"}
 OLD_PATHS = {f"keras_transformer.{name}" for name in [*MOVED, "runs"]}
 
 

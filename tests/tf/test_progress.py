@@ -64,7 +64,7 @@ def test_progress_lines_records_validation_and_best_model(corpus, tmp_path, caps
     assert best["value"] == max(values)
     assert os.path.isfile(best["weights"])
     assert f"best validated weights (step {best['step']}" in printed
-    from keras_transformer.plots import plot_training_curves
+    from keras_transformer.run.plots import plot_training_curves
 
     png = plot_training_curves(output_dir, tmp_path / "curves.png")
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
