@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MOVED = {"run_data": "run.data", "run_workers": "run.workers", "run_translation": "run.translate",
          "run_shortlist": "run.shortlist", "trained_run": "run.trained", "stages": "run.stages",
          "special_tokens": "data.special_tokens", "evaluation": "decoding.evaluation",
-         "plots": "run.plots"}
+         "plots": "run.plots", "cli_commands": "cli.commands"}
 OLD_PATHS = {f"keras_transformer.{name}" for name in [*MOVED, "runs"]}
 
 
@@ -91,7 +91,7 @@ def test_nothing_of_ours_imports_an_old_path():
     files = [path for folder in ("keras_transformer", "tests", "recipes", "benchmarks")
              for path in sorted((ROOT / folder).rglob("*.py"))
              if path not in shims and path != Path(__file__).resolve()]
-    assert len(files) > 200 and ROOT / "keras_transformer" / "cli_commands.py" in files
+    assert len(files) > 200 and ROOT / "keras_transformer" / "cli" / "commands.py" in files
     found = [f"{path.relative_to(ROOT)}:{line} imports {name}" for path in files for line, name in old_imports(path)]
     assert not found, found
 
