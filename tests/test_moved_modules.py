@@ -67,8 +67,10 @@ def test_runs_gives_its_names_from_their_new_modules():
     assert runs._read_pairs is data.read_pairs
 
 
-# Any import line naming an old module: only the files with one are parsed.
-MENTION = re.compile(r"import[^\n]*\b(%s)\b" % "|".join(name.split(".")[1] for name in sorted(OLD_PATHS)))
+# Any import line naming an old module (`from keras_transformer.plots import ...` too): only the files
+# with one are parsed.
+OLD_NAMES = "|".join(name.split(".")[1] for name in sorted(OLD_PATHS))
+MENTION = re.compile(rf"^[ \t]*(?:from|import)\b[^\n]*\b({OLD_NAMES})\b", re.M)
 
 
 def old_imports(path):
@@ -102,3 +104,6 @@ def test_an_old_import_is_found(tmp_path):
                       "    import keras_transformer.stages\n    from keras_transformer.run_data import RunError\n")
     assert old_imports(source) == [(2, "keras_transformer.runs"), (5, "keras_transformer.stages"),
                                    (6, "keras_transformer.run_data")]
+    only = tmp_path / "only.py"  # its one old import names the module before `import`
+    only.write_text("x = 1\nfrom keras_transformer.evaluation import corpus_scores\n")
+    assert old_imports(only) == [(2, "keras_transformer.evaluation")]
