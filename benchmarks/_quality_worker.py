@@ -121,7 +121,7 @@ def write_opennmt_files(data, train, test):
 
 def score(work, contender):
     """Detokenizes (OpenNMT-tf pieces) and scores one contender's test output."""
-    from keras_transformer.evaluation import corpus_scores
+    from keras_transformer.decoding.evaluation import corpus_scores
 
     data = work / "data"
     out = work / contender

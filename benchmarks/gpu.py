@@ -172,7 +172,7 @@ def decode_ctranslate2(args, compute_type, kind):
 
     import keras_transformer as kt
     from keras_transformer.export.ctranslate2 import model_spec
-    from keras_transformer.special_tokens import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE
+    from keras_transformer.data.special_tokens import BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE
 
     model = kt.Transformer.from_preset(args.preset, vocabulary_size=VOCABULARY)
     pieces = [PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE] + [f"p{i}" for i in range(4, VOCABULARY)]

@@ -1,4 +1,13 @@
-"""keras-transformer: the Transformer of "Attention Is All You Need" on Keras 3."""
+"""keras-transformer: the Transformer of "Attention Is All You Need" on Keras 3.
+
+Here: `Transformer`, the layers and the training pieces a user imports first.
+Each part has its package: `layers`, `models`, `training`, `data` (corpora,
+tokenizer, tf.data, the special tokens), `decoding` (searches, translation,
+evaluation), `export`, `run` (a run on disk, its plots), `marian`, `hub`,
+`parsing` (section 6.3), `datasets`; `config` is a run's configuration and
+`cli` the `keras-transformer` command line. The other top-level modules are
+private helpers the packages share, and deprecated old paths (one release).
+"""
 
 __version__ = "0.1.0"
 

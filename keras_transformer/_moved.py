@@ -1,4 +1,5 @@
-"""The deprecation of a module path that moved (the top-level run modules, now `keras_transformer.run`)."""
+"""The deprecation of a module path that moved (top-level modules, now in `keras_transformer.run`, `.cli`,
+`.data` and `.decoding`)."""
 
 import warnings
 

@@ -1,16 +1,13 @@
-"""The special tokens every part of the package agrees on: ids and SentencePiece pieces.
+"""Deprecated: moved to `keras_transformer.data.special_tokens`.
 
-One home, with no TensorFlow or Keras dependency, so that the tokenizer, the
-searches, the data pipeline and the exports (including the CTranslate2 one,
-which runs without TensorFlow) read the same values.
+Importing this path warns (DeprecationWarning) and gives that very module.
+Goes in the next release.
 """
 
-PAD_ID = 0
-UNK_ID = 1
-BOS_ID = 2
-EOS_ID = 3
+import sys
 
-PAD_PIECE = "<pad>"
-UNK_PIECE = "<unk>"
-BOS_PIECE = "<s>"
-EOS_PIECE = "</s>"
+from keras_transformer._moved import warn_moved
+from keras_transformer.data import special_tokens
+
+warn_moved(__name__, special_tokens.__name__)
+sys.modules[__name__] = special_tokens

@@ -1,4 +1,4 @@
-"""keras_transformer.evaluation reproduces sacreBLEU's own scores (also re-exported
+"""keras_transformer.decoding.evaluation reproduces sacreBLEU's own scores (also re-exported
 by keras_transformer.decoding), and `evaluate` scores what it translates."""
 
 import pytest
@@ -6,7 +6,7 @@ import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF
 
 from keras_transformer import decoding
-from keras_transformer.evaluation import compound_split_bleu, corpus_scores, evaluate, split_compounds
+from keras_transformer.decoding.evaluation import compound_split_bleu, corpus_scores, evaluate, split_compounds
 
 HYPOTHESES = [
     "Das Haus ist klein.",
@@ -96,20 +96,6 @@ def test_evaluate_scores_what_it_translates():
     assert decoding.evaluate is evaluate and decoding.corpus_scores is corpus_scores
 
 
-def test_old_import_path_warns_and_gives_the_same_functions(monkeypatch):
-    import importlib
-    import sys
-
-    from keras_transformer import evaluation
-
-    monkeypatch.delitem(sys.modules, "keras_transformer.decoding.evaluation", raising=False)
-    with pytest.warns(DeprecationWarning, match="import from keras_transformer.evaluation"):
-        old = importlib.import_module("keras_transformer.decoding.evaluation")
-    for name in evaluation.__all__:
-        assert getattr(old, name) is getattr(evaluation, name), name
-    assert sorted(old.__all__) == sorted(evaluation.__all__)
-
-
 def test_perplexity_is_exp_of_the_token_mean_cross_entropy_by_hand():
     """Two batches of different sizes; padding (0) ignored; a token mean over
     all real tokens together, checked against math.log of a hand softmax."""
@@ -117,7 +103,7 @@ def test_perplexity_is_exp_of_the_token_mean_cross_entropy_by_hand():
 
     import numpy as np
 
-    from keras_transformer.evaluation import perplexity
+    from keras_transformer.decoding.evaluation import perplexity
 
     rng = np.random.default_rng(3)
     batches = [(rng.normal(size=(2, 3, 5)).astype("float32"), np.array([[1, 4, 0], [2, 0, 0]])),

@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent("""
     import keras_transformer.data
     import keras_transformer.datasets
     import keras_transformer.decoding
-    import keras_transformer.evaluation
+    import keras_transformer.decoding.evaluation
     import keras_transformer.export
     import keras_transformer.marian.checkpoint
     import keras_transformer.marian.convert

@@ -87,7 +87,8 @@ def test_the_command_line_and_the_config_give_the_search_its_rule(tables):
     decoding settings (`make_translator`, as `translate` and `evaluate`
     build it): the translations are those of a Translator given the rule,
     and here the two rules translate some text differently."""
-    from keras_transformer import cli, cli_commands
+    from keras_transformer import cli
+    from keras_transformer.cli import commands as cli_commands
     from keras_transformer.run.translate import translate_texts
 
     model = bigram_model(tables[1])

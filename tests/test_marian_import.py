@@ -22,7 +22,7 @@ from keras_transformer.marian.checkpoint import CheckpointError, read_checkpoint
 from keras_transformer.marian.convert import transformer_from_checkpoint, write_marian_hf  # noqa: E402
 from keras_transformer.marian.ids import BOS_LOGIT_BIAS  # noqa: E402
 from keras_transformer.models.transformer import Transformer  # noqa: E402
-from keras_transformer.special_tokens import BOS_ID  # noqa: E402
+from keras_transformer.data.special_tokens import BOS_ID  # noqa: E402
 
 # name: (MarianConfig keywords beyond the common ones)
 VARIANTS = {

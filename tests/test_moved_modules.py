@@ -1,6 +1,7 @@
-"""The top-level run modules moved to `keras_transformer.run`: their old paths still import, for one
-release, with a DeprecationWarning that names the importing line, and give the new objects; nothing
-of ours imports an old path (pyproject.toml also turns the warning into an error under pytest)."""
+"""Top-level modules that moved into subpackages (the run modules to `keras_transformer.run`, the
+special tokens to `data`, ...): their old paths still import, for one release, with a
+DeprecationWarning that names the importing line, and give the new objects; nothing of ours imports
+an old path (pyproject.toml also turns the warning into an error under pytest)."""
 
 import ast
 import importlib
@@ -11,8 +12,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MOVED = {"run_data": "data", "run_workers": "workers", "run_translation": "translate",
-         "run_shortlist": "shortlist", "trained_run": "trained", "stages": "stages"}
+# old top-level module: its new home, under keras_transformer
+MOVED = {"run_data": "run.data", "run_workers": "run.workers", "run_translation": "run.translate",
+         "run_shortlist": "run.shortlist", "trained_run": "run.trained", "stages": "run.stages",
+         "special_tokens": "data.special_tokens", "evaluation": "decoding.evaluation",
+         "plots": "run.plots", "cli_commands": "cli.commands"}
 OLD_PATHS = {f"keras_transformer.{name}" for name in [*MOVED, "runs"]}
 
 
@@ -39,7 +43,7 @@ def import_afresh(old):
 
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_a_moved_module_is_its_new_module_under_the_old_path(old):
-    new = importlib.import_module(f"keras_transformer.run.{MOVED[old]}")
+    new = importlib.import_module(f"keras_transformer.{MOVED[old]}")
     module, caught = import_afresh(f"keras_transformer.{old}")
     assert module is new  # its names, and monkeypatching them, are the new module's
     assert [(w.filename, w.lineno) for w in caught] == [("users_file.py", 1)]
@@ -63,8 +67,10 @@ def test_runs_gives_its_names_from_their_new_modules():
     assert runs._read_pairs is data.read_pairs
 
 
-# Any import line naming an old module: only the files with one are parsed.
-MENTION = re.compile(r"import[^\n]*\b(%s)\b" % "|".join(name.split(".")[1] for name in sorted(OLD_PATHS)))
+# Any import line naming an old module (`from keras_transformer.plots import ...` too): only the files
+# with one are parsed.
+OLD_NAMES = "|".join(name.split(".")[1] for name in sorted(OLD_PATHS))
+MENTION = re.compile(rf"^[ \t]*(?:from|import)\b[^\n]*\b({OLD_NAMES})\b", re.M)
 
 
 def old_imports(path):
@@ -87,7 +93,7 @@ def test_nothing_of_ours_imports_an_old_path():
     files = [path for folder in ("keras_transformer", "tests", "recipes", "benchmarks")
              for path in sorted((ROOT / folder).rglob("*.py"))
              if path not in shims and path != Path(__file__).resolve()]
-    assert len(files) > 200 and ROOT / "keras_transformer" / "cli_commands.py" in files
+    assert len(files) > 200 and ROOT / "keras_transformer" / "cli" / "commands.py" in files
     found = [f"{path.relative_to(ROOT)}:{line} imports {name}" for path in files for line, name in old_imports(path)]
     assert not found, found
 
@@ -98,3 +104,6 @@ def test_an_old_import_is_found(tmp_path):
                       "    import keras_transformer.stages\n    from keras_transformer.run_data import RunError\n")
     assert old_imports(source) == [(2, "keras_transformer.runs"), (5, "keras_transformer.stages"),
                                    (6, "keras_transformer.run_data")]
+    only = tmp_path / "only.py"  # its one old import names the module before `import`
+    only.write_text("x = 1\nfrom keras_transformer.evaluation import corpus_scores\n")
+    assert old_imports(only) == [(2, "keras_transformer.evaluation")]

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.special_tokens import PAD_ID
+from keras_transformer.data.special_tokens import PAD_ID
 
 
 def check_positive_int(name, value):

@@ -52,7 +52,7 @@ from keras_transformer.marian.pieces import (  # noqa: F401  (the file names: re
     SOURCE_SPM, SPECIAL_PATTERN, SPECIAL_PIECES, TARGET_SPM, TARGET_VOCAB_FILE, UNICODE_SPACE, VOCAB_FILE, PairEncoder,
     surface,
 )
-from keras_transformer.special_tokens import (
+from keras_transformer.data.special_tokens import (
     BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE,
 )
 

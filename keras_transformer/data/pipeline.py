@@ -15,7 +15,7 @@ import collections.abc
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.special_tokens import BOS_ID, EOS_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID
 from keras_transformer.data.bucketing import (  # noqa: F401  (default_bucket_boundaries: API)
     Buckets, bucket_and_batch, check_positive_int, default_bucket_boundaries,
 )

@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 TOKENS_SUFFIX = ".tokens"
 INDEX_SUFFIX = ".index"

@@ -27,7 +27,7 @@ from keras_transformer.data.corpus import unpaired_surrogate
 
 _sentencepiece_ops = _tf_text_sentencepiece.gen_sentencepiece_tokenizer
 
-from keras_transformer.special_tokens import (  # noqa: F401  (re-exported)
+from keras_transformer.data.special_tokens import (  # noqa: F401  (re-exported)
     BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE,
 )
 

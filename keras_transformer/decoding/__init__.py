@@ -6,10 +6,10 @@ evaluation needs `sacrebleu`. Nothing here imports TensorFlow at import time.
 """
 
 from keras_transformer.decoding.alignment import attention_alignments
-from keras_transformer.evaluation import compound_split_bleu
-from keras_transformer.evaluation import corpus_scores
-from keras_transformer.evaluation import evaluate
-from keras_transformer.evaluation import split_compounds
+from keras_transformer.decoding.evaluation import compound_split_bleu
+from keras_transformer.decoding.evaluation import corpus_scores
+from keras_transformer.decoding.evaluation import evaluate
+from keras_transformer.decoding.evaluation import split_compounds
 from keras_transformer.decoding.search import LENGTH_PENALTIES
 from keras_transformer.decoding.search import LIMIT_RULES
 from keras_transformer.decoding.search import beam_search

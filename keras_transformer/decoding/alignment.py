@@ -13,7 +13,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.decoding import compiled
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def _align(model, source_ids, target_ids, layer, bos_id, eos_id, pad_id):

@@ -11,7 +11,7 @@ from keras_transformer.decoding.inputs import check_inputs, check_prefix
 from keras_transformer.decoding import penalty
 from keras_transformer.decoding.options import check_alpha, check_int, check_length_penalty, check_search_options
 from keras_transformer.models.incremental import batch_size_of, write_column
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def _take_rows(x, indices):

@@ -10,7 +10,7 @@ from keras_transformer.decoding.constraints import _Constraints
 from keras_transformer.decoding.inputs import check_inputs, check_prefix
 from keras_transformer.decoding.options import check_int, check_sampling_options, check_search_options
 from keras_transformer.models.incremental import batch_size_of, write_column
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 # Why not KerasHub's samplers (keras_hub.samplers.RandomSampler, TopKSampler,

@@ -21,7 +21,7 @@
 import numpy as np
 from keras import ops
 
-from keras_transformer.special_tokens import EOS_ID
+from keras_transformer.data.special_tokens import EOS_ID
 
 
 # The default source limit of every path (`Translator`, `export_saved_model`,

@@ -14,7 +14,7 @@ from keras_transformer.decoding import compiled
 from keras_transformer.decoding.inputs import check_inputs
 from keras_transformer.decoding import penalty
 from keras_transformer.decoding.options import check_alpha, check_length_penalty
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def _score(model, source_ids, target_ids, alpha, bos_id, eos_id, pad_id, append_eos, length_penalty="gnmt"):

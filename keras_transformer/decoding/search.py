@@ -92,4 +92,4 @@ from keras_transformer.decoding.greedy import greedy_search, sampling_search  # 
 from keras_transformer.decoding.options import LIMIT_RULES, check_limit_rule, check_sampling_options  # noqa: F401
 from keras_transformer.decoding.penalty import LENGTH_PENALTIES, length_penalty  # noqa: F401
 from keras_transformer.decoding.phases import PHASE_CAPACITIES  # noqa: F401  (read-only here)
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID  # noqa: F401  (re-exported)
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID  # noqa: F401  (re-exported)

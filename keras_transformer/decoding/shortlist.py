@@ -47,7 +47,7 @@ import os
 
 import numpy as np
 
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
 _MAGIC = "keras-transformer shortlist 1"

@@ -11,7 +11,7 @@ the whole decoder input so far at every step.
 from keras import ops
 
 from keras_transformer.models.incremental import write_column
-from keras_transformer.special_tokens import PAD_ID
+from keras_transformer.data.special_tokens import PAD_ID
 
 
 class _StepFunctionDecoder:

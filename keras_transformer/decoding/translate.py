@@ -26,7 +26,7 @@ from keras_transformer.decoding.search import (
     greedy_search,
     sampling_search,
 )
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def _to_id_lists(tokens):

@@ -53,7 +53,7 @@ import numpy as np
 
 from keras_transformer._folders import replace_folder
 from keras_transformer.decoding.inputs import source_length_limit, truncate_source
-from keras_transformer.special_tokens import (
+from keras_transformer.data.special_tokens import (
     BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE,
 )
 

@@ -57,7 +57,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.decoding.inputs import DEFAULT_MAX_SOURCE_LENGTH, source_length_limit
 from keras_transformer.decoding.options import check_alpha, check_length_penalty, check_limit_rule
 from keras_transformer.decoding.options import check_int

@@ -8,7 +8,7 @@ detokenize; forced-decoding scores; ids in, ids out), traced by Keras'
 
 import tensorflow as tf
 
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding import beam_search, greedy_search, shortlisted
 from keras_transformer.decoding.inputs import describe_target_limit, source_tokens_kept, target_length_limit
 from keras_transformer.decoding.scoring import score_translations

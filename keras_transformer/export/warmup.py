@@ -23,7 +23,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.special_tokens import EOS_ID
+from keras_transformer.data.special_tokens import EOS_ID
 
 __all__ = [
     "DEFAULT_WARMUP_ROWS",

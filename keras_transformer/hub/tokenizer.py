@@ -7,7 +7,7 @@ import keras_hub
 
 from keras_transformer.hub import manifest
 from keras_transformer.hub.backbone import TransformerBackbone
-from keras_transformer.special_tokens import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE
+from keras_transformer.data.special_tokens import BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, PAD_ID, PAD_PIECE
 
 SENTENCEPIECE_ASSET = "sentencepiece.model"
 

@@ -2,7 +2,7 @@
 
 Marian (and Transformers' MarianMT) puts EOS at 0, UNK at 1 and PAD last, and
 starts decoding from PAD, whose embedding row is zero. We have fixed special
-ids (`keras_transformer.special_tokens`: pad 0, unk 1, bos 2, eos 3). The
+ids (`keras_transformer.data.special_tokens`: pad 0, unk 1, bos 2, eos 3). The
 mapping, for one vocabulary (a model with separate source and target
 vocabularies has one `MarianIds` per side):
 
@@ -26,7 +26,7 @@ converter and the tokenizer share it without a backend.
 
 import numpy as np
 
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 # The output bias of our BOS row in an imported model: exp(-1e9 - max) is 0 in
 # float32, so the softmax over our vocabulary equals Marian's over its own.

@@ -19,7 +19,7 @@ client, which runs without TensorFlow, runs them here. Only `re` and a
 import hashlib
 import re
 
-from keras_transformer.special_tokens import EOS_PIECE, PAD_PIECE, UNK_ID, UNK_PIECE
+from keras_transformer.data.special_tokens import EOS_PIECE, PAD_PIECE, UNK_ID, UNK_PIECE
 
 # The tokenizer's files, as Transformers' MarianTokenizer names them.
 SOURCE_SPM = "source.spm"

@@ -13,7 +13,7 @@ from keras_transformer.layers.embeddings import (
 from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.masks import decoder_self_attention_mask, padding_mask
 from keras_transformer.models.presets import PRESETS
-from keras_transformer.special_tokens import PAD_ID
+from keras_transformer.data.special_tokens import PAD_ID
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

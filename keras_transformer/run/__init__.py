@@ -35,17 +35,20 @@ One module per concept; import each name from its module (this package's
   `validation_perplexity`, `export` (SavedModel), `export_ctranslate2`;
 - `run.shortlist`: the run's vocabulary shortlist;
 - `run.stages`: resumable stages of a multi-stage recipe (`train_stage`,
-  `score_stage`).
+  `score_stage`);
+- `run.plots`: a run's pictures (`keras-transformer plot` and `attention`):
+  its training curves from `progress.jsonl`, its model's encoder-decoder
+  attention.
 
 The layering is one way (tests/test_import_graph.py): `data` and `workers`
 import no other module of the run, `translate` only `data`, `trained` those
-two, and `train`, `shortlist` and `stages` sit on top. The Marian bridges
-(`keras-transformer import`, `export --format marian-hf`) read and write run
-directories too but live in `keras_transformer.marian` with the rest of what
-knows Marian's formats.
+two, and `train`, `shortlist` and `stages` sit on top; `plots` imports none
+of them. The Marian bridges (`keras-transformer import`, `export --format
+marian-hf`) read and write run directories too but live in
+`keras_transformer.marian` with the rest of what knows Marian's formats.
 
 The top-level modules that held these before (`keras_transformer.runs`,
 `run_data`, `run_workers`, `run_translation`, `run_shortlist`,
-`trained_run`, `stages`) still import, with a DeprecationWarning, for one
-release.
+`trained_run`, `stages`, and `plots`) still import, with a
+DeprecationWarning, for one release.
 """

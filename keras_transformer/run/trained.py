@@ -115,7 +115,7 @@ def validation_perplexity(output_dir, corpus=None, corpus_target=None):
     `evaluation.perplexity` over the run's batching (pairs longer than
     data.max_length tokens are left out, as in training). Returns its dict
     with "corpus" and "sentences" added."""
-    from keras_transformer import evaluation
+    from keras_transformer.decoding import evaluation
     from keras_transformer.data import make_dataset
 
     model, tokenizer, config = load_run(output_dir)
@@ -136,7 +136,7 @@ def evaluate(output_dir, corpus=None, corpus_target=None, limit=None, progress=T
 
     `decoding` overrides the run's decoding settings (beam_size, alpha, ...).
     """
-    from keras_transformer import evaluation
+    from keras_transformer.decoding import evaluation
 
     model, tokenizer, config = load_run(output_dir)
     if decoding:

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_transformer.special_tokens import PAD_ID
+from keras_transformer.data.special_tokens import PAD_ID
 from keras_transformer.training.tensorflow_kernels import sum_over_replicas
 
 _REDUCTIONS = ("mean", "sum_over_batch_size", "sum", "none", None)

@@ -300,7 +300,7 @@ class ValidationTranslation(_CountsRunSteps, keras.callbacks.Callback):
         step = self._run_step()
         if step == 0 or step % self.every_steps or (self.validated_step is not None and step <= self.validated_step):
             return
-        from keras_transformer.evaluation import corpus_scores
+        from keras_transformer.decoding.evaluation import corpus_scores
 
         start = time.monotonic()
         hypotheses = self.translate(self.sources)

@@ -1,6 +1,6 @@
 """English constituency parsing as translation (paper, section 6.3): sentences to
 linearised trees (Vinyals et al. 2015), decoded back into trees and scored with
-labelled bracket F1 (EVALB's COLLINS.prm conventions; keras_transformer/parsing.py).
+labelled bracket F1 (EVALB's COLLINS.prm conventions; keras_transformer/parsing/).
 
     # The package's own trees, no download, a few minutes on a CPU:
     python recipes/constituency_parsing/run.py

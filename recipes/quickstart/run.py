@@ -62,7 +62,7 @@ def main():
 
     output_dir = run_train.train(config)
     print(f"training done after {time.time() - started:.0f}s")
-    from keras_transformer.plots import plot_training_curves
+    from keras_transformer.run.plots import plot_training_curves
 
     print(f"training curves: {plot_training_curves(output_dir, Path(output_dir) / 'training_curves.png')}")
 

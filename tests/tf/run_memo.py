@@ -13,7 +13,7 @@ training rewrites model.keras) is loaded again: the memo is keyed by the run
 directory and each run file's inode, size and modification time.
 
 Only the commands that use the model they load go through
-`cli_commands._load_run` (translate, score, attention); evaluate, export and
+`cli.commands._load_run` (translate, score, attention); evaluate, export and
 shortlist load their own copy (keras_transformer/run/trained.py and
 run/shortlist.py call `load_run` itself), so an export that quantizes its model
 cannot change the model the next command translates with. Each caller gets its own copy of the config.
@@ -24,7 +24,7 @@ import os
 
 import pytest
 
-from keras_transformer import cli_commands
+from keras_transformer.cli import commands as cli_commands
 
 RUN_FILES = ("model.keras", "tokenizer.model", "config.json")
 
@@ -44,7 +44,7 @@ def _identity(run_dir):
 
 @pytest.fixture(scope="module")
 def runs_loaded_once():
-    """Patches `cli_commands._load_run` for the module; yields {identity: (model, tokenizer, config)} of the
+    """Patches `cli.commands._load_run` for the module; yields {identity: (model, tokenizer, config)} of the
     runs loaded."""
     load, loaded = cli_commands._load_run, {}
 

@@ -91,7 +91,7 @@ def test_attention_decodes_its_target_with_the_decoding_flags(trained_run, tmp_p
     """Without --target, `attention` decodes with the decoding flags (the run's
     own decoding is beam 2, up to 5 extra tokens, alpha 0.6) and plots the
     translation that `translate` gives with the same flags."""
-    from keras_transformer import plots
+    from keras_transformer.run import plots
     from keras_transformer.run import translate as run_translate
 
     work, _ = trained_run

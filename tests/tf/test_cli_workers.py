@@ -22,7 +22,7 @@ def worker(record, *argv):
     from trained_batches import record_trained_batches
 
     from keras_transformer import cli
-    from keras_transformer.special_tokens import PAD_ID
+    from keras_transformer.data.special_tokens import PAD_ID
 
     def write_rows(source, labels):
         with open(record, "a") as handle:
@@ -38,7 +38,7 @@ def test_two_workers_train_every_pair_once_per_epoch(tmp_path):
 
     from keras_transformer.data.prepare import current_version, read_manifest
     from keras_transformer.data.shards import ShardSet
-    from keras_transformer.special_tokens import EOS_ID
+    from keras_transformer.data.special_tokens import EOS_ID
 
     corpus = write_corpus(tmp_path / "corpus.tsv", 150)
     run = tmp_path / "run"

@@ -29,7 +29,8 @@ MAX_STEPS = 6
 def worker(record, case, *argv):
     from trained_batches import record_trained_batches
 
-    from keras_transformer import cli, data, evaluation
+    from keras_transformer import cli, data
+    from keras_transformer.decoding import evaluation
     from keras_transformer.run import train as run_train
 
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]

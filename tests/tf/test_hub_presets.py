@@ -37,7 +37,7 @@ def test_a_run_as_a_preset_translates_as_the_run(run_preset, easy_synthetic_run,
     assert type(task) is TransformerSeq2SeqLM and type(task.preprocessor) is TransformerSeq2SeqLMPreprocessor
     assert task.decoding == config["decoding"] and task.max_source_length == config["data"]["max_length"]
 
-    def translate(decoding):  # what `keras-transformer translate RUN_DIR` runs (cli_commands.cmd_translate)
+    def translate(decoding):  # what `keras-transformer translate RUN_DIR` runs (cli.commands.cmd_translate)
         return run_translate.translate_texts(model, tokenizer, texts, decoding,
                                              max_source_length=config["data"]["max_length"])
 

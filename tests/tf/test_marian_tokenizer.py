@@ -11,7 +11,7 @@ import tensorflow as tf
 from marian_folder import make_marian_folder, sentences, WORDS_DE, WORDS_EN
 
 from keras_transformer.data.marian_tokenizer import MarianTokenizer, MarianVocabularyError
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 transformers = pytest.importorskip("transformers")
 

@@ -14,7 +14,7 @@ from keras_transformer.data.batch_plan import BatchPlan
 from keras_transformer.data.prepare import MANIFEST_FILE, PrepareError, prepare, read_manifest, verify
 from keras_transformer.data.streaming import stream_batches
 from keras_transformer.run import data as run_data, train as run_train
-from keras_transformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 WORDS = "the a red blue house car tree book reads sees big small old new green".split()
 GERMAN = "das ein rot blau Haus Auto Baum Buch liest sieht groß klein alt neu grün".split()

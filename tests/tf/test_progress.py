@@ -64,7 +64,7 @@ def test_progress_lines_records_validation_and_best_model(corpus, tmp_path, caps
     assert best["value"] == max(values)
     assert os.path.isfile(best["weights"])
     assert f"best validated weights (step {best['step']}" in printed
-    from keras_transformer.plots import plot_training_curves
+    from keras_transformer.run.plots import plot_training_curves
 
     png = plot_training_curves(output_dir, tmp_path / "curves.png")
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
@@ -179,7 +179,7 @@ def test_early_stopping_stops_after_patience(corpus, tmp_path, capsys):
 # model): every validation scores one more than the last, so each is a new best.
 SCRIPTED_SCORES = """
 import itertools
-from keras_transformer import evaluation
+from keras_transformer.decoding import evaluation
 counter = itertools.count(START)
 evaluation.corpus_scores = lambda hypotheses, references: dict.fromkeys(("bleu", "chrf"), float(next(counter)))
 """
@@ -214,7 +214,7 @@ def test_a_kill_keeps_the_best_record_and_resuming_continues_it(corpus, tmp_path
     assert weights == [os.path.basename(before["weights"])]  # the replaced best is gone, no temporary left
     assert (before["step"], before["value"]) == (8, 2.0)
     counter = itertools.count(3)
-    monkeypatch.setattr("keras_transformer.evaluation.corpus_scores",
+    monkeypatch.setattr("keras_transformer.decoding.evaluation.corpus_scores",
                         lambda hypotheses, references: dict.fromkeys(("bleu", "chrf"), float(next(counter))))
     run_train.train(config)
     after = read_best(output_dir)

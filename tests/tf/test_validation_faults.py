@@ -31,7 +31,7 @@ def child(corpus_dir, output_dir, kill_at):
     import tensorflow as tf
 
     from keras_transformer import config as config_lib
-    from keras_transformer import evaluation
+    from keras_transformer.decoding import evaluation
     from keras_transformer.run import train as run_train
     from keras_transformer.training import progress
 

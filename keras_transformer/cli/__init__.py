@@ -23,6 +23,10 @@ Runs on the TensorFlow backend unless KERAS_BACKEND says otherwise (tf.data
 and the tokenizer need TensorFlow; export needs the TensorFlow backend).
 TensorFlow's C++ log lines are hidden unless `--verbose` is given (before or
 after the command) or TF_CPP_MIN_LOG_LEVEL is set.
+
+This package builds the parser and `main` (the console script's entry point,
+also `python -m keras_transformer.cli`); `keras_transformer.cli.commands`
+holds what each command does.
 """
 
 import argparse
@@ -32,7 +36,7 @@ import sys
 # start-up) are set by keras_transformer._startup, which runs before the
 # package imports Keras; setting them here would come too late.
 
-from keras_transformer.cli_commands import (
+from keras_transformer.cli.commands import (
     cmd_attention, cmd_average, cmd_evaluate, cmd_export, cmd_import, cmd_plot, cmd_prepare, cmd_score, cmd_shortlist,
     cmd_train, cmd_translate,
 )
@@ -289,6 +293,3 @@ def main(argv=None):
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())
