@@ -58,6 +58,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.data.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.decoding import phases
 from keras_transformer.decoding.inputs import DEFAULT_MAX_SOURCE_LENGTH, source_length_limit
 from keras_transformer.decoding.options import check_alpha, check_length_penalty, check_limit_rule
 from keras_transformer.decoding.options import check_int
@@ -371,41 +372,10 @@ def export_saved_model(
     )
     temp_dir = _make_temp_dir(model_dir)
     try:
-        archive = keras.export.ExportArchive()
-        archive.track(model)
-        # The tokenizer's SentencePiece model is an attribute of its graph ops;
-        # tracking it keeps any resource it may hold in the export.
-        archive.track(tokenizer)
-        # The first endpoint becomes serving_default as well; naming it so
-        # avoids a duplicate signature.
-        _add_endpoint(
-            archive, SERVING_SIGNATURE,
-            translator.translate_text,
-            input_signature=[tf.TensorSpec([None], tf.string, name=TEXT_INPUT)],
-        )
-        _add_endpoint(
-            archive, IDS_SIGNATURE,
-            translator.translate_ids,
-            input_signature=[tf.TensorSpec([None, None], tf.int32, name=IDS_INPUT)],
-        )
-        _add_endpoint(
-            archive, IDS_LENGTHS_SIGNATURE,
-            translator.translate_ids_with_lengths,
-            input_signature=[tf.TensorSpec([None, None], tf.int32, name=IDS_INPUT),
-                             tf.TensorSpec([None], tf.int32, name=LENGTHS_INPUT)],
-        )
-        if beam_size > 1:
-            _add_endpoint(
-                archive, N_BEST_SIGNATURE,
-                translator.translate_n_best,
-                input_signature=[tf.TensorSpec([None], tf.string, name=TEXT_INPUT)],
-            )
-        _add_endpoint(
-            archive, SCORE_SIGNATURE,
-            translator.score,
-            input_signature=[tf.TensorSpec([None], tf.string, name="source"),
-                             tf.TensorSpec([None], tf.string, name="target")],
-        )
+        # Every signature cuts its sources to max_input_length ids: its searches
+        # need no phase for capacities past max_input_length + max_extra_length.
+        with phases.source_width_at_most(max_input_length):
+            archive = _traced_archive(model, tokenizer, translator, beam_size)
         try:
             archive.write_out(temp_dir, verbose=verbose)
             _write_export_info(temp_dir, model, tokenizer, translator, warmup_rows, quantization)
@@ -443,6 +413,46 @@ def export_saved_model(
     return version_dir
 
 
+def _traced_archive(model, tokenizer, translator, beam_size):
+    """An `ExportArchive` of `model` with every signature of `translator` traced."""
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    # The tokenizer's SentencePiece model is an attribute of its graph ops;
+    # tracking it keeps any resource it may hold in the export.
+    archive.track(tokenizer)
+    # The first endpoint becomes serving_default as well; naming it so
+    # avoids a duplicate signature.
+    _add_endpoint(
+        archive, SERVING_SIGNATURE,
+        translator.translate_text,
+        input_signature=[tf.TensorSpec([None], tf.string, name=TEXT_INPUT)],
+    )
+    _add_endpoint(
+        archive, IDS_SIGNATURE,
+        translator.translate_ids,
+        input_signature=[tf.TensorSpec([None, None], tf.int32, name=IDS_INPUT)],
+    )
+    _add_endpoint(
+        archive, IDS_LENGTHS_SIGNATURE,
+        translator.translate_ids_with_lengths,
+        input_signature=[tf.TensorSpec([None, None], tf.int32, name=IDS_INPUT),
+                         tf.TensorSpec([None], tf.int32, name=LENGTHS_INPUT)],
+    )
+    if beam_size > 1:
+        _add_endpoint(
+            archive, N_BEST_SIGNATURE,
+            translator.translate_n_best,
+            input_signature=[tf.TensorSpec([None], tf.string, name=TEXT_INPUT)],
+        )
+    _add_endpoint(
+        archive, SCORE_SIGNATURE,
+        translator.score,
+        input_signature=[tf.TensorSpec([None], tf.string, name="source"),
+                         tf.TensorSpec([None], tf.string, name="target")],
+    )
+    return archive
+
+
 def _add_endpoint(archive, name, function, input_signature):
     """`archive.add_endpoint(name, function, input_signature=...)`, with
     `function` traced once instead of twice.
@@ -450,17 +460,14 @@ def _add_endpoint(archive, name, function, input_signature):
     Keras' `ExportArchive` traces each endpoint to list its variables, then
     `tf.saved_model.save` traces every `tf.function` it saves again (its
     cache key holds the save options): each signature's search would be
-    traced twice, the larger part of an export's time. The endpoint here
-    traces `function` on its first call; its second trace only calls that
-    first trace.
+    traced twice, the larger part of an export's time. `function` is traced
+    once, here (inside whatever `phases.source_width_at_most` the caller
+    set), and both traces of the endpoint only call that trace.
     """
-    traced = []
+    traced = tf.function(function, input_signature=input_signature, autograph=False).get_concrete_function()
 
     def endpoint(*inputs):
-        if not traced:
-            traced.append(tf.function(function, input_signature=input_signature,
-                                      autograph=False).get_concrete_function())
-        return traced[0](*inputs)
+        return traced(*inputs)
 
     archive.add_endpoint(name, endpoint, input_signature=input_signature)
 

@@ -33,7 +33,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.data import SubwordTokenizer
-from keras_transformer.decoding import Translator, beam_search, greedy_search, translate
+from keras_transformer.decoding import Translator, beam_search, greedy_search, phases, translate
 from keras_transformer.export import (
     ExportDirectoryError,
     ServingOpsError,
@@ -257,8 +257,10 @@ def model(tokenizer):
     return model
 
 
-# How often each signature's graph function ran (was traced) during the module's plain export.
+# How often each signature's graph function ran (was traced) during the module's plain export, and the number
+# of phases each search traced in it holds.
 TRACES = {}
+PHASES = []
 
 
 @pytest.fixture(scope="module")
@@ -268,6 +270,9 @@ def export_dir(model, tokenizer, tmp_path_factory):
         for name in ("translate_text", "translate_ids", "translate_ids_with_lengths", "translate_n_best", "score",
                      "_kept_hypotheses_ops"):
             patch.setattr(SignatureFunctions, name, _counting(name, getattr(SignatureFunctions, name)))
+        capacities = phases._phase_capacities
+        patch.setattr(phases, "_phase_capacities",
+                      lambda *args: PHASES.append(len(capacities(*args))) or capacities(*args))
         return export_saved_model(
             model, tokenizer, base, beam_size=BEAM_SIZE, alpha=ALPHA, length_penalty=RULE,
             max_extra_length=MAX_EXTRA_LENGTH, max_input_length=MAX_INPUT_LENGTH,
@@ -372,6 +377,14 @@ def test_each_signature_is_traced_once(export_dir):
     share (`_kept_hypotheses_ops`) once for the four."""
     assert TRACES == {"translate_text": 1, "translate_ids": 1, "translate_ids_with_lengths": 1, "translate_n_best": 1,
                       "score": 1, "_kept_hypotheses_ops": 1}
+
+
+def test_the_search_holds_only_the_phases_the_input_limit_reaches(export_dir):
+    """Sources cut to 12 ids and 6 extra positions: an 18-position buffer at
+    most, decoded in phases of 16 and then the buffer; the export's one
+    traced search holds those two, not the five of the whole ladder (the
+    outputs, the same either way, are held to the in-process search below)."""
+    assert PHASES == [2]
 
 
 def test_signatures(loaded):
