@@ -3,6 +3,7 @@ the training workloads, the contenders' shape (and ours), and what quality.py an
 Standard library only at import: report.py and its tests import this module without Keras or numpy.
 """
 
+import argparse
 import datetime
 import importlib.metadata
 import json
@@ -25,15 +26,57 @@ def default_path(name):
     return str(RESULTS / f"{name}.jsonl")
 
 
-def cpu_model():
-    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
+def parser(doc, record=None, aliases=()):
+    """The argument parser every benchmark script starts from: `doc` (its module docstring) as its
+    description, and `--record` (or its older spellings, `aliases`), the JSON-lines file the run's
+    record is appended to (default results/<record>.jsonl; None: the script picks one)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    default = default_path(record) if record else None
+    shown = os.path.relpath(default, ROOT) if default else "the benchmark's file in benchmarks/results"
+    parser.add_argument("--record", *aliases, default=default,
+                        help=f"JSON-lines file the run's record is appended to (default: {shown}; '' for none)")
+    return parser
+
+
+def comma_list(choices):
+    """An argparse type: a comma-separated list of some of `choices`."""
+    def parse(text):
+        items = text.split(",")
+        if not text or set(items) - set(choices):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a comma-separated list of {','.join(choices)}")
+        return items
+    return parse
+
+
+# The decoding benchmarks' workload options, with what each means.
+WORKLOAD_OPTIONS = {"preset": "model size: tiny, or the paper's base and big", "vocabulary_size": "vocabulary pieces",
+                    "batch_size": "sources per call", "source_tokens": "tokens per source, EOS included",
+                    "steps": "generated tokens per sentence", "beam_size": "beam width", "rounds": "timed rounds"}
+
+
+def workload_options(parser, **defaults):
+    """Adds --preset, --vocabulary-size, ... (WORKLOAD_OPTIONS' keys given in `defaults`) to `parser`."""
+    for key, default in defaults.items():
+        choices = ("tiny", "base", "big") if key == "preset" else None
+        parser.add_argument("--" + key.replace("_", "-"), type=type(default), default=default, choices=choices,
+                            help=f"{WORKLOAD_OPTIONS[key]} (default %(default)s)")
+    return parser
+
+
+def cpuinfo(field):
+    """The first `field` line's value in /proc/cpuinfo (Linux); None where there is none."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo, else what `platform` knows."""
+    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def gpus():
@@ -76,14 +119,8 @@ MATRIX_FLAG_PREFIXES = ("avx", "fma", "f16c", "amx")
 
 def cpu_flags():
     """The CPU's flags that matter to matrix libraries (AVX*, FMA, F16C, AVX-512*, VNNI, AMX*); [] if unknown."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = line.split(":", 1)[1].split()
-                return sorted(flag for flag in flags if flag.startswith(MATRIX_FLAG_PREFIXES) or "vnni" in flag)
-    except OSError:
-        pass
-    return []
+    flags = (cpuinfo("flags") or "").split()
+    return sorted(flag for flag in flags if flag.startswith(MATRIX_FLAG_PREFIXES) or "vnni" in flag)
 
 
 # CTranslate2 logs its CPU backend when it loads a model: a child process builds one of d_model 8
@@ -249,25 +286,25 @@ def start(benchmark, argv=None, script=None, packages=("tensorflow", "keras", "k
 
 
 def finish(record):
-    record["load_average"]["after"] = load_average()
+    """Adds the load after the run to `record` and prints the machine, the load and the commit."""
+    record["load_average"]["after"] = load = load_average()
+    before = record["load_average"]["before"]
+    print(f"# {record['machine']['cpu']}, {record['machine']['cpus']} CPUs, load average "
+          + (f"{before[0]:.1f} before, {load[0]:.1f} after" if before and load else "unknown")
+          + f"; commit {record['commit']}", flush=True)
     return record
 
 
-def append(path, record):
-    """Appends `record` to the JSON-lines file `path` (folders created); returns the path."""
+def save(path, record):
+    """Appends `record` to the JSON-lines file `path` (folders created) and prints where, relative to the
+    repository root when inside it; does nothing for an empty path (a script's `--record ''`). Returns the
+    path or None."""
+    if not path:
+        return None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as stream:
         stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return path
-
-
-def save(path, record):
-    """Appends `record` to `path` (see `append`) and prints where, relative to the repository root
-    when inside it; does nothing for an empty path (a script's `--record ''`). Returns the path or None."""
-    if not path:
-        return None
-    path = append(path, record)
     shown = os.path.relpath(path, ROOT) if path.resolve().is_relative_to(ROOT) else str(path)
     print(f"# record appended to {shown}", flush=True)
     return path
@@ -279,14 +316,6 @@ def markdown_table(header, rows, align=None):
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def print_table(record, table_parts):
-    """Prints a finished record's table (`table_parts(record)`: what, header, rows) and its commit and load."""
-    what, header, rows, *_ = table_parts(record)
-    print(f"\n{what}\n\n{markdown_table(header, rows)}")
-    load = record["load_average"]
-    print(f"# commit {record['commit']}, load {load['before'][0]:.1f} before, {load['after'][0]:.1f} after")
 
 
 def read(path):
@@ -301,6 +330,62 @@ def read(path):
             except json.JSONDecodeError as error:
                 raise ValueError(f"{path}, line {number}: not a JSON record ({error})") from None
     return records
+
+# ------------------------------------------------------------ timing
+
+def timings(call, rounds):
+    """Seconds of each of `rounds` calls of `call` (warm it up first)."""
+    seconds = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def generated_lengths(output, eos=3, pad=0):
+    """Tokens of each row of a search's output up to its first EOS, pad left out: (rows, width) ids, or
+    rows of pieces without EOS (CTranslate2's hypotheses)."""
+    if not hasattr(output, "tolist"):
+        return [len(row) for row in output]
+    lengths = []
+    for row in output.tolist():
+        end = row.index(eos) if eos in row else len(row)
+        lengths.append(sum(1 for token in row[:end] if token != pad))
+    return lengths
+
+
+def take_turns(calls, rounds, steps):
+    """({name: [seconds per round]}, {name: [CPU seconds per round]}) of `calls` taking turns, round after
+    round, each first called once to warm up (trace, compile) and to check that it generates exactly `steps`
+    tokens a row. CPU seconds (this process's threads) are the work done, which load inflates far less."""
+    for name, call in calls.items():
+        found = sorted(set(generated_lengths(call())))
+        if found != [steps]:
+            raise SystemExit(f"{name} generated {found} tokens, not {steps}: unequal work")
+    names, seconds, cpu_seconds = list(calls), {name: [] for name in calls}, {name: [] for name in calls}
+    for index in range(rounds):
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            start, cpu = time.perf_counter(), time.process_time()
+            calls[name]()
+            seconds[name].append(time.perf_counter() - start)
+            cpu_seconds[name].append(time.process_time() - cpu)
+    return seconds, cpu_seconds
+
+
+def worker_result(command, timeout=None, **options):
+    """Runs a benchmark's worker process (`subprocess.run` options) and returns the JSON of its last
+    "RESULT {...}" line, else {"error": why} (its output's tail printed)."""
+    try:
+        output = subprocess.run(command, capture_output=True, text=True, timeout=timeout, **options)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {timeout} s"}
+    lines = [line for line in output.stdout.splitlines() if line.startswith("RESULT ")]
+    if lines:
+        return json.loads(lines[-1][len("RESULT "):])
+    print(output.stdout[-2000:], output.stderr[-4000:], file=sys.stderr)
+    return {"error": output.stderr.strip().splitlines()[-1] if output.stderr.strip() else "no result"}
+
 
 # ------------------------------------------------------------ training workloads
 # The batches every throughput contender trains on (train_throughput.py) and the model size SIZE.
@@ -621,13 +706,37 @@ PAPER_TARGET_TOKENS = 25000
 DENSE_BF16_PEAK_TFLOPS = 989.0
 
 
-def training_matmul_flops(preset, batch, length):
-    """FLOPs of the matrix products of one training step of gpu.py (forward and both backward products)."""
+def gpu_size(preset):
+    """A preset's model size in SIZE's keys, with gpu.py's vocabulary."""
     size = PRESETS[preset]
-    # The attention products do not depend on the number of heads.
-    d, f, n = size["d_model"], size["d_ff"], size["num_encoder_layers"]
-    tokens = batch * length
-    per_layer_encoder = 4 * tokens * d * d + 2 * batch * length * length * d + 2 * tokens * d * f
-    per_layer_decoder = 8 * tokens * d * d + 2 * batch * length * length * d * 2 + 2 * tokens * d * f
-    forward = n * per_layer_encoder + n * per_layer_decoder + tokens * d * VOCABULARY
-    return 2 * 3 * forward
+    return dict(vocab=VOCABULARY, d_model=size["d_model"], d_ff=size["d_ff"], heads=size["num_heads"],
+                layers=size["num_encoder_layers"], dropout=size["dropout"])
+
+
+def training_products(size, batch, source_length, target_length):
+    """The matrix products of one training step at `size` (SIZE's keys), as (batch, m, k, n) each: every
+    forward Y = X W brings dX = dY W^T and dW = X^T dY; attention products are batched over pairs and heads.
+    Nothing else counts."""
+    d, f, v, n, h = (size[k] for k in ("d_model", "d_ff", "vocab", "layers", "heads"))
+    s, t, depth = source_length, target_length, d // h
+    sources, targets, heads = batch * s, batch * t, batch * h
+    forward = []
+    for _ in range(n):  # encoder layer: q, k, v, output; attention; feed-forward
+        forward += [(1, sources, d, d)] * 4
+        forward += [(heads, s, depth, s), (heads, s, s, depth)]
+        forward += [(1, sources, d, f), (1, sources, f, d)]
+    for _ in range(n):  # decoder layer
+        forward += [(1, targets, d, d)] * 4 + [(heads, t, depth, t), (heads, t, t, depth)]  # self-attention
+        forward += [(1, targets, d, d)] * 2 + [(1, sources, d, d)] * 2  # cross q, output; k, v of the encoder
+        forward += [(heads, t, depth, s), (heads, t, s, depth)]
+        forward += [(1, targets, d, f), (1, targets, f, d)]
+    forward.append((1, targets, d, v))  # pre-softmax projection
+    products = []
+    for b, m, k, n_ in forward:
+        products += [(b, m, k, n_), (b, m, n_, k), (b, k, m, n_)]
+    return products
+
+
+def training_flops(size, batch, source_length, target_length):
+    """Matrix-product FLOPs of one training step (forward + backward = 3x forward)."""
+    return sum(2 * b * m * k * n for b, m, k, n in training_products(size, batch, source_length, target_length))

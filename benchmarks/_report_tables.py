@@ -9,8 +9,8 @@ import importlib
 import math
 from collections import OrderedDict
 
-from benchmarks._harness import (DENSE_BF16_PEAK_TFLOPS, PAPER_SECONDS_PER_STEP, PAPER_TARGET_TOKENS,
-                                 markdown_table, training_matmul_flops)
+from benchmarks._harness import (DENSE_BF16_PEAK_TFLOPS, PAPER_SECONDS_PER_STEP, PAPER_TARGET_TOKENS, gpu_size,
+                                 markdown_table, training_flops)
 
 SERVE_REFERENCES = ("ours in process, XLA", "CTranslate2 float32")
 
@@ -257,7 +257,7 @@ def gpu_table(records, options):
                          for time, seconds, _ in figures.get((part, preset, batch, length, peer, precision), [])}
                 ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
                 return "-" if contender == peer or not ratios else f"{statistics.median(ratios):.2f}x"
-            flops = training_matmul_flops(preset, batch, length)
+            flops = training_flops(gpu_size(preset), batch, length, length)
             step = statistics.median(seconds for _, seconds, _ in runs)
             train_rows.append([
                 preset, f"{batch} x {length}", contender, precision, f"{step * 1000:.1f}",

@@ -52,7 +52,7 @@ NOISE = re.compile(r"^([IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\]|WARNING: All log me
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _harness.parser(__doc__, "quality", aliases=("--results",))
     parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock per contender")
     parser.add_argument("--only", nargs="+", choices=CONTENDERS, help="contenders to run (default: all)")
     parser.add_argument("--test-size", type=int, default=1000, help="held-out test pairs (default %(default)s)")
@@ -62,9 +62,6 @@ def parse_args(argv=None):
                         help="directory with ddtp_en_de.jsonl.gz and po_all.jsonl.gz (default: ../shared/data)")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "quality"),
                         help="split, tokenizer, models and outputs (default: runs/quality)")
-    parser.add_argument("--record", "--results", dest="results", default=_harness.default_path("quality"),
-                        help="JSON lines appended here, one per contender and seed (default: "
-                             "benchmarks/results/quality.jsonl)")
     parser.add_argument("--set", action="append", default=[], dest="assignments", metavar="CONTENDER.KEY=VALUE",
                         help="override a setting, e.g. opennmt-tf.warmup_steps=1000 "
                              f"(keys: {', '.join(DEFAULT_SETTINGS)}; CONTENDER 'all' for every one)")
@@ -212,8 +209,6 @@ def main(argv=None):
     split = json.loads((work / "data" / "split.json").read_text())
 
     records, failed = [], []
-    results_path = Path(args.results)
-    results_path.parent.mkdir(parents=True, exist_ok=True)
     run = _harness.timestamp()  # names this invocation's records (report.py's table:quality run=...)
     code_commit = _harness.commit()
     # Seeds in turn, every contender once per seed, in an order rotated from
@@ -277,9 +272,9 @@ def main(argv=None):
             "samples": scores["samples"],
         }
         records.append(record)
-        _harness.append(results_path, record)
         print(f"[{name}, seed {seed}] BLEU {record['bleu']:.2f}, chrF {record['chrf']:.2f} after {record['steps']} steps "
-              f"in {record['train_minutes']:.1f} min -> {results_path}", flush=True)
+              f"in {record['train_minutes']:.1f} min", flush=True)
+        _harness.save(args.record, record)
     if records:  # the table benchmarks/README.md shows, from this invocation's records
         print("\n" + quality_table(records, {}))
     if failed:

@@ -10,7 +10,6 @@ Usage:
 at those (rows x inputs x outputs) shapes instead (record: serve_kernels.jsonl).
 """
 
-import argparse
 import os
 import sys
 import time
@@ -34,18 +33,11 @@ BOS, EOS = 2, 3
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=("tiny", "base", "big"), default="base")
-    parser.add_argument("--vocabulary-size", type=int, default=32000)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--source-tokens", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--beam-size", type=int, default=4)
+    parser = _harness.workload_options(_harness.parser(__doc__), preset="base", vocabulary_size=32000, batch_size=16,
+                                       source_tokens=32, steps=50, beam_size=4)
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--quantize", default="float32,int8,bfloat16",
                         help="comma-separated precisions: float32 and quantize_model's modes")
-    parser.add_argument("--record", default=None,
-                        help="default benchmarks/results/serve_profile.jsonl (serve_kernels.jsonl with --kernels)")
     parser.add_argument("--kernels", default=None,
                         help="comma-separated MxKxN product shapes: time the plain graph's product kernels instead")
     parser.add_argument("--products", type=int, default=20, help="with --kernels: products per timed call")
@@ -59,12 +51,7 @@ def parse_args(argv=None):
 
 def best_seconds(function, calls):
     np.asarray(function())  # trace, compile, warm up
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        np.asarray(function())
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(_harness.timings(lambda: np.asarray(function()), calls))
 
 
 def steps_loop(model, source, args, jit_compile):
@@ -226,8 +213,6 @@ def kernels_main(args, argv):
                   f"  max error {errors[name]:.4f}" + (f"  oneDNN alone {onednn_us:.1f} us, {reorders:g} reorders" if onednn_us else ""),
                   flush=True)
     _harness.finish(record)
-    load = record["load_average"]
-    print(f"# {record['machine']['cpu']}, load average {load['before'][0]:.1f} before, {load['after'][0]:.1f} after")
     _harness.save(args.record, record)
 
 
@@ -258,9 +243,6 @@ def main(argv=None):
             print(f"{key}: step {1000 * step:.1f} ms, products alone {1000 * products:.1f} ms "
                   f"({100 * products / step:.0f}%), rest {1000 * (step - products):.1f} ms", flush=True)
     _harness.finish(record)
-    load = record["load_average"]
-    print(f"# {record['machine']['cpu']}, {os.cpu_count()} CPUs, load average {load['before'][0]:.1f} before, "
-          f"{load['after'][0]:.1f} after; TensorFlow {tf.__version__}; commit {record['commit']}")
     _harness.save(args.record, record)
 
 

@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._harness import SIZE, load_batches, peak_memory_mb, target_tokens  # noqa: E402
+from benchmarks._harness import (SIZE, load_batches, peak_memory_mb, target_tokens, training_flops,  # noqa: E402
+                                 training_products)
 from benchmarks._report_tables import throughput_table  # noqa: E402
 
 # Contender name: the harness module whose THROUGHPUT table holds it (_harness.Contender's shape),
@@ -43,34 +43,6 @@ def contender(name):
     return THROUGHPUT[name]
 
 
-def training_products(batch, source_length, target_length):
-    """The matrix products of one training step, as (batch, m, k, n) each: every forward Y = X W brings
-    dX = dY W^T and dW = X^T dY; attention products are batched over pairs and heads. Nothing else counts."""
-    d, f, v, n, h = (SIZE[k] for k in ("d_model", "d_ff", "vocab", "layers", "heads"))
-    s, t, depth = source_length, target_length, d // h
-    sources, targets, heads = batch * s, batch * t, batch * h
-    forward = []
-    for _ in range(n):  # encoder layer: q, k, v, output; attention; feed-forward
-        forward += [(1, sources, d, d)] * 4
-        forward += [(heads, s, depth, s), (heads, s, s, depth)]
-        forward += [(1, sources, d, f), (1, sources, f, d)]
-    for _ in range(n):  # decoder layer
-        forward += [(1, targets, d, d)] * 4 + [(heads, t, depth, t), (heads, t, t, depth)]  # self-attention
-        forward += [(1, targets, d, d)] * 2 + [(1, sources, d, d)] * 2  # cross q, output; k, v of the encoder
-        forward += [(heads, t, depth, s), (heads, t, s, depth)]
-        forward += [(1, targets, d, f), (1, targets, f, d)]
-    forward.append((1, targets, d, v))  # pre-softmax projection
-    products = []
-    for b, m, k, n_ in forward:
-        products += [(b, m, k, n_), (b, m, n_, k), (b, k, m, n_)]
-    return products
-
-
-def training_flops(batch, source_length, target_length):
-    """Matrix-multiply FLOPs of one training step (forward + backward = 3x forward)."""
-    return sum(2 * b * m * k * n for b, m, k, n in training_products(batch, source_length, target_length))
-
-
 def matmul_floor_seconds(batches, repeats=3):
     """Seconds for the matrix products of one pass over `batches` alone: per batch shape, every product of its
     step (random float32 operands, no dependencies, so the executor may overlap them) in one tf.function, the
@@ -83,7 +55,7 @@ def matmul_floor_seconds(batches, repeats=3):
         shape = (labels.shape[0], source.shape[1], labels.shape[1])
         if shape not in seconds_by_shape:
             operands = []
-            for b, m, k, n in training_products(*shape):
+            for b, m, k, n in training_products(SIZE, *shape):
                 lead = () if b == 1 else (b,)
                 operands.append((tf.random.normal(lead + (m, k)), tf.random.normal(lead + (k, n))))
 
@@ -104,12 +76,6 @@ def matmul_floor_seconds(batches, repeats=3):
     return total
 
 
-def cycle_flops_and_tokens(batches):
-    """(FLOPs, non-pad target tokens) of one pass over the batches, padding included in the FLOPs."""
-    flops = sum(training_flops(labels.shape[0], source.shape[1], labels.shape[1]) for source, _, labels in batches)
-    return flops, sum(target_tokens(batches))
-
-
 def worker(args):
     """Runs one contender in this process and prints one JSON line."""
     batches = load_batches(args.workload, args.data_dir, args.work_dir, args.bucket_width)
@@ -124,7 +90,7 @@ def worker(args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _harness.parser(__doc__, "train_throughput")
     parser.add_argument("--workload", choices=("synthetic", "real"), default="synthetic",
                         help="fixed-shape random batches, or token-bucketed real text (docs/benchmarks.md)")
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
@@ -141,9 +107,6 @@ def main():
     parser.add_argument("--opennmt-python", default=str(ROOT / ".venv-opennmt" / "bin" / "python"))
     parser.add_argument("--rounds", type=int, default=1,
                         help="run the contenders this many times, taking turns; report medians")
-    parser.add_argument("--record", default=_harness.default_path("train_throughput"),
-                        help="JSON-lines file the run's record (machine, load, commit, command, every round's "
-                             "seconds and tokens) is appended to (default %(default)s; '' for none)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -164,9 +127,12 @@ def main():
     if unknown:
         parser.error(f"--only: unknown contender(s) {', '.join(unknown)}; choose from "
                      f"{', '.join(list(MODULES) + ['opennmt-tf'])}")
-    cycle_flops, cycle_tokens = cycle_flops_and_tokens(batches)
+    # Padding counts in the FLOPs, not in the tokens.
+    cycle_tokens = sum(target_tokens(batches))
+    flops_per_token = sum(training_flops(SIZE, labels.shape[0], source.shape[1], labels.shape[1])
+                          for source, _, labels in batches) / cycle_tokens
     opennmt = OpenNMT(args.opennmt_python)
-    flops_per_token = cycle_flops / cycle_tokens
+
     def run_contender(name):
         """One timed run of `name` in its own process; None if it is not installed."""
         if name == "opennmt-tf":
@@ -180,12 +146,10 @@ def main():
                    "--data-dir", args.data_dir, "--work-dir", args.work_dir,
                    "--bucket-width", str(args.bucket_width),
                    "--steps", str(args.steps), "--warmup", str(args.warmup)]
-        output = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-        line = [l for l in output.stdout.splitlines() if l.startswith("RESULT ")]
-        if output.returncode or not line:
-            print(output.stdout[-2000:] + output.stderr[-4000:], file=sys.stderr)
-            raise SystemExit(f"contender {name} failed")
-        return json.loads(line[-1][len("RESULT "):])
+        result = _harness.worker_result(command, env=env, cwd=ROOT)
+        if "error" in result:
+            raise SystemExit(f"contender {name} failed: {result['error']}")
+        return result
 
     # Contenders take turns, round after round: this VM's speed drifts by tens
     # of percent over minutes, and a ratio taken within one round (minutes
