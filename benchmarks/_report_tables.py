@@ -76,18 +76,6 @@ def serve_rates(record):
             for search, contenders in record["seconds"].items()}
 
 
-def short_name(name):
-    return name.replace(" (translate_ids)", "")
-
-
-def search_title(search, record):
-    return f"beam {record['workload']['beam_size']}" if search == "beam" else search
-
-
-def ratio_text(value):
-    return "-" if value is None else f"{value:.2f}x"
-
-
 # The references a serve table gives ratios to, each where its record has it: a record made with
 # `serve.py --no-in-process` has no "ours in process" row.
 SERVE_COLUMNS = (("ours in process, XLA", "vs ours XLA"), ("CTranslate2 float32", "vs CT2 float32"),
@@ -103,18 +91,19 @@ def serve_table(records, options):
                if any(reference in rates[search] for search in searches)]
     header = ["contender"]
     for search in searches:
-        header += [search_title(search, record)] + [label for _, label in columns]
+        header += [f"beam {record['workload']['beam_size']}" if search == "beam" else search]
+        header += [label for _, label in columns]
     names = list(OrderedDict.fromkeys(name for search in searches for name in rates[search]))
     rows = []
     for name in names:
-        row = [short_name(name)]
+        row = [name.replace(" (translate_ids)", "")]
         for search in searches:
             values = rates[search].get(name)
             if values is None:
                 row += ["-"] * (1 + len(columns))
                 continue
             row.append(f"{statistics.median(values):.1f}")
-            row += [ratio_text(median_ratio(values, rates[search][reference]) if reference in rates[search] else None)
+            row += [f"{median_ratio(values, rates[search][reference]):.2f}x" if reference in rates[search] else "-"
                     for reference, _ in columns]
         rows.append(row)
     return caption(record, f"sentences/s, medians of {rounds} rounds; ratios are medians of the same-round "
@@ -167,14 +156,6 @@ def quality_precision(record):
     return "float32" if precision in (None, "none") else precision
 
 
-def quality_groups(records):
-    """{(precision, label): [records]} in first-seen order."""
-    groups = OrderedDict()
-    for record in records:
-        groups.setdefault((quality_precision(record), quality_label(record)), []).append(record)
-    return groups
-
-
 def mean_and_range(values, digits=1):
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
@@ -188,7 +169,9 @@ def quality_table(records, options):
         if runs:
             options["run"] = runs[-1]
     chosen = select(records, options, "table:quality")
-    groups = quality_groups(chosen)
+    groups = OrderedDict()  # (precision, label): records, in first-seen order
+    for record in chosen:
+        groups.setdefault((quality_precision(record), quality_label(record)), []).append(record)
     header = ["contender", "precision", "seeds", "steps (mean)", "minutes", "BLEU mean (range)", "chrF mean (range)"]
     main, extra = [], []
     for (precision, label), group in groups.items():
@@ -333,47 +316,24 @@ def data_scale_table(records, options):
     return text
 
 
-def data_scale_cluster_table(records, options):
-    """data_scale.py since the quick start check: per corpus size, the data's start and resume, the input
-    rate of 25,000-token batches on one core, the batch plan's memory and the shards' writing time."""
-    chosen = select(records, options, "table:data-scale-cluster")
-    rows = []
-    for result in (result for record in chosen for result in record["results"]):
-        rates, memory = result["input_25k_batches_per_second"], result["plan_memory_mb"]
-        start, shards = result["data_start_seconds"], result["prepare_shards_seconds"]
-        rows.append([f"{result['pairs']:,}", f"{start['start']:.1f} s", f"{start['resume']:.1f} s",
-                     f"{result['train']['seconds_to_first_step']:.0f} s",
-                     f"{result['resume']['seconds_to_first_step']:.0f} s",
-                     f"{statistics.median(rates['warm']):.0f}", f"{statistics.median(rates['cold']):.0f}",
-                     f"{memory['1 replica']:.0f} MB", f"{memory['8 replicas, one plan']:.0f} MB",
-                     f"{memory['8 replicas, a plan each (before)']:.0f} MB",
-                     f"{shards['1'] / 60:.1f} min", f"{shards['2'] / 60:.1f} min"])
-    header = ["pairs", "data: start", "data: resume (epoch 3)", "train: first step", "resumed: first step",
-              "warm batches/s", "cold batches/s", "plan, 1 replica", "plan, 8 replicas", "8 plans (before)",
-              "shards, 1 process", "shards, 2 processes"]
-    what = ("data start: the size-and-time check, the plan and the first batch, in process; batches of 25,000 "
-            "tokens on one core, medians of rounds; plan memory by tracemalloc")
-    return "\n".join(caption(record, what) for record in chosen) + "\n\n" + markdown_table(header, rows)
+# --------------------------------------------------------------------------- one record, one table
 
 
-# --------------------------------------------------------------------------- scripts that shape their own tables
-
-
-def script_table(module, marker):
-    """The generator of a benchmark script whose `table_parts(record)` gives (what, header, rows[, align]):
-    quantize_quality.py, serve_mix.py (imported only when a table needs it: they import more than the report)."""
+def record_table(marker, parts):
+    """The generator of a table of the latest pinned record: `parts(record)` gives (what, header, rows[, align]);
+    a module name for `parts` is a benchmark script's `table_parts` (quantize_quality.py, serve_mix.py: imported
+    only when a table needs it, as they import more than the report)."""
     def table(records, options):
-        parts = importlib.import_module(f"benchmarks.{module}").table_parts
         record = select(records, options, f"table:{marker}")[-1]
-        what, header, rows, *align = parts(record)
+        make = importlib.import_module(f"benchmarks.{parts}").table_parts if isinstance(parts, str) else parts
+        what, header, rows, *align = make(record)
         return caption(record, what) + "\n\n" + markdown_table(header, rows, *align)
     return table
 
 
-def serve_profile_table(records, options):
+def serve_profile_parts(record):
     """serve_profile.py (it imports TensorFlow, so its table is built here): each precision and variant's
     step against its products alone."""
-    record = select(records, options, "table:serve-profile")[-1]
     workload = record["workload"]
     rows = []
     for key, timing in record["ms_per_step"].items():
@@ -384,32 +344,29 @@ def serve_profile_table(records, options):
     what = (f"{workload['preset']} preset, {workload['vocabulary']}-piece vocabulary, {workload['rows']} rows "
             f"({workload['batch']} sources x beam {workload['beam_size']}), {workload['steps']} steps; "
             "milliseconds per step, best of the calls")
-    return caption(record, what) + "\n\n" + markdown_table(
-        ["precision", "variant", "model step", "products alone", "rest"], rows,
-        ["---", "---", "---:", "---:", "---:"])
+    return what, ["precision", "variant", "model step", "products alone", "rest"], rows, ["---"] * 2 + ["---:"] * 3
 
 
-def recipe_table(records, options):
+def recipe_parts(record):
     """A recipe's run (benchmarks/results/recipes.jsonl, written by hand from the recipe's output): its
     updates and its test split's scores."""
-    record = select(records, options, "table:recipe")[-1]
     test = record["test"]
     if "bleu" not in test:
-        raise ValueError(f"table:recipe {options}: the record scores no single model (pin another)")
-    row = [record["benchmark"], f"{record['steps']:,}", str(test["sentences"]), f"{test['bleu']:.1f}", f"{test['chrf']:.1f}"]
-    return caption(record, "sacreBLEU on the recipe's test split") + "\n\n" + markdown_table(
-        ["recipe", "updates", "test sentences", "BLEU", "chrF"], [row])
+        raise ValueError(f"table:recipe (time {record.get('time')}): the record scores no single model (pin another)")
+    row = [record["benchmark"], f"{record['steps']:,}", str(test["sentences"]), f"{test['bleu']:.1f}",
+           f"{test['chrf']:.1f}"]
+    return "sacreBLEU on the recipe's test split", ["recipe", "updates", "test sentences", "BLEU", "chrF"], [row]
 
 
-def serve_kernels_table(records, options):
+def serve_kernels_parts(record):
     """serve_profile.py --kernels: each product kernel's time per product at each shape, against float32's
     (and, in an --onednn-verbose record, oneDNN's own time and its weight reorders per product)."""
-    record = select(records, options, "table:serve-kernels")[-1]
     shapes = list(record["us_per_product"])
     verbose = bool(record.get("onednn_exec_us_per_product"))
     header, rows = ["kernel"], []
     for shape in shapes:
-        header += [f"{shape} ms", f"{shape} vs float32"] + ([f"{shape} oneDNN ms", f"{shape} reorders"] if verbose else [])
+        header += [f"{shape} ms", f"{shape} vs float32"]
+        header += [f"{shape} oneDNN ms", f"{shape} reorders"] if verbose else []
     for name in record["us_per_product"][shapes[0]]:
         row = [name]
         for shape in shapes:
@@ -422,7 +379,21 @@ def serve_kernels_table(records, options):
         rows.append(row)
     what = (f"milliseconds per product, best of {record['calls']} calls of {record['products_per_call']} products; "
             "rows x inputs by inputs x outputs")
-    return caption(record, what) + "\n\n" + markdown_table(header, rows, ["---"] + ["---:"] * (len(header) - 1))
+    return what, header, rows, ["---"] + ["---:"] * (len(header) - 1)
+
+
+def trip_parts(record):
+    """recipes/opus_mt/trip.py's record (benchmarks/results/recipes.jsonl): domain B's scores before and
+    after the same fine-tuning, of the native run and of its marian-hf export imported back."""
+    if "trip" not in record:
+        raise ValueError(f"table:recipe-trip (time {record.get('time')}): not a recipes/opus_mt/trip.py record")
+    rows = []
+    for key, label in (("native", "native (recipes/fine_tuning)"), ("trip", "exported, imported (recipes/opus_mt)")):
+        before, after = record[key]["scores"]["new_before"], record[key]["scores"]["new_after"]
+        rows.append([label, f"{before['bleu']:.1f}", f"{after['bleu']:.1f}", f"{after['bleu'] - before['bleu']:+.1f}",
+                     f"{before['chrf']:.1f}", f"{after['chrf']:.1f}"])
+    header = ["path", "BLEU before", "BLEU after", "gain", "chrF before", "chrF after"]
+    return "sacreBLEU on domain B's test split", header, rows, ["---"] + ["---:"] * 5
 
 
 def pretrained_reference(name, names):
@@ -492,8 +463,12 @@ def trip_table(records, options):
         ["---", "---:", "---:", "---:", "---:", "---:"])
 
 
-quantize_quality_table = script_table("quantize_quality", "quantize-quality")
-serve_mix_table = script_table("serve_mix", "serve-mix")
+serve_profile_table = record_table("serve-profile", serve_profile_parts)
+serve_kernels_table = record_table("serve-kernels", serve_kernels_parts)
+recipe_table = record_table("recipe", recipe_parts)
+trip_table = record_table("recipe-trip", trip_parts)
+quantize_quality_table = record_table("quantize-quality", "quantize_quality")
+serve_mix_table = record_table("serve-mix", "serve_mix")
 
 # marker name -> (records name, generator)
 GENERATORS = {
@@ -507,7 +482,6 @@ GENERATORS = {
     "quality": ("quality", quality_table),
     "gpu": ("gpu", gpu_table),
     "data-scale": ("data_scale", data_scale_table),
-    "data-scale-cluster": ("data_scale", data_scale_cluster_table),
     "recipe": ("recipes", recipe_table),
     "pretrained": ("pretrained", pretrained_table),
     "recipe-trip": ("recipes", trip_table),

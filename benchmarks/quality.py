@@ -31,9 +31,6 @@ CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # 20-30 CPU minutes. Peak rate = scale * (d_model * warmup)^-0.5.
 DEFAULT_SETTINGS = {"warmup_steps": 300, "learning_rate_scale": 0.8, "tokens_per_batch": 4096,
                     "mixed_precision": "none", "norm_first": False}
-# Keras dtype policies the Keras contenders accept; OpenNMT-tf's mixed precision
-# is float16 with loss scaling for GPUs, so it trains in float32 here.
-MIXED_PRECISION = ("none", "mixed_bfloat16")
 # Settings only some contenders have. The KerasHub-layer model trains by
 # default with the Adam ours uses (TransformerAdam: sparse embedding gradients
 # made dense first; Keras' stock Adam squares the slices of a repeated row one
@@ -42,7 +39,12 @@ MIXED_PRECISION = ("none", "mixed_bfloat16")
 # `keras-hub.architecture`: "tied" (default) is the like-for-like model; "keras-io" the keras-io
 # example's architecture, the contender of the quality figures before 2026-11-26 (a labelled row).
 CONTENDER_SETTINGS = {"keras-hub": {"optimizer": "densified", "architecture": "tied"}}
-CHOICES = {"optimizer": ("densified", "stock"), "architecture": ("tied", "keras-io")}
+# What each setting's --set value may be: a positive number of a type, or one of some words. Mixed
+# precision is a Keras dtype policy; OpenNMT-tf's is float16 with loss scaling for GPUs (it trains in float32).
+SETTING_VALUES = {"warmup_steps": int, "learning_rate_scale": float, "tokens_per_batch": int,
+                  "norm_first": {"true": True, "1": True, "false": False, "0": False},
+                  "mixed_precision": ("none", "mixed_bfloat16"), "optimizer": ("densified", "stock"),
+                  "architecture": ("tied", "keras-io")}
 # TensorFlow's start-up INFO lines: kept in the logs, not echoed.
 NOISE = re.compile(r"^([IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\]|WARNING: All log messages before absl"
                    r"|To enable the following instructions)")
@@ -97,48 +99,43 @@ def parse_args(argv=None):
 
 
 def resolve_settings(assignments):
+    """{contender: {setting: value}}: the defaults with the --set CONTENDER.KEY=VALUE `assignments` applied."""
     settings = {name: {**DEFAULT_SETTINGS, **CONTENDER_SETTINGS.get(name, {})} for name in CONTENDERS}
     for text in assignments:
-        dotted, equals, value = text.partition("=")
-        name, dot, key = dotted.strip().rpartition(".")
-        if not equals or not dot:
-            raise ValueError(f"--set expects CONTENDER.KEY=VALUE, got {text!r}.")
-        if name not in CONTENDERS + ("all",):
-            raise ValueError(f"--set {text!r}: unknown contender {name!r} (expected one of {CONTENDERS} or all).")
-        if key in CONTENDER_SETTINGS.get(name, {}):
-            kind = str
-        elif any(key in extra for extra in CONTENDER_SETTINGS.values()):
-            owners = [owner for owner, extra in CONTENDER_SETTINGS.items() if key in extra]
+        dotted, equals, value = (part.strip() for part in text.partition("="))
+        name, dot, key = dotted.rpartition(".")
+        if not equals or not dot or name not in CONTENDERS + ("all",):
+            raise ValueError(f"--set {text!r}: expected CONTENDER.KEY=VALUE, CONTENDER one of {CONTENDERS} or all.")
+        if key not in SETTING_VALUES:
+            raise ValueError(f"--set {text!r}: unknown key {key!r} (expected one of {list(SETTING_VALUES)}).")
+        targets = CONTENDERS if name == "all" else (name,)
+        if any(key not in settings[target] for target in targets):
+            owners = [owner for owner in CONTENDERS if key in settings[owner]]
             raise ValueError(f"--set {text!r}: only {' and '.join(owners)} has the setting {key!r}.")
-        elif key not in DEFAULT_SETTINGS:
-            raise ValueError(f"--set {text!r}: unknown key {key!r} (expected one of {list(DEFAULT_SETTINGS)}).")
-        else:
-            kind = type(DEFAULT_SETTINGS[key])
-        if key in CHOICES:
-            parsed = value.strip()
-            if parsed not in CHOICES[key]:
-                raise ValueError(f"--set {text!r}: {key} must be one of {CHOICES[key]}.")
-        elif key == "mixed_precision":
-            parsed = value.strip()
-            if parsed not in MIXED_PRECISION:
-                raise ValueError(f"--set {text!r}: mixed_precision must be one of {MIXED_PRECISION}.")
-            if parsed != "none" and name in ("opennmt-tf", "all"):
-                raise ValueError(f"--set {text!r}: OpenNMT-tf has no bfloat16 mode on CPU; "
-                                 f"set mixed_precision for ours or keras-hub.")
-        elif kind is bool:
-            parsed = {"true": True, "1": True, "false": False, "0": False}.get(value.strip().lower())
-            if parsed is None:
-                raise ValueError(f"--set {text!r}: {key} must be true or false.")
-        else:
-            try:
-                parsed = kind(value)
-            except ValueError:
-                raise ValueError(f"--set {text!r}: {key} must be {kind.__name__}.") from None
-            if parsed <= 0:
-                raise ValueError(f"--set {text!r}: {key} must be > 0.")
-        for target in CONTENDERS if name == "all" else (name,):
+        parsed = setting_value(SETTING_VALUES[key], value)
+        if parsed is None:
+            values = SETTING_VALUES[key]
+            expected = f"a positive {values.__name__}" if isinstance(values, type) else " or ".join(values)
+            raise ValueError(f"--set {text!r}: {key} must be {expected}.")
+        if key == "mixed_precision" and parsed != "none" and "opennmt-tf" in targets:
+            raise ValueError(f"--set {text!r}: OpenNMT-tf has no bfloat16 mode on CPU; "
+                             f"set mixed_precision for ours or keras-hub.")
+        for target in targets:
             settings[target][key] = parsed
     return settings
+
+
+def setting_value(values, text):
+    """The value `text` gives a setting whose SETTING_VALUES are `values`; None when it gives none."""
+    if isinstance(values, dict):
+        return values.get(text.lower())
+    if not isinstance(values, type):
+        return text if text in values else None
+    try:
+        number = values(text)
+    except ValueError:
+        return None
+    return number if number > 0 else None
 
 
 def peak_learning_rate(settings):
