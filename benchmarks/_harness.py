@@ -123,46 +123,36 @@ def cpu_flags():
     return sorted(flag for flag in flags if flag.startswith(MATRIX_FLAG_PREFIXES) or "vnni" in flag)
 
 
-# CTranslate2 logs its CPU backend when it loads a model: a child process builds one of d_model 8
-# (its spec API, no Keras: fast) and loads it with CT2_VERBOSE=1.
+# CTranslate2 logs its CPU backend when it loads a model: a child process builds a one-layer encoder of
+# d_model 8 (its spec API, no Keras: fast) and loads it with CT2_VERBOSE=1.
 _CT2_PROBE = r"""
 import sys, tempfile
 import numpy as np
 import ctranslate2
 from ctranslate2.specs import transformer_spec
 
-d, v, p = 8, 8, 16
-rng = np.random.default_rng(0)
-w = lambda *shape: rng.standard_normal(shape).astype("float32")
-spec = transformer_spec.TransformerSpec.from_config((1, 1), 1, pre_norm=False)
-def linear(s, out, inp):
-    s.weight, s.bias = w(out, inp), w(out)
-def norm(s):
-    s.gamma, s.beta = np.ones(d, "float32"), np.zeros(d, "float32")
-def ffn(s):
-    linear(s.linear_0, d, d); linear(s.linear_1, d, d); norm(s.layer_norm)
-enc, dec = spec.encoder, spec.decoder
-enc.embeddings[0].weight = w(v, d)
-enc.position_encodings.encodings = w(p, d)
-layer = enc.layer[0]
-linear(layer.self_attention.linear[0], 3 * d, d); linear(layer.self_attention.linear[1], d, d)
-norm(layer.self_attention.layer_norm); ffn(layer.ffn)
-dec.embeddings.weight = w(v, d)
-dec.position_encodings.encodings = w(p, d)
-dec.projection.weight = dec.embeddings.weight
-layer = dec.layer[0]
-linear(layer.self_attention.linear[0], 3 * d, d); linear(layer.self_attention.linear[1], d, d)
-norm(layer.self_attention.layer_norm)
-linear(layer.attention.linear[0], d, d); linear(layer.attention.linear[1], 2 * d, d)
-linear(layer.attention.linear[2], d, d); norm(layer.attention.layer_norm); ffn(layer.ffn)
-words = ["<blank>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(v - 4)]
-spec.register_source_vocabulary(words)
-spec.register_target_vocabulary(words)
+d, rng = 8, np.random.default_rng(0)
+def linear(spec, outputs):
+    spec.weight, spec.bias = rng.standard_normal((outputs, d), dtype="float32"), np.zeros(outputs, "float32")
+def norm(spec):
+    spec.gamma, spec.beta = np.ones(d, "float32"), np.zeros(d, "float32")
+encoder = transformer_spec.TransformerEncoderSpec(1, 1)
+encoder.embeddings[0].weight = rng.standard_normal((8, d), dtype="float32")
+encoder.position_encodings.encodings = rng.standard_normal((16, d), dtype="float32")
+layer = encoder.layer[0]
+linear(layer.self_attention.linear[0], 3 * d)
+linear(layer.self_attention.linear[1], d)
+linear(layer.ffn.linear_0, d)
+linear(layer.ffn.linear_1, d)
+for spec in (layer.self_attention.layer_norm, layer.ffn.layer_norm, encoder.layer_norm):
+    norm(spec)
+spec = transformer_spec.TransformerEncoderModelSpec(encoder)
+spec.register_vocabulary(["<blank>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4)])
 spec.validate()
 spec.optimize(quantization=sys.argv[1])
 with tempfile.TemporaryDirectory() as directory:
     spec.save(directory)
-    ctranslate2.Translator(directory, device="cpu", compute_type=sys.argv[1])
+    ctranslate2.Encoder(directory, device="cpu", compute_type=sys.argv[1])
 """
 
 

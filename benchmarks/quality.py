@@ -31,13 +31,8 @@ CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # 20-30 CPU minutes. Peak rate = scale * (d_model * warmup)^-0.5.
 DEFAULT_SETTINGS = {"warmup_steps": 300, "learning_rate_scale": 0.8, "tokens_per_batch": 4096,
                     "mixed_precision": "none", "norm_first": False}
-# Settings only some contenders have. The KerasHub-layer model trains by
-# default with the Adam ours uses (TransformerAdam: sparse embedding gradients
-# made dense first; Keras' stock Adam squares the slices of a repeated row one
-# by one on TensorFlow, see keras_transformer/training/optimizers.py);
-# `keras-hub.optimizer=stock` gives the stock Adam a KerasHub user gets today.
-# `keras-hub.architecture`: "tied" (default) is the like-for-like model; "keras-io" the keras-io
-# example's architecture, the contender of the quality figures before 2026-11-26 (a labelled row).
+# Settings only some contenders have: KerasHub's optimizer (ours, or Keras' stock Adam) and architecture
+# (like for like, or the keras-io example's): docs/benchmarks.md, "quality.py".
 CONTENDER_SETTINGS = {"keras-hub": {"optimizer": "densified", "architecture": "tied"}}
 # What each setting's --set value may be: a positive number of a type, or one of some words. Mixed
 # precision is a Keras dtype policy; OpenNMT-tf's is float16 with loss scaling for GPUs (it trains in float32).
