@@ -454,16 +454,6 @@ def load_batches(workload, data_dir, work_dir, bucket_width=1):
     return make_batches()
 
 
-def cycled_dataset(batches):
-    """The batches as a tf.data pipeline that cycles them, one element per batch (shapes may differ)."""
-    import functools
-
-    import tensorflow as tf
-
-    elements = [tf.data.Dataset.from_tensors(({"source": s, "target": t}, y)) for s, t, y in batches]
-    return functools.reduce(lambda a, b: a.concatenate(b), elements).repeat().prefetch(4)
-
-
 def target_tokens(batches):
     """Non-pad target tokens of each batch."""
     return [int((labels != PAD).sum()) for _, _, labels in batches]
@@ -484,10 +474,15 @@ def peak_memory_mb():
 
 
 def timed_fit(model, batches, steps, warmup):
-    """Runs model.fit over the cycled batches; returns seconds for the timed steps."""
-    import keras
+    """Runs model.fit over the batches, cycled by tf.data (one element per batch: shapes may differ); returns
+    seconds for the timed steps."""
+    import functools
 
-    dataset = cycled_dataset(batches)
+    import keras
+    import tensorflow as tf
+
+    elements = [tf.data.Dataset.from_tensors(({"source": s, "target": t}, y)) for s, t, y in batches]
+    dataset = functools.reduce(lambda a, b: a.concatenate(b), elements).repeat().prefetch(4)
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -622,10 +617,9 @@ MODEL = dict(d_model=SIZE["d_model"], num_layers=SIZE["layers"], num_heads=SIZE[
 SAVE_EVERY_STEPS = 500
 
 
-def config():
-    """The size and limits every contender's worker gets (OpenNMT-tf's as JSON)."""
-    return {**MODEL, "max_length": MAX_LENGTH, "max_extra_length": SEARCH["max_extra_length"],
-            "decode_batch": SEARCH["batch_size"], "save_every_steps": SAVE_EVERY_STEPS}
+# The size and limits every contender's worker gets (OpenNMT-tf's as JSON).
+WORKER_CONFIG = {**MODEL, "max_length": MAX_LENGTH, "max_extra_length": SEARCH["max_extra_length"],
+                 "decode_batch": SEARCH["batch_size"], "save_every_steps": SAVE_EVERY_STEPS}
 
 
 class Clock:

@@ -43,12 +43,6 @@ def fingerprint(args):
             "seed": args.seed, "version": 1}
 
 
-def write_jsonl(path, pairs):
-    from keras_transformer.data.corpus import write_jsonl as write_records
-
-    write_records(path, pairs, keys=(SOURCE_KEY, TARGET_KEY))
-
-
 def prepare(args, work):
     """Split, tokenizer and OpenNMT-tf text files in WORK/data (reused if unchanged)."""
     data = work / "data"
@@ -79,8 +73,10 @@ def prepare(args, work):
     test_sources = {s for s, _ in test}
     if any(s in test_sources for s, _ in train):
         raise SystemExit("internal error: a test source sentence is also in the training split")
-    write_jsonl(data / "train.jsonl.gz", train)
-    write_jsonl(data / "test.jsonl.gz", test)
+    from keras_transformer.data.corpus import write_jsonl
+
+    for name, pairs in (("train", train), ("test", test)):
+        write_jsonl(data / f"{name}.jsonl.gz", pairs, keys=(SOURCE_KEY, TARGET_KEY))
     print(f"split: train {len(train)}, test {len(test)} pairs -> {data}", flush=True)
 
     start = time.time()

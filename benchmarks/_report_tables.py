@@ -316,6 +316,29 @@ def data_scale_table(records, options):
     return text
 
 
+def data_scale_cluster_table(records, options):
+    """data_scale.py since the quick start check: per corpus size, the data's start and resume, the input
+    rate of 25,000-token batches on one core, the batch plan's memory and the shards' writing time."""
+    chosen = select(records, options, "table:data-scale-cluster")
+    rows = []
+    for result in (result for record in chosen for result in record["results"]):
+        rates, memory = result["input_25k_batches_per_second"], result["plan_memory_mb"]
+        start, shards = result["data_start_seconds"], result["prepare_shards_seconds"]
+        rows.append([f"{result['pairs']:,}", f"{start['start']:.1f} s", f"{start['resume']:.1f} s",
+                     f"{result['train']['seconds_to_first_step']:.0f} s",
+                     f"{result['resume']['seconds_to_first_step']:.0f} s",
+                     f"{statistics.median(rates['warm']):.0f}", f"{statistics.median(rates['cold']):.0f}",
+                     f"{memory['1 replica']:.0f} MB", f"{memory['8 replicas, one plan']:.0f} MB",
+                     f"{memory['8 replicas, a plan each (before)']:.0f} MB",
+                     f"{shards['1'] / 60:.1f} min", f"{shards['2'] / 60:.1f} min"])
+    header = ["pairs", "data: start", "data: resume (epoch 3)", "train: first step", "resumed: first step",
+              "warm batches/s", "cold batches/s", "plan, 1 replica", "plan, 8 replicas", "8 plans (before)",
+              "shards, 1 process", "shards, 2 processes"]
+    what = ("data start: the size-and-time check, the plan and the first batch, in process; batches of 25,000 "
+            "tokens on one core, medians of rounds; plan memory by tracemalloc")
+    return "\n".join(caption(record, what) for record in chosen) + "\n\n" + markdown_table(header, rows)
+
+
 # --------------------------------------------------------------------------- one record, one table
 
 
@@ -482,6 +505,7 @@ GENERATORS = {
     "quality": ("quality", quality_table),
     "gpu": ("gpu", gpu_table),
     "data-scale": ("data_scale", data_scale_table),
+    "data-scale-cluster": ("data_scale", data_scale_cluster_table),
     "recipe": ("recipes", recipe_table),
     "pretrained": ("pretrained", pretrained_table),
     "recipe-trip": ("recipes", trip_table),

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._harness import CORPORA, MODEL, config  # noqa: E402
+from benchmarks._harness import CORPORA, MODEL, WORKER_CONFIG  # noqa: E402
 from benchmarks._report_tables import quality_table  # noqa: E402
 CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # Settings for a budget of a few thousand steps at most (see benchmarks/README.md):
@@ -219,7 +219,7 @@ def main(argv=None):
                 print(f"[{name}] skipped: {args.opennmt_python} not found ({INSTALL})", flush=True)
                 continue
             worker_command = opennmt.quality_command(work / "data" / "opennmt", out, args.minutes, seed,
-                                                     args.settings[name], config())
+                                                     args.settings[name], WORKER_CONFIG)
             status = run_logged(worker_command, out / "log.txt", name, worker_env(backend=False))
         else:
             status = run_logged(our_worker(args, name, seed=seed), out / "log.txt", name, worker_env())

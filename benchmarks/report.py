@@ -36,26 +36,6 @@ FIGURE = re.compile(r"\b\d[\d,]*(?:\.\d+)?(?:-\d+(?:\.\d+)?)?x\b"
                     r"|\b(?:BLEU|chrF) \d+\.\d\b")
 
 
-# --------------------------------------------------------------------------- records
-
-
-def load(name, results=RESULTS):
-    path = Path(results) / f"{name}.jsonl"
-    if not path.is_file():
-        raise ValueError(f"no records: {path} does not exist")
-    return _harness.read(path)
-
-
-# --------------------------------------------------------------------------- documents
-
-
-def pinned(options, what):
-    """`options` unless they pin no record (see the module's docstring)."""
-    if not any(key in options for key in PINS):
-        raise ValueError(f"{what}: the marker pins no record (give one of {', '.join(f'{k}=' for k in PINS)})")
-    return options
-
-
 def table_cell(text, row, column, number=None, table=1, what="cell"):
     """The cell at `row` and `column` of the `table`-th Markdown table of a generator's `text`.
 
@@ -92,11 +72,16 @@ def render(text, results=RESULTS, source="document"):
             raise ValueError(f"{source}: unknown table {name!r} (known: {', '.join(GENERATORS)})")
         records_name, generator = GENERATORS[name]
         if records_name not in cache:
-            cache[records_name] = load(records_name, results)
+            path = Path(results) / f"{records_name}.jsonl"
+            if not path.is_file():
+                raise ValueError(f"no records: {path} does not exist")
+            cache[records_name] = _harness.read(path)
         options = parse_options(match.group("options"))
         what = f"{source}: {kind}:{name}"
         try:
-            pinned(options, what)
+            if not any(key in options for key in PINS):
+                pins = ", ".join(f"{key}=" for key in PINS)
+                raise ValueError(f"{what}: the marker pins no record (give one of {pins})")
             record_options = {k: v for k, v in options.items() if k not in CELL_OPTIONS}
             body = generator(cache[records_name], record_options)
             if kind == "cell":
