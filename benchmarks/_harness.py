@@ -38,6 +38,16 @@ def parser(doc, record=None, aliases=()):
     return parser
 
 
+def positive(kind):
+    """An argparse type: a number of `kind` (int, float) above 0."""
+    def parse(text):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text}: must be above 0")
+        return value
+    return parse
+
+
 def comma_list(choices):
     """An argparse type: a comma-separated list of some of `choices`."""
     def parse(text):
@@ -58,7 +68,8 @@ def workload_options(parser, **defaults):
     """Adds --preset, --vocabulary-size, ... (WORKLOAD_OPTIONS' keys given in `defaults`) to `parser`."""
     for key, default in defaults.items():
         choices = ("tiny", "base", "big") if key == "preset" else None
-        parser.add_argument("--" + key.replace("_", "-"), type=type(default), default=default, choices=choices,
+        kind = str if key == "preset" else positive(type(default))
+        parser.add_argument("--" + key.replace("_", "-"), type=kind, default=default, choices=choices,
                             help=f"{WORKLOAD_OPTIONS[key]} (default %(default)s)")
     return parser
 

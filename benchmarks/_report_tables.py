@@ -215,6 +215,14 @@ def gpu_statistics(records):
     return figures
 
 
+def same_run_ratio(runs, peer_runs):
+    """The median over runs of a peer's figure over this one's, runs matched by their record's time; "-"
+    where none matches."""
+    peers = {time: seconds for time, seconds, _ in peer_runs}
+    ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
+    return f"{statistics.median(ratios):.2f}x" if ratios else "-"
+
+
 def gpu_table(records, options):
     """One GPU model's runs (`gpu="H200"` picks the records whose GPU name contains it); rows per model,
     batch shape, contender and precision."""
@@ -235,29 +243,24 @@ def gpu_table(records, options):
             tokens = batch * length
             rates = [tokens / seconds for _, seconds, _ in runs]
             paper = PAPER_TARGET_TOKENS / PAPER_SECONDS_PER_STEP.get(preset, math.nan)  # base, big
-            def versus(peer):  # same-run ratios to a peer of the same precision
-                peers = {time: seconds
-                         for time, seconds, _ in figures.get((part, preset, batch, length, peer, precision), [])}
-                ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
-                return "-" if contender == peer or not ratios else f"{statistics.median(ratios):.2f}x"
+            versus = [same_run_ratio(runs, figures.get((part, preset, batch, length, peer, precision), []))
+                      if contender != peer else "-" for peer in ("torch.compile", "torch")]
             flops = training_flops(gpu_size(preset), batch, length, length)
             step = statistics.median(seconds for _, seconds, _ in runs)
             train_rows.append([
                 preset, f"{batch} x {length}", contender, precision, f"{step * 1000:.1f}",
                 f"{statistics.median(rates):,.0f}" + (f" ({min(rates):,.0f}-{max(rates):,.0f})" if min(rates) != max(rates) else ""),
                 f"{statistics.median(rates) / paper:.2f}x",
-                versus("torch.compile"), versus("torch"),
+                *versus,
                 f"{flops / step / 1e12 / peak:.0%}", str(len(runs)),
             ])
         else:
             median = statistics.median(seconds for _, seconds, _ in runs)
             search = contender.split()[-1]  # greedy or beam4
-            peers = {time: seconds for time, seconds, _ in
-                     figures.get((part, preset, batch, length, f"CTranslate2 {search}", "int8_float16"), [])}
-            ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
+            peer = figures.get((part, preset, batch, length, f"CTranslate2 {search}", "int8_float16"), [])
             decode_rows.append([preset, contender, precision, str(batch), f"{batch / median:,.0f}",
-                                f"{median / runs[0][2]['steps'] * 1000:.2f}",
-                                f"{statistics.median(ratios):.2f}x" if ratios else "-", str(len(runs))])
+                                f"{median / runs[0][2]['steps'] * 1000:.2f}", same_run_ratio(runs, peer),
+                                str(len(runs))])
     first, last = records[0], records[-1]
     gpus = last["machine"].get("gpus") or [last["machine"].get("gpu", "unknown GPU")]
     text = (f"{len(records)} invocations of `benchmarks/gpu.py` ({first['time']} to {last['time']}; commits "

@@ -2,10 +2,8 @@
 
 How it measures, and what it reports: docs/benchmarks.md, "Methods", `quality.py`.
 
-    KERAS_BACKEND=tensorflow .venv/bin/python benchmarks/quality.py --minutes 30
-    .venv/bin/python benchmarks/quality.py --only ours keras-hub --minutes 5
-    .venv/bin/python benchmarks/quality.py --minutes 2 --max-train-pairs 5000 --test-size 100   # smoke run
     KERAS_BACKEND=tensorflow .venv/bin/python benchmarks/quality.py --minutes 20 --seeds 0 1 2
+    .venv/bin/python benchmarks/quality.py --minutes 2 --max-train-pairs 5000 --test-size 100   # smoke run
 """
 
 import argparse
@@ -23,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._harness import CORPORA, MODEL, WORKER_CONFIG  # noqa: E402
+from benchmarks._harness import CORPORA, MODEL, WORKER_CONFIG, positive  # noqa: E402
 from benchmarks._report_tables import quality_table  # noqa: E402
 CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # Settings for a budget of a few thousand steps at most (see benchmarks/README.md):
@@ -50,10 +48,10 @@ NOISE = re.compile(r"^([IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\]|WARNING: All log me
 
 def parse_args(argv=None):
     parser = _harness.parser(__doc__, "quality", aliases=("--results",))
-    parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock per contender")
+    parser.add_argument("--minutes", type=positive(float), default=30.0, help="training wall-clock per contender")
     parser.add_argument("--only", nargs="+", choices=CONTENDERS, help="contenders to run (default: all)")
-    parser.add_argument("--test-size", type=int, default=1000, help="held-out test pairs (default %(default)s)")
-    parser.add_argument("--max-train-pairs", type=int, help="keep only this many training pairs (smoke runs)")
+    parser.add_argument("--test-size", type=positive(int), default=1000, help="held-out test pairs (default 1000)")
+    parser.add_argument("--max-train-pairs", type=positive(int), help="keep only this many training pairs (smoke)")
     parser.add_argument("--vocabulary-size", type=int, default=8000, help="joint SentencePiece pieces")
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
                         help="directory with ddtp_en_de.jsonl.gz and po_all.jsonl.gz (default: ../shared/data)")
@@ -80,12 +78,6 @@ def parse_args(argv=None):
     # Data preparation (split, tokenizer) and the workers use args.seed: the
     # first seed for the data, each seed in turn for training.
     args.seed = args.seeds[0] if args.seed is None else args.seed
-    if args.minutes <= 0:
-        parser.error("--minutes must be > 0.")
-    if args.test_size < 1:
-        parser.error("--test-size must be >= 1.")
-    if args.max_train_pairs is not None and args.max_train_pairs < 1:
-        parser.error("--max-train-pairs must be >= 1.")
     try:
         args.settings = resolve_settings(args.assignments)
     except ValueError as error:
@@ -173,12 +165,6 @@ def our_worker(args, name, extra=(), seed=None):
     return command
 
 
-def read_result(path):
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text())
-
-
 def main(argv=None):
     args = parse_args(argv)
     if args.worker:
@@ -223,7 +209,7 @@ def main(argv=None):
             status = run_logged(worker_command, out / "log.txt", name, worker_env(backend=False))
         else:
             status = run_logged(our_worker(args, name, seed=seed), out / "log.txt", name, worker_env())
-        trained = read_result(out / "train.json")
+        trained = json.loads((out / "train.json").read_text()) if (out / "train.json").is_file() else None
         if status or trained is None:
             print(f"error: contender {name} failed (exit status {status}); see {out / 'log.txt'}", file=sys.stderr)
             failed.append(name)

@@ -34,11 +34,9 @@ ENGINE_REFERENCE = "CTranslate2 float32"
 def parse_args(argv=None):
     parser = _harness.parser(__doc__, "quantize_quality")
     parser.add_argument("runs", nargs="*", default=[r for r in DEFAULT_RUNS if os.path.isfile(r + "/model.keras")])
-    parser.add_argument("--limit", type=int, default=None, help="the first N test pairs only (default: all)")
+    parser.add_argument("--limit", type=_harness.positive(int), help="the first N test pairs only (default: all)")
     parser.add_argument("--no-ctranslate2", action="store_true", help="leave out the CTranslate2 rows")
     args = parser.parse_args(argv)
-    if args.limit is not None and args.limit < 1:
-        parser.error(f"--limit must be at least 1; got {args.limit}")
     if not args.runs:
         parser.error("no run given, and none of the default runs holds a model.keras")
     return args

@@ -167,7 +167,7 @@ def table_parts(record):
 def parse_args(argv=None):
     parser = _harness.workload_options(_harness.parser(__doc__, "serve_mix"), preset="tiny", vocabulary_size=8000,
                                        beam_size=4)
-    parser.add_argument("--requests", type=int, default=40, help="requests in the mixed stream")
+    parser.add_argument("--requests", type=_harness.positive(int), default=40, help="requests in the mixed stream")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warmup-rows", type=int, default=64, help="rows of the largest warmed-up request")
     parser.add_argument("--max-input-length", type=int, default=128, help="export's input limit (tokens)")
@@ -179,10 +179,7 @@ def parse_args(argv=None):
     parser.add_argument("--export-base", help="where to export (default: a temporary directory)")
     # Internal: one (variant, start) in a child process.
     parser.add_argument("--child", nargs=3, metavar=("EXPORT_DIR", "WARM", "RESULT"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.requests < 1:
-        parser.error("--requests must be >= 1")
-    return args
+    return parser.parse_args(argv)
 
 
 def export_variants(args, base):

@@ -5,9 +5,6 @@ How it measures, and what it reports: docs/benchmarks.md, "Methods", `serve_prof
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/serve_profile.py --preset base --vocabulary-size 32000
     KERAS_BACKEND=tensorflow python benchmarks/serve_profile.py --kernels 32x512x2048,32x512x32000 [--onednn-verbose]
-
-`--kernels` times one product per kernel TensorFlow's plain graph could run
-at those (rows x inputs x outputs) shapes instead (record: serve_kernels.jsonl).
 """
 
 import os
@@ -28,6 +25,7 @@ sys.path.insert(0, ROOT)
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.export.quantize import quantize_model  # noqa: E402
 from benchmarks import _harness  # noqa: E402
+from benchmarks._report_tables import serve_kernels_table  # noqa: E402
 
 BOS, EOS = 2, 3
 
@@ -39,7 +37,8 @@ def parse_args(argv=None):
     parser.add_argument("--quantize", default="float32,int8,bfloat16",
                         help="comma-separated precisions: float32 and quantize_model's modes")
     parser.add_argument("--kernels", default=None,
-                        help="comma-separated MxKxN product shapes: time the plain graph's product kernels instead")
+                        help="comma-separated MxKxN (rows x inputs x outputs) product shapes: time one product "
+                             "per kernel TensorFlow's plain graph could run instead (record: serve_kernels.jsonl)")
     parser.add_argument("--products", type=int, default=20, help="with --kernels: products per timed call")
     parser.add_argument("--onednn-verbose", action="store_true",
                         help="with --kernels: also oneDNN's own time for each product (ONEDNN_VERBOSE=1)")
@@ -205,14 +204,10 @@ def kernels_main(args, argv):
                 milliseconds, reorders = onednn_exec_ms(lambda run=run: np.asarray(run(x)))
                 record["onednn_exec_us_per_product"].setdefault(key, {})[name] = 1e3 * milliseconds / args.products
                 record["onednn_reorders_per_product"].setdefault(key, {})[name] = reorders / args.products
-        print(key, flush=True)
-        for name, best in record["us_per_product"][key].items():
-            onednn_us = record["onednn_exec_us_per_product"].get(key, {}).get(name)
-            reorders = record["onednn_reorders_per_product"].get(key, {}).get(name)
-            print(f"  {name:34s} {best:9.1f} us  ({record['us_per_product'][key]['float32'] / best:.2f}x float32)"
-                  f"  max error {errors[name]:.4f}" + (f"  oneDNN alone {onednn_us:.1f} us, {reorders:g} reorders" if onednn_us else ""),
-                  flush=True)
+        print(f"{key}: max relative error " + ", ".join(f"{name} {error:.4f}" for name, error in errors.items()),
+              flush=True)
     _harness.finish(record)
+    print("\n" + serve_kernels_table([record], {}) + "\n")
     _harness.save(args.record, record)
 
 

@@ -2,8 +2,6 @@
 
 How it measures, and what it reports: docs/benchmarks.md, "Methods", `train_throughput.py`.
 
-    .venv/bin/python benchmarks/train_throughput.py            # all contenders
-    .venv/bin/python benchmarks/train_throughput.py --only ours-tf keras-hub
     .venv/bin/python benchmarks/train_throughput.py --rounds 3 --only ours-tf keras-hub opennmt-tf
     .venv/bin/python benchmarks/train_throughput.py --workload real  # real text
 """
@@ -20,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._harness import (SIZE, load_batches, peak_memory_mb, target_tokens, training_flops,  # noqa: E402
-                                 training_products)
+from benchmarks._harness import (SIZE, load_batches, peak_memory_mb, positive, target_tokens,  # noqa: E402
+                                 training_flops, training_products)
 from benchmarks._report_tables import throughput_table  # noqa: E402
 
 # Contender name: the harness module whose THROUGHPUT table holds it (_harness.Contender's shape),
@@ -97,36 +95,28 @@ def main():
                         help="where the real workload's corpora are (default ../shared/data)")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "throughput"),
                         help="where the real workload's batches are cached (batches_width*.npz; delete to rebuild)")
-    parser.add_argument("--bucket-width", type=int, default=1,
+    parser.add_argument("--bucket-width", type=positive(int), default=1,
                         help="real workload: batch lengths are padded to multiples of this (default 1)")
-    parser.add_argument("--steps", type=int, help="timed training steps per contender "
+    parser.add_argument("--steps", type=positive(int), help="timed training steps per contender "
                         "(default 30; real workload: two passes over its batches)")
-    parser.add_argument("--warmup", type=int, help="untimed steps first (tracing, compiling; "
+    parser.add_argument("--warmup", type=positive(int), help="untimed steps first (tracing, compiling; "
                         "default 5; real workload: one pass over its batches)")
-    parser.add_argument("--only", nargs="*", help="contenders to run (default: all)")
+    parser.add_argument("--only", nargs="*", choices=[*MODULES, "opennmt-tf"], help="contenders (default: all)")
     parser.add_argument("--opennmt-python", default=str(ROOT / ".venv-opennmt" / "bin" / "python"))
-    parser.add_argument("--rounds", type=int, default=1,
+    parser.add_argument("--rounds", type=positive(int), default=1,
                         help="run the contenders this many times, taking turns; report medians")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
 
-    if args.bucket_width < 1:
-        parser.error(f"--bucket-width must be at least 1 (got {args.bucket_width})")
     real = args.workload == "real"
-    batches = load_batches(args.workload, args.data_dir, args.work_dir, args.bucket_width)  # the real workload is built (and cached) once, here
+    batches = load_batches(args.workload, args.data_dir, args.work_dir, args.bucket_width)  # real: built, cached
     if args.steps is None:
         args.steps = 2 * len(batches) if real else 30
     if args.warmup is None:
         args.warmup = len(batches) if real else 5
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1 (got {args.rounds})")
-    names = args.only or list(MODULES) + ["opennmt-tf"]
-    unknown = sorted(set(names) - set(MODULES) - {"opennmt-tf"})
-    if unknown:
-        parser.error(f"--only: unknown contender(s) {', '.join(unknown)}; choose from "
-                     f"{', '.join(list(MODULES) + ['opennmt-tf'])}")
+    names = args.only or [*MODULES, "opennmt-tf"]
     # Padding counts in the FLOPs, not in the tokens.
     cycle_tokens = sum(target_tokens(batches))
     flops_per_token = sum(training_flops(SIZE, labels.shape[0], source.shape[1], labels.shape[1])
