@@ -180,47 +180,42 @@ def parse_ctranslate2_log(text):
     return found
 
 
-def ctranslate2_backend(python=None, quantization="int8"):
-    """What CTranslate2 runs on this CPU (its log when loading a model), with "version"; None without it."""
+def probe(package, code, *args, **environment):
+    """({"version": `package`'s}, the completed child Python that ran `code` with `args`, `environment` added to
+    this one's); (None, None) without the package, (info with "error", None) when the child could not run."""
+    version = versions(package).get(package)
+    if version is None:
+        return None, None
     try:
-        version = importlib.metadata.version("ctranslate2")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    environment = dict(os.environ, CT2_VERBOSE="1")
-    try:
-        completed = subprocess.run([python or sys.executable, "-c", _CT2_PROBE, quantization], env=environment,
-                                   capture_output=True, text=True, timeout=120)
+        return {"version": version}, subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                                                    text=True, timeout=120, env=dict(os.environ, **environment))
     except (OSError, subprocess.SubprocessError) as error:
-        return {"version": version, "error": str(error)}
+        return {"version": version, "error": str(error)}, None
+
+
+def ctranslate2_backend(quantization="int8"):
+    """What CTranslate2 runs on this CPU (its log when loading a model), with "version"; None without it."""
+    info, completed = probe("ctranslate2", _CT2_PROBE, quantization, CT2_VERBOSE="1")
+    if completed is None:
+        return info
     found = parse_ctranslate2_log(completed.stdout + completed.stderr)
     if completed.returncode != 0 or not found:
-        return {"version": version, "error": (completed.stderr or completed.stdout)[-500:]}
-    return {"version": version, **found}
+        return {**info, "error": (completed.stderr or completed.stdout)[-500:]}
+    return {**info, **found}
 
 
-_TF_PROBE = r"""
-from tensorflow.python.util import _pywrap_util_port
-print("is_mkl_enabled", bool(_pywrap_util_port.IsMklEnabled()))
-"""
-
-
-def tensorflow_onednn(python=None):
+def tensorflow_onednn():
     """TensorFlow's oneDNN use: TF_ENABLE_ONEDNN_OPTS, and what a child TensorFlow logs and reports
     (`IsMklEnabled`); None when TensorFlow is not installed."""
-    try:
-        version = importlib.metadata.version("tensorflow")
-    except importlib.metadata.PackageNotFoundError:
+    code = "from tensorflow.python.util import _pywrap_util_port as u; print('is_mkl_enabled', u.IsMklEnabled())"
+    info, completed = probe("tensorflow", code, TF_CPP_MIN_LOG_LEVEL="0")
+    if info is None:
         return None
-    info = {"version": version, "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS")}
-    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
-    try:
-        completed = subprocess.run([python or sys.executable, "-c", _TF_PROBE], env=environment,
-                                   capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError) as error:
-        return {**info, "error": str(error)}
-    log = completed.stdout + completed.stderr
-    info["onednn_custom_ops_logged_on"] = "oneDNN custom operations are on" in log
-    info["is_mkl_enabled"] = "is_mkl_enabled True" in log
+    info["TF_ENABLE_ONEDNN_OPTS"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    if completed is not None:
+        log = completed.stdout + completed.stderr
+        info["onednn_custom_ops_logged_on"] = "oneDNN custom operations are on" in log
+        info["is_mkl_enabled"] = "is_mkl_enabled True" in log
     return info
 
 
@@ -411,16 +406,16 @@ def read_pairs(path):
     return pairs
 
 
-def make_batches(seed=0):
-    """The synthetic workload: a list of (source, target_in, labels) int32 arrays."""
+def make_batches(seed=0, vocabulary=SIZE["vocab"], batch=BATCH, length=LENGTH, count=NUM_BATCHES):
+    """The synthetic workload: a list of `count` (source, target_in, labels) int32 arrays, random ordinary ids."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     # Ids 4.. are ordinary tokens (0 pad, 1 unk, 2 bos, 3 eos).
-    source = rng.integers(4, SIZE["vocab"], size=(NUM_BATCHES, BATCH, LENGTH), dtype="int32")
-    target = rng.integers(4, SIZE["vocab"], size=(NUM_BATCHES, BATCH, LENGTH + 1), dtype="int32")
+    source = rng.integers(4, vocabulary, size=(count, batch, length), dtype="int32")
+    target = rng.integers(4, vocabulary, size=(count, batch, length + 1), dtype="int32")
     target[:, :, 0] = BOS
-    return [(source[i], target[i, :, :-1], target[i, :, 1:]) for i in range(NUM_BATCHES)]
+    return [(source[i], target[i, :, :-1], target[i, :, 1:]) for i in range(count)]
 
 
 def make_real_batches(data_dir, work, bucket_width):

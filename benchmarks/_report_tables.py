@@ -473,22 +473,6 @@ def pretrained_table(records, options):
     return "\n\n".join(tables)
 
 
-def trip_table(records, options):
-    """recipes/opus_mt/trip.py's record (benchmarks/results/recipes.jsonl): domain B's scores before and
-    after the same fine-tuning, of the native run and of its marian-hf export imported back."""
-    record = select(records, options, "table:recipe-trip")[-1]
-    if "trip" not in record:
-        raise ValueError(f"table:recipe-trip {options}: not a recipes/opus_mt/trip.py record")
-    rows = []
-    for key, label in (("native", "native (recipes/fine_tuning)"), ("trip", "exported, imported (recipes/opus_mt)")):
-        before, after = record[key]["scores"]["new_before"], record[key]["scores"]["new_after"]
-        rows.append([label, f"{before['bleu']:.1f}", f"{after['bleu']:.1f}", f"{after['bleu'] - before['bleu']:+.1f}",
-                     f"{before['chrf']:.1f}", f"{after['chrf']:.1f}"])
-    return caption(record, "sacreBLEU on domain B's test split") + "\n\n" + markdown_table(
-        ["path", "BLEU before", "BLEU after", "gain", "chrF before", "chrF after"], rows,
-        ["---", "---:", "---:", "---:", "---:", "---:"])
-
-
 serve_profile_table = record_table("serve-profile", serve_profile_parts)
 serve_kernels_table = record_table("serve-kernels", serve_kernels_parts)
 recipe_table = record_table("recipe", recipe_parts)

@@ -20,26 +20,13 @@ if str(ROOT) not in sys.path:
 from benchmarks import _harness  # noqa: E402
 from benchmarks._report_tables import gpu_table  # noqa: E402
 from benchmarks._harness import (DENSE_BF16_PEAK_TFLOPS, PRESETS, VOCABULARY, compile_ours,  # noqa: E402
-                                 gpu_size, timings, training_flops)
+                                 gpu_size, make_batches, timings, training_flops)
 
 PAD, BOS, EOS = 0, 2, 3
 # The PyTorch contenders: name -> torch.compile mode (None: eager).
 TORCH_MODES = {"torch.compile": "default", "torch.compile+cudagraphs": "reduce-overhead",
                "torch.compile-max-autotune": "max-autotune", "torch": None}
 COMPILED = {}  # train_torch's count of the graphs torch.compile made, and of its graph breaks
-
-
-def batches(batch, length, count=4, seed=0):
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    result = []
-    for _ in range(count):
-        source = rng.integers(4, VOCABULARY, (batch, length)).astype("int32")
-        target = rng.integers(4, VOCABULARY, (batch, length + 1)).astype("int32")
-        target[:, 0] = BOS
-        result.append((source, target[:, :-1].copy(), target[:, 1:].copy()))
-    return result
 
 
 def train_ours(args, precision):
@@ -54,7 +41,7 @@ def train_ours(args, precision):
         jax.config.update("jax_default_matmul_precision", "tensorfloat32")
     model = kt.Transformer.from_preset(args.preset, vocabulary_size=VOCABULARY)
     compile_ours(model, PRESETS[args.preset]["d_model"])
-    data = batches(args.batch, args.length)
+    data = make_batches(vocabulary=VOCABULARY, batch=args.batch, length=args.length, count=4)
     times = []
     for step in range(args.warmup + args.steps):
         source, target, labels = data[step % len(data)]
@@ -79,7 +66,8 @@ def train_torch(args, precision, mode=None):
     model = torch_transformer(gpu_size(args.preset), positions=1024, padded=False, device=device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=0.1)
-    data = [tuple(torch.from_numpy(a).long().to(device) for a in batch) for batch in batches(args.batch, args.length)]
+    data = [tuple(torch.from_numpy(a).long().to(device) for a in batch) for batch in make_batches(
+        vocabulary=VOCABULARY, batch=args.batch, length=args.length, count=4)]
 
     def forward_loss(source, target, labels):
         with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "mixed_bfloat16"):

@@ -11,7 +11,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
 from benchmarks._harness import (SIZE, load_batches, peak_memory_mb, positive, target_tokens,  # noqa: E402
-                                 training_flops, training_products)
+                                 timings, training_flops, training_products)
 from benchmarks._report_tables import throughput_table  # noqa: E402
 
 # Contender name: the harness module whose THROUGHPUT table holds it (_harness.Contender's shape),
@@ -63,12 +62,7 @@ def matmul_floor_seconds(batches, repeats=3):
                 return tf.add_n([tf.reduce_sum(tf.matmul(a, b)) for a, b in operands])
 
             products().numpy()
-            best = float("inf")
-            for _ in range(repeats):
-                start = time.perf_counter()
-                products().numpy()
-                best = min(best, time.perf_counter() - start)
-            seconds_by_shape[shape] = best
+            seconds_by_shape[shape] = min(timings(lambda: products().numpy(), repeats))
             del operands, products
         total += seconds_by_shape[shape]
     return total
