@@ -59,9 +59,10 @@ def comma_list(choices):
 
 
 # The decoding benchmarks' workload options, with what each means.
-WORKLOAD_OPTIONS = {"preset": "model size: tiny, or the paper's base and big", "vocabulary_size": "vocabulary pieces",
-                    "batch_size": "sources per call", "source_tokens": "tokens per source, EOS included",
-                    "steps": "generated tokens per sentence", "beam_size": "beam width", "rounds": "timed rounds"}
+WORKLOAD_OPTIONS = {"preset": "model size: tiny, or the paper's base and big", "beam_size": "beam width",
+                    "vocabulary_size": "vocabulary pieces", "batch_size": "sources per call",
+                    "source_tokens": "tokens per source, EOS included", "steps": "generated tokens per sentence",
+                    "rounds": "timed rounds"}
 
 
 def workload_options(parser, **defaults):
@@ -103,18 +104,15 @@ def gpus():
             return names
     # Only frameworks the benchmark imported already: importing one here would
     # cost seconds and, for TensorFlow, claim the GPU's memory.
-    if "jax" in sys.modules:
-        try:
+    try:
+        if "jax" in sys.modules:
             return [device.device_kind for device in sys.modules["jax"].devices() if device.platform == "gpu"]
-        except Exception:  # noqa: BLE001 (no backend initialised: nothing to report)
-            return []
-    if "tensorflow" in sys.modules:
-        try:
+        if "tensorflow" in sys.modules:
             tf = sys.modules["tensorflow"]
             return [tf.config.experimental.get_device_details(device).get("device_name", device.name)
                     for device in tf.config.list_physical_devices("GPU")]
-        except Exception:  # noqa: BLE001
-            return []
+    except Exception:  # noqa: BLE001 (no backend initialised: nothing to report)
+        pass
     return []
 
 
@@ -282,12 +280,17 @@ def start(benchmark, argv=None, script=None, packages=("tensorflow", "keras", "k
 
 
 def finish(record):
-    """Adds the load after the run to `record` and prints the machine, the load and the commit."""
+    """Adds the load after the run to `record` and prints the machine, the load, the commit and the matrix
+    libraries."""
     record["load_average"]["after"] = load = load_average()
-    before = record["load_average"]["before"]
+    before, libraries = record["load_average"]["before"], record["libraries"]
+    ct2 = libraries.get("ctranslate2") or {}
     print(f"# {record['machine']['cpu']}, {record['machine']['cpus']} CPUs, load average "
           + (f"{before[0]:.1f} before, {load[0]:.1f} after" if before and load else "unknown")
-          + f"; commit {record['commit']}", flush=True)
+          + f"; commit {record['commit']}\n# CPU flags: {' '.join(libraries['cpu_flags'])}; CTranslate2: SGEMM "
+          f"{ct2.get('SGEMM backend', '-')}, int8 GEMM {ct2.get('GEMM_S8 backend', '-')}, MKL "
+          f"{ct2.get('Use Intel MKL', '-')}, ISA {ct2.get('Selected ISA', '-')}; TensorFlow oneDNN "
+          f"{(libraries.get('tensorflow_onednn') or {}).get('is_mkl_enabled', '-')}", flush=True)
     return record
 
 
@@ -455,9 +458,7 @@ def make_real_batches(data_dir, work, bucket_width):
 
 def load_batches(workload, data_dir, work_dir, bucket_width=1):
     """The batches of `workload` ("synthetic" or "real")."""
-    if workload == "real":
-        return make_real_batches(data_dir, Path(work_dir), bucket_width)
-    return make_batches()
+    return make_real_batches(data_dir, Path(work_dir), bucket_width) if workload == "real" else make_batches()
 
 
 def target_tokens(batches):

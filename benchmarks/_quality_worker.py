@@ -21,14 +21,12 @@ def run(args):
     if args.worker == "score":
         score(work, args.contender)
         return 0
-    settings = json.loads(args.settings_json)[args.worker]
-    out = work / args.worker
-    if args.worker == "ours":
-        result = train_and_decode_ours(work, out, args.minutes, settings, args.seed)
-    elif args.worker == "keras-hub":
-        result = train_and_decode_keras_hub(work, out, args.minutes, settings, args.seed)
-    else:
+    contenders = {"ours": train_and_decode_ours, "keras-hub": train_and_decode_keras_hub}
+    if args.worker not in contenders:
         raise SystemExit(f"unknown worker {args.worker!r}")
+    out = work / args.worker
+    settings = json.loads(args.settings_json)[args.worker]
+    result = contenders[args.worker](work, out, args.minutes, settings, args.seed)
     (out / "train.json").write_text(json.dumps(result, indent=2))
     return 0
 

@@ -53,17 +53,14 @@ def machine_text(record):
     return ", ".join(parts)
 
 
-def load_text(record):
+def caption(record, what):
+    """A table's caption: the record's command, commit, time, machine and load, then `what` the table shows."""
     load = record.get("load_average") or {}
     before, after = load.get("before"), load.get("after")
-    if not before or not after:
-        return "load average not recorded"
-    return f"load average {before[0]:.1f} before and {after[0]:.1f} after"
-
-
-def caption(record, what):
+    load = f"load average {before[0]:.1f} before and {after[0]:.1f} after" if before and after else (
+        "load average not recorded")
     return (f"`{record['command']}`, commit {record.get('commit') or 'unknown'}, {record.get('time')}, "
-            f"{machine_text(record)}, {load_text(record)} ({what}):")
+            f"{machine_text(record)}, {load} ({what}):")
 
 
 # --------------------------------------------------------------------------- serve
@@ -151,11 +148,6 @@ def quality_label(record):
     return label
 
 
-def quality_precision(record):
-    precision = record.get("settings", {}).get("mixed_precision", "none")
-    return "float32" if precision in (None, "none") else precision
-
-
 def mean_and_range(values, digits=1):
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
@@ -171,7 +163,9 @@ def quality_table(records, options):
     chosen = select(records, options, "table:quality")
     groups = OrderedDict()  # (precision, label): records, in first-seen order
     for record in chosen:
-        groups.setdefault((quality_precision(record), quality_label(record)), []).append(record)
+        precision = record.get("settings", {}).get("mixed_precision") or "none"
+        precision = "float32" if precision == "none" else precision
+        groups.setdefault((precision, quality_label(record)), []).append(record)
     header = ["contender", "precision", "seeds", "steps (mean)", "minutes", "BLEU mean (range)", "chrF mean (range)"]
     main, extra = [], []
     for (precision, label), group in groups.items():
@@ -210,14 +204,12 @@ def gpu_statistics(records):
                 continue
             key = (entry["part"], entry["preset"], entry["batch"], entry.get("length"), entry["contender"],
                    entry["precision"])
-            figure = statistics.median(entry["seconds"])
-            figures.setdefault(key, []).append((record["time"], figure, entry))
+            figures.setdefault(key, []).append((record["time"], statistics.median(entry["seconds"]), entry))
     return figures
 
 
 def same_run_ratio(runs, peer_runs):
-    """The median over runs of a peer's figure over this one's, runs matched by their record's time; "-"
-    where none matches."""
+    """The median of a peer's figure over this one's, runs matched by their record's time ("-": none)."""
     peers = {time: seconds for time, seconds, _ in peer_runs}
     ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
     return f"{statistics.median(ratios):.2f}x" if ratios else "-"
@@ -378,7 +370,7 @@ def recipe_parts(record):
     updates and its test split's scores."""
     test = record["test"]
     if "bleu" not in test:
-        raise ValueError(f"table:recipe (time {record.get('time')}): the record scores no single model (pin another)")
+        raise ValueError(f"table:recipe: the record of {record.get('time')} scores no single model (pin another)")
     row = [record["benchmark"], f"{record['steps']:,}", str(test["sentences"]), f"{test['bleu']:.1f}",
            f"{test['chrf']:.1f}"]
     return "sacreBLEU on the recipe's test split", ["recipe", "updates", "test sentences", "BLEU", "chrF"], [row]

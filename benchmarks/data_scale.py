@@ -199,9 +199,9 @@ def measure(size, work, args):
     if pinned.returncode:
         raise RuntimeError(f"--one-core failed:\n{pinned.stderr[-3000:]}")
     result.update(json.loads(pinned.stdout.splitlines()[-1]))
+    rates = result["input_25k_batches_per_second"]
     print(f"  one core: {result['plan_memory_mb']}, " + ", ".join(
-        f"{cache} {statistics.median(rates):.0f} batches/s" for cache, rates in result["input_25k_batches_per_second"].items()),
-          flush=True)
+        f"{cache} {statistics.median(values):.0f} batches/s" for cache, values in rates.items()), flush=True)
     from keras_transformer.data.prepare import prepare as prepare_data
     from keras_transformer.data import read_tsv
 

@@ -3,7 +3,7 @@
 How it measures, and what it reports: docs/benchmarks.md, "Methods", `gpu.py`.
 
     KERAS_BACKEND=jax python benchmarks/gpu.py                 # everything
-    KERAS_BACKEND=jax python benchmarks/gpu.py --part decode --presets base --ct2-compute-types float16 int8_float16
+    KERAS_BACKEND=jax python benchmarks/gpu.py --part decode --ct2-compute-types float16 int8_float16
 """
 
 import argparse

@@ -92,7 +92,7 @@ def resolve_settings(assignments):
         dotted, equals, value = (part.strip() for part in text.partition("="))
         name, dot, key = dotted.rpartition(".")
         if not equals or not dot or name not in CONTENDERS + ("all",):
-            raise ValueError(f"--set {text!r}: expected CONTENDER.KEY=VALUE, CONTENDER one of {CONTENDERS} or all.")
+            raise ValueError(f"--set {text!r}: expected CONTENDER.KEY=VALUE ({', '.join(CONTENDERS)} or all).")
         if key not in SETTING_VALUES:
             raise ValueError(f"--set {text!r}: unknown key {key!r} (expected one of {list(SETTING_VALUES)}).")
         targets = CONTENDERS if name == "all" else (name,)
@@ -123,10 +123,6 @@ def setting_value(values, text):
     except ValueError:
         return None
     return number if number > 0 else None
-
-
-def peak_learning_rate(settings):
-    return settings["learning_rate_scale"] * (MODEL["d_model"] * settings["warmup_steps"]) ** -0.5
 
 
 def run_logged(command, log_path, tag, env=None):
@@ -221,6 +217,7 @@ def main(argv=None):
             continue
         scores = json.loads((out / "scores.json").read_text())
         settings = args.settings[name]
+        peak_rate = settings["learning_rate_scale"] * (MODEL["d_model"] * settings["warmup_steps"]) ** -0.5
         record = {
             "benchmark": "quality",
             "contender": name,
@@ -232,8 +229,7 @@ def main(argv=None):
             "machine": _harness.machine(),
             "load_average": {"before": load_before, "after": _harness.load_average()},
             "budget_minutes": args.minutes,
-            "settings": {**settings, "peak_learning_rate": peak_learning_rate(settings),
-                         **trained.get("settings", {})},
+            "settings": {**settings, "peak_learning_rate": peak_rate, **trained.get("settings", {})},
             "model": MODEL,
             "data": {"train_pairs": split["train_pairs"], "test_pairs": split["test_pairs"],
                      "vocabulary_size": split["vocabulary_size"], "split": split["method"],

@@ -91,13 +91,8 @@ def render(text, results=RESULTS, source="document"):
             raise ValueError(f"{source}: {error}" if not str(error).startswith(source) else str(error)) from None
         return body
 
-    def replace_table(match):
-        return match.group("open") + generate(match, "table") + "\n" + match.group("close")
-
-    def replace_cell(match):
-        return match.group("open") + generate(match, "cell") + match.group("close")
-
-    return CELL.sub(replace_cell, MARKER.sub(replace_table, text))
+    text = MARKER.sub(lambda match: match["open"] + generate(match, "table") + "\n" + match["close"], text)
+    return CELL.sub(lambda match: match["open"] + generate(match, "cell") + match["close"], text)
 
 
 def unmarked_figures(text, source="document"):

@@ -31,8 +31,8 @@ EOS, PAD = 3, 0
 
 
 def parse_args(argv=None):
-    parser = _harness.workload_options(_harness.parser(__doc__), preset="tiny", vocabulary_size=8000, batch_size=32,
-                                       source_tokens=32, steps=50, beam_size=4, rounds=7)
+    parser = _harness.workload_options(_harness.parser(__doc__), preset="tiny", vocabulary_size=8000,
+                                       batch_size=32, source_tokens=32, steps=50, beam_size=4, rounds=7)
     parser.add_argument("--alpha", type=float, default=0.6)
     parser.add_argument("--searches", default="beam,greedy")
     parser.add_argument("--no-ctranslate2", action="store_true")
@@ -227,8 +227,6 @@ def main(argv=None):
     args = parse_args(argv)
     if keras.backend.backend() != "tensorflow":
         raise SystemExit("run with KERAS_BACKEND=tensorflow (the export is a TensorFlow SavedModel)")
-    import tensorflow as tf
-
     tokenizer, origin = tokenizer_for(args.vocabulary_size)
     model = make_model(tokenizer.vocabulary_size, args.preset)
     rng = np.random.default_rng(0)
@@ -254,13 +252,6 @@ def main(argv=None):
                 record["workload"]["shortlist"]["candidates"][search] = count
             record["seconds"][search] = _harness.take_turns(contenders, args.rounds, args.steps)[0]
     _harness.finish(record)
-    print(f"# TensorFlow {tf.__version__}, CTranslate2 {record['versions'].get('ctranslate2', '-')}")
-    libraries = record["libraries"]
-    ct2 = libraries.get("ctranslate2") or {}
-    print(f"# CPU flags: {' '.join(libraries['cpu_flags'])}; CTranslate2: SGEMM {ct2.get('SGEMM backend', '-')}, "
-          f"int8 GEMM {ct2.get('GEMM_S8 backend', '-')}, MKL {ct2.get('Use Intel MKL', '-')}, ISA "
-          f"{ct2.get('Selected ISA', '-')}; TensorFlow oneDNN "
-          f"{(libraries.get('tensorflow_onednn') or {}).get('is_mkl_enabled', '-')}")
     print(f"# {args.preset} preset, random weights, {tokenizer.vocabulary_size}-piece vocabulary; {args.batch_size} "
           f"sources of {args.source_tokens} tokens, exactly {args.steps} generated tokens each; beam "
           f"{args.beam_size} alpha {args.alpha}, greedy")

@@ -31,8 +31,8 @@ BOS, EOS = 2, 3
 
 
 def parse_args(argv=None):
-    parser = _harness.workload_options(_harness.parser(__doc__), preset="base", vocabulary_size=32000, batch_size=16,
-                                       source_tokens=32, steps=50, beam_size=4)
+    parser = _harness.workload_options(_harness.parser(__doc__), preset="base", vocabulary_size=32000,
+                                       batch_size=16, source_tokens=32, steps=50, beam_size=4)
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--quantize", default="float32,int8,bfloat16",
                         help="comma-separated precisions: float32 and quantize_model's modes")
