@@ -1,5 +1,6 @@
 """What every benchmark script shares: records (what ran, where, under what load, when: docs/benchmarks.md),
-the training workloads, the contenders' shape (and ours), and what quality.py and its workers share.
+options and timing, the training workloads, the contenders' shape (and ours), and what quality.py and its
+workers share.
 Standard library only at import: report.py and its tests import this module without Keras or numpy.
 """
 
@@ -331,6 +332,8 @@ def read(path):
     return records
 
 # ------------------------------------------------------------ timing
+# Contenders timed in turns, and the workers that run one each.
+
 
 def timings(call, rounds):
     """Seconds of each of `rounds` calls of `call` (warm it up first)."""
@@ -394,7 +397,6 @@ BATCH, LENGTH = 64, 32
 NUM_BATCHES = 16  # distinct batches, cycled
 CORPORA = ("ddtp_en_de.jsonl.gz", "po_all.jsonl.gz")  # under --data-dir: the real-text workload, quality.py's
 REAL_TOKENS_PER_BATCH = 2048
-REAL_NUM_BATCHES = 24
 MAX_LENGTH = 128  # tokens per side in training, EOS/BOS included; longer test sources are cut
 SOURCE_KEY, TARGET_KEY = "en", "de"
 MAX_CHARS = 600  # as recipes/parallel_text: drops the few paragraph-long DDTP pairs
@@ -419,46 +421,6 @@ def make_batches(seed=0, vocabulary=SIZE["vocab"], batch=BATCH, length=LENGTH, c
     target = rng.integers(4, vocabulary, size=(count, batch, length + 1), dtype="int32")
     target[:, :, 0] = BOS
     return [(source[i], target[i, :, :-1], target[i, :, 1:]) for i in range(count)]
-
-
-def make_real_batches(data_dir, work, bucket_width):
-    """The real-text workload (docs/benchmarks.md, `train_throughput.py`), cached in `work`."""
-    import numpy as np
-
-    cache = work / f"batches_width{bucket_width}.npz"
-    if cache.exists():
-        arrays = np.load(cache)
-        return [tuple(arrays[f"{name}{i}"] for name in ("source", "target", "labels"))
-                for i in range(len(arrays.files) // 3)]
-    paths = [Path(data_dir) / name for name in CORPORA]
-    missing = [str(path) for path in paths if not path.exists()]
-    if missing:
-        raise SystemExit(f"--workload real: {', '.join(missing)} not found (set --data-dir)")
-    from keras_transformer.data import SubwordTokenizer, default_bucket_boundaries, make_dataset
-
-    pairs = [pair for path in paths for pair in read_pairs(path)]
-    work.mkdir(parents=True, exist_ok=True)
-    tokenizer = SubwordTokenizer.train(pairs, vocabulary_size=SIZE["vocab"], model_type="unigram", seed=0)
-    if tokenizer.vocabulary_size != SIZE["vocab"] or (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id) != (
-            PAD, BOS, EOS):
-        raise SystemExit("--workload real: the tokenizer's vocabulary or special ids differ from the benchmark's")
-    dataset = make_dataset(
-        pairs, tokenizer, tokens_per_batch=REAL_TOKENS_PER_BATCH, max_length=MAX_LENGTH,
-        bucket_boundaries=default_bucket_boundaries(
-            MAX_LENGTH, min_boundary=bucket_width, growth=1, multiple=bucket_width),
-        training=True, seed=0, cache=False,
-    )
-    batches = []
-    for inputs, labels in dataset.take(REAL_NUM_BATCHES):
-        batches.append((inputs["source"].numpy(), inputs["target"].numpy(), labels.numpy()))
-    np.savez(cache, **{f"{name}{i}": array for i, batch in enumerate(batches)
-                       for name, array in zip(("source", "target", "labels"), batch)})
-    return batches
-
-
-def load_batches(workload, data_dir, work_dir, bucket_width=1):
-    """The batches of `workload` ("synthetic" or "real")."""
-    return make_real_batches(data_dir, Path(work_dir), bucket_width) if workload == "real" else make_batches()
 
 
 def target_tokens(batches):
@@ -617,7 +579,7 @@ THROUGHPUT = {
 
 # ------------------------------------------------------------ time to quality
 # What quality.py, its worker (_quality_worker.py) and the contenders share: the corpora (CORPORA),
-# the model size and limits, reading the prepared pairs, the training clock and the trained-token count.
+# the model size and limits, reading the prepared pairs and the training clock.
 
 MODEL = dict(d_model=SIZE["d_model"], num_layers=SIZE["layers"], num_heads=SIZE["heads"], d_ff=SIZE["d_ff"],
              dropout=SIZE["dropout"])  # SIZE in the keys of the workers' configurations
@@ -665,22 +627,6 @@ class Clock:
     @property
     def seconds(self):
         return self.ended - self.started
-
-
-def count_trained_tokens(pairs, tokenizer, steps, tokens_per_batch, seed, bucket_boundaries=None):
-    """Non-pad (source, target) tokens (labels, EOS included) in the first `steps` batches of the training
-    pipeline: a fresh `make_dataset(..., repeat=True)` with the same seed replays what the workers trained on."""
-    import numpy as np
-
-    from keras_transformer.data import make_dataset
-
-    dataset = make_dataset(pairs, tokenizer, tokens_per_batch=tokens_per_batch, max_length=MAX_LENGTH,
-                           bucket_boundaries=bucket_boundaries, training=True, seed=seed, repeat=True)
-    source = target = 0
-    for inputs, labels in dataset.take(steps).as_numpy_iterator():
-        source += int(np.count_nonzero(inputs["source"]))
-        target += int(np.count_nonzero(labels))
-    return source, target
 
 
 # ------------------------------------------------------------ the paper's models on one GPU

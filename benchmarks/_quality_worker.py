@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from benchmarks._harness import (CORPORA, MAX_CHARS, MAX_LENGTH, MODEL, SAVE_EVERY_STEPS, SEARCH, SIZE, SOURCE_KEY,
-                                 TARGET_KEY, Clock, count_trained_tokens, read_pairs, versions)
+                                 TARGET_KEY, Clock, read_pairs, versions)
 
 
 def run(args):
@@ -186,7 +186,7 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
 
     tokenizer = SubwordTokenizer.load(str(run_dir / run_data.TOKENIZER_FILE))
     boundaries = run_data.bucket_boundaries(config)
-    _, target_tokens = count_trained_tokens(read_pairs(data / "train.jsonl.gz"), tokenizer, trained.steps,
+    target_tokens = count_trained_tokens(read_pairs(data / "train.jsonl.gz"), tokenizer, trained.steps,
                                             settings["tokens_per_batch"], seed, boundaries)
     model = run_trained.load_model(run_dir)
     return decoded(Ours(), model, tokenizer, work, out, trained, target_tokens, {
@@ -238,10 +238,22 @@ def train_and_decode_keras_hub(work, out, minutes, settings, seed):
                           norm_first=settings["norm_first"])
     trained = harness.train_for(model, dataset, minutes)
     print(f"trained {trained.steps} steps in {trained.seconds / 60:.2f} min", flush=True)
-    _, target_tokens = count_trained_tokens(pairs, tokenizer, trained.steps, settings["tokens_per_batch"], seed,
+    target_tokens = count_trained_tokens(pairs, tokenizer, trained.steps, settings["tokens_per_batch"], seed,
                                             boundaries)
     return decoded(harness, model, tokenizer, work, out, trained, target_tokens, {
         "optimizer_used": optimizer_used, "checkpoint_every_steps": None, "bucket_boundaries": boundaries})
+
+
+def count_trained_tokens(pairs, tokenizer, steps, tokens_per_batch, seed, bucket_boundaries=None):
+    """Non-pad target tokens (labels, EOS included) in the first `steps` batches of the training pipeline: a
+    fresh `make_dataset(..., repeat=True)` with the same seed replays what the workers trained on."""
+    import numpy as np
+
+    from keras_transformer.data import make_dataset
+
+    dataset = make_dataset(pairs, tokenizer, tokens_per_batch=tokens_per_batch, max_length=MAX_LENGTH,
+                           bucket_boundaries=bucket_boundaries, training=True, seed=seed, repeat=True)
+    return sum(int(np.count_nonzero(labels)) for _, labels in dataset.take(steps).as_numpy_iterator())
 
 
 def decoded(harness, model, tokenizer, work, out, trained, target_tokens, settings):

@@ -46,11 +46,7 @@ def median_ratio(values, references):
 def machine_text(record):
     machine = record.get("machine", {})
     cpu = machine.get("cpu") or machine.get("processor")
-    gpus = machine.get("gpus") or []
-    parts = [f"{machine.get('cpus')} CPUs" + (f" ({cpu})" if cpu else "")]
-    if gpus:
-        parts.append(", ".join(gpus))
-    return ", ".join(parts)
+    return ", ".join([f"{machine.get('cpus')} CPUs" + (f" ({cpu})" if cpu else ""), *(machine.get("gpus") or [])])
 
 
 def caption(record, what):

@@ -17,10 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._harness import (SIZE, load_batches, peak_memory_mb, positive, target_tokens,  # noqa: E402
-                                 timings, training_flops, training_products)
+from benchmarks._harness import (  # noqa: E402
+    BOS, CORPORA, EOS, MAX_LENGTH, PAD, REAL_TOKENS_PER_BATCH, SIZE, make_batches, peak_memory_mb, positive,
+    read_pairs, target_tokens, timings, training_flops, training_products)
 from benchmarks._report_tables import throughput_table  # noqa: E402
 
+REAL_NUM_BATCHES = 24  # the real workload's distinct batches, cycled
 # Contender name: the harness module whose THROUGHPUT table holds it (_harness.Contender's shape),
 # imported when needed: a worker process imports only its own (ours-jax must not load TensorFlow).
 MODULES = {
@@ -38,6 +40,44 @@ def contender(name):
     else:
         from benchmarks._contender_torch import THROUGHPUT
     return THROUGHPUT[name]
+
+
+def load_batches(workload, data_dir, work_dir, bucket_width=1):
+    """The batches of `workload`: "synthetic", or "real" (docs/benchmarks.md), cached in `work_dir`."""
+    if workload != "real":
+        return make_batches()
+    import numpy as np
+
+    work = Path(work_dir)
+    cache = work / f"batches_width{bucket_width}.npz"
+    if cache.exists():
+        arrays = np.load(cache)
+        return [tuple(arrays[f"{name}{i}"] for name in ("source", "target", "labels"))
+                for i in range(len(arrays.files) // 3)]
+    paths = [Path(data_dir) / name for name in CORPORA]
+    missing = [str(path) for path in paths if not path.exists()]
+    if missing:
+        raise SystemExit(f"--workload real: {', '.join(missing)} not found (set --data-dir)")
+    from keras_transformer.data import SubwordTokenizer, default_bucket_boundaries, make_dataset
+
+    pairs = [pair for path in paths for pair in read_pairs(path)]
+    work.mkdir(parents=True, exist_ok=True)
+    tokenizer = SubwordTokenizer.train(pairs, vocabulary_size=SIZE["vocab"], model_type="unigram", seed=0)
+    if tokenizer.vocabulary_size != SIZE["vocab"] or (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id) != (
+            PAD, BOS, EOS):
+        raise SystemExit("--workload real: the tokenizer's vocabulary or special ids differ from the benchmark's")
+    dataset = make_dataset(
+        pairs, tokenizer, tokens_per_batch=REAL_TOKENS_PER_BATCH, max_length=MAX_LENGTH,
+        bucket_boundaries=default_bucket_boundaries(
+            MAX_LENGTH, min_boundary=bucket_width, growth=1, multiple=bucket_width),
+        training=True, seed=0, cache=False,
+    )
+    batches = []
+    for inputs, labels in dataset.take(REAL_NUM_BATCHES):
+        batches.append((inputs["source"].numpy(), inputs["target"].numpy(), labels.numpy()))
+    np.savez(cache, **{f"{name}{i}": array for i, batch in enumerate(batches)
+                       for name, array in zip(("source", "target", "labels"), batch)})
+    return batches
 
 
 def matmul_floor_seconds(batches, repeats=3):
