@@ -125,12 +125,6 @@ def best_by_length_penalty(beams, log_probs, alpha):
     return ops.take_along_axis(beams, best[:, None, None], axis=1)[:, 0]
 
 
-def beam_generate(model, sampler, source_ids, output_length, extra, alpha):
-    """The best hypothesis per source row: (rows, output_length + 1) ids, BOS first."""
-    all_beams, log_probs = all_beams_and_log_probs(model, sampler, source_ids, output_length, extra)
-    return best_by_length_penalty(all_beams, log_probs, alpha)
-
-
 def all_beams_and_log_probs(model, sampler, source_ids, output_length, extra):
     """`sampler` (a BeamSampler with return_all_beams=True) over the decoder layers' caches:
     (rows, beams, output_length + 1) ids, BOS first and pad after EOS, and (rows, beams) log P."""
@@ -200,8 +194,12 @@ class KerasHub(Contender):
         warnings.filterwarnings("ignore", message="You are using a softmax over axis")
         sampler = keras_hub.samplers.BeamSampler(num_beams=search["beam_size"], return_all_beams=True)
         extra, alpha = search["max_extra_length"], search["alpha"]
-        generate = tf.function(lambda ids, length: beam_generate(model, sampler, ids, length, extra, alpha),
-                               jit_compile=True, autograph=False, reduce_retracing=False)
+
+        def generate(ids, length):  # the best hypothesis per source row: (rows, length + 1) ids, BOS first
+            beams, log_probs = all_beams_and_log_probs(model, sampler, ids, length, extra)
+            return best_by_length_penalty(beams, log_probs, alpha)
+
+        generate = tf.function(generate, jit_compile=True, autograph=False, reduce_retracing=False)
         cut = search["max_source_length"] - 1
         ids = [row[:cut] + [EOS_ID] for row in tokenizer.tokenize(sources).to_list()]
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))

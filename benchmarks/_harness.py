@@ -1,8 +1,10 @@
 """What every benchmark script shares: records (what ran, where, under what load, when: docs/benchmarks.md),
-the training workloads, the contenders' shape (and ours), and what quality.py and its workers share.
+options and timing, the training workloads, the contenders' shape (and ours), and what quality.py and its
+workers share.
 Standard library only at import: report.py and its tests import this module without Keras or numpy.
 """
 
+import argparse
 import datetime
 import importlib.metadata
 import json
@@ -25,15 +27,69 @@ def default_path(name):
     return str(RESULTS / f"{name}.jsonl")
 
 
-def cpu_model():
-    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
+def parser(doc, record=None, aliases=()):
+    """The argument parser every benchmark script starts from: `doc` (its module docstring) as its
+    description, and `--record` (or its older spellings, `aliases`), the JSON-lines file the run's
+    record is appended to (default results/<record>.jsonl; None: the script picks one)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    default = default_path(record) if record else None
+    shown = os.path.relpath(default, ROOT) if default else "the benchmark's file in benchmarks/results"
+    parser.add_argument("--record", *aliases, default=default,
+                        help=f"JSON-lines file the run's record is appended to (default: {shown}; '' for none)")
+    return parser
+
+
+def positive(kind):
+    """An argparse type: a number of `kind` (int, float) above 0."""
+    def parse(text):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text}: must be above 0")
+        return value
+    return parse
+
+
+def comma_list(choices):
+    """An argparse type: a comma-separated list of some of `choices`."""
+    def parse(text):
+        items = text.split(",")
+        if not text or set(items) - set(choices):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a comma-separated list of {','.join(choices)}")
+        return items
+    return parse
+
+
+# The decoding benchmarks' workload options, with what each means.
+WORKLOAD_OPTIONS = {"preset": "model size: tiny, or the paper's base and big", "beam_size": "beam width",
+                    "vocabulary_size": "vocabulary pieces", "batch_size": "sources per call",
+                    "source_tokens": "tokens per source, EOS included", "steps": "generated tokens per sentence",
+                    "rounds": "timed rounds"}
+
+
+def workload_options(parser, **defaults):
+    """Adds --preset, --vocabulary-size, ... (WORKLOAD_OPTIONS' keys given in `defaults`) to `parser`."""
+    for key, default in defaults.items():
+        choices = ("tiny", "base", "big") if key == "preset" else None
+        kind = str if key == "preset" else positive(type(default))
+        parser.add_argument("--" + key.replace("_", "-"), type=kind, default=default, choices=choices,
+                            help=f"{WORKLOAD_OPTIONS[key]} (default %(default)s)")
+    return parser
+
+
+def cpuinfo(field):
+    """The first `field` line's value in /proc/cpuinfo (Linux); None where there is none."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo, else what `platform` knows."""
+    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def gpus():
@@ -49,18 +105,15 @@ def gpus():
             return names
     # Only frameworks the benchmark imported already: importing one here would
     # cost seconds and, for TensorFlow, claim the GPU's memory.
-    if "jax" in sys.modules:
-        try:
+    try:
+        if "jax" in sys.modules:
             return [device.device_kind for device in sys.modules["jax"].devices() if device.platform == "gpu"]
-        except Exception:  # noqa: BLE001 (no backend initialised: nothing to report)
-            return []
-    if "tensorflow" in sys.modules:
-        try:
+        if "tensorflow" in sys.modules:
             tf = sys.modules["tensorflow"]
             return [tf.config.experimental.get_device_details(device).get("device_name", device.name)
                     for device in tf.config.list_physical_devices("GPU")]
-        except Exception:  # noqa: BLE001
-            return []
+    except Exception:  # noqa: BLE001 (no backend initialised: nothing to report)
+        pass
     return []
 
 
@@ -76,56 +129,40 @@ MATRIX_FLAG_PREFIXES = ("avx", "fma", "f16c", "amx")
 
 def cpu_flags():
     """The CPU's flags that matter to matrix libraries (AVX*, FMA, F16C, AVX-512*, VNNI, AMX*); [] if unknown."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = line.split(":", 1)[1].split()
-                return sorted(flag for flag in flags if flag.startswith(MATRIX_FLAG_PREFIXES) or "vnni" in flag)
-    except OSError:
-        pass
-    return []
+    flags = (cpuinfo("flags") or "").split()
+    return sorted(flag for flag in flags if flag.startswith(MATRIX_FLAG_PREFIXES) or "vnni" in flag)
 
 
-# CTranslate2 logs its CPU backend when it loads a model: a child process builds one of d_model 8
-# (its spec API, no Keras: fast) and loads it with CT2_VERBOSE=1.
+# CTranslate2 logs its CPU backend when it loads a model: a child process builds a one-layer encoder of
+# d_model 8 (its spec API, no Keras: fast) and loads it with CT2_VERBOSE=1.
 _CT2_PROBE = r"""
 import sys, tempfile
 import numpy as np
 import ctranslate2
 from ctranslate2.specs import transformer_spec
 
-d, v, p = 8, 8, 16
-rng = np.random.default_rng(0)
-w = lambda *shape: rng.standard_normal(shape).astype("float32")
-spec = transformer_spec.TransformerSpec.from_config((1, 1), 1, pre_norm=False)
-def linear(s, out, inp):
-    s.weight, s.bias = w(out, inp), w(out)
-def norm(s):
-    s.gamma, s.beta = np.ones(d, "float32"), np.zeros(d, "float32")
-def ffn(s):
-    linear(s.linear_0, d, d); linear(s.linear_1, d, d); norm(s.layer_norm)
-enc, dec = spec.encoder, spec.decoder
-enc.embeddings[0].weight = w(v, d)
-enc.position_encodings.encodings = w(p, d)
-layer = enc.layer[0]
-linear(layer.self_attention.linear[0], 3 * d, d); linear(layer.self_attention.linear[1], d, d)
-norm(layer.self_attention.layer_norm); ffn(layer.ffn)
-dec.embeddings.weight = w(v, d)
-dec.position_encodings.encodings = w(p, d)
-dec.projection.weight = dec.embeddings.weight
-layer = dec.layer[0]
-linear(layer.self_attention.linear[0], 3 * d, d); linear(layer.self_attention.linear[1], d, d)
-norm(layer.self_attention.layer_norm)
-linear(layer.attention.linear[0], d, d); linear(layer.attention.linear[1], 2 * d, d)
-linear(layer.attention.linear[2], d, d); norm(layer.attention.layer_norm); ffn(layer.ffn)
-words = ["<blank>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(v - 4)]
-spec.register_source_vocabulary(words)
-spec.register_target_vocabulary(words)
+d, rng = 8, np.random.default_rng(0)
+def linear(spec, outputs):
+    spec.weight, spec.bias = rng.standard_normal((outputs, d), dtype="float32"), np.zeros(outputs, "float32")
+def norm(spec):
+    spec.gamma, spec.beta = np.ones(d, "float32"), np.zeros(d, "float32")
+encoder = transformer_spec.TransformerEncoderSpec(1, 1)
+encoder.embeddings[0].weight = rng.standard_normal((8, d), dtype="float32")
+encoder.position_encodings.encodings = rng.standard_normal((16, d), dtype="float32")
+layer = encoder.layer[0]
+linear(layer.self_attention.linear[0], 3 * d)
+linear(layer.self_attention.linear[1], d)
+linear(layer.ffn.linear_0, d)
+linear(layer.ffn.linear_1, d)
+for spec in (layer.self_attention.layer_norm, layer.ffn.layer_norm, encoder.layer_norm):
+    norm(spec)
+spec = transformer_spec.TransformerEncoderModelSpec(encoder)
+spec.register_vocabulary(["<blank>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4)])
 spec.validate()
 spec.optimize(quantization=sys.argv[1])
 with tempfile.TemporaryDirectory() as directory:
     spec.save(directory)
-    ctranslate2.Translator(directory, device="cpu", compute_type=sys.argv[1])
+    ctranslate2.Encoder(directory, device="cpu", compute_type=sys.argv[1])
 """
 
 
@@ -142,47 +179,42 @@ def parse_ctranslate2_log(text):
     return found
 
 
-def ctranslate2_backend(python=None, quantization="int8"):
-    """What CTranslate2 runs on this CPU (its log when loading a model), with "version"; None without it."""
+def probe(package, code, *args, **environment):
+    """({"version": `package`'s}, the completed child Python that ran `code` with `args`, `environment` added to
+    this one's); (None, None) without the package, (info with "error", None) when the child could not run."""
+    version = versions(package).get(package)
+    if version is None:
+        return None, None
     try:
-        version = importlib.metadata.version("ctranslate2")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    environment = dict(os.environ, CT2_VERBOSE="1")
-    try:
-        completed = subprocess.run([python or sys.executable, "-c", _CT2_PROBE, quantization], env=environment,
-                                   capture_output=True, text=True, timeout=120)
+        return {"version": version}, subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                                                    text=True, timeout=120, env=dict(os.environ, **environment))
     except (OSError, subprocess.SubprocessError) as error:
-        return {"version": version, "error": str(error)}
+        return {"version": version, "error": str(error)}, None
+
+
+def ctranslate2_backend(quantization="int8"):
+    """What CTranslate2 runs on this CPU (its log when loading a model), with "version"; None without it."""
+    info, completed = probe("ctranslate2", _CT2_PROBE, quantization, CT2_VERBOSE="1")
+    if completed is None:
+        return info
     found = parse_ctranslate2_log(completed.stdout + completed.stderr)
     if completed.returncode != 0 or not found:
-        return {"version": version, "error": (completed.stderr or completed.stdout)[-500:]}
-    return {"version": version, **found}
+        return {**info, "error": (completed.stderr or completed.stdout)[-500:]}
+    return {**info, **found}
 
 
-_TF_PROBE = r"""
-from tensorflow.python.util import _pywrap_util_port
-print("is_mkl_enabled", bool(_pywrap_util_port.IsMklEnabled()))
-"""
-
-
-def tensorflow_onednn(python=None):
+def tensorflow_onednn():
     """TensorFlow's oneDNN use: TF_ENABLE_ONEDNN_OPTS, and what a child TensorFlow logs and reports
     (`IsMklEnabled`); None when TensorFlow is not installed."""
-    try:
-        version = importlib.metadata.version("tensorflow")
-    except importlib.metadata.PackageNotFoundError:
+    code = "from tensorflow.python.util import _pywrap_util_port as u; print('is_mkl_enabled', u.IsMklEnabled())"
+    info, completed = probe("tensorflow", code, TF_CPP_MIN_LOG_LEVEL="0")
+    if info is None:
         return None
-    info = {"version": version, "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS")}
-    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
-    try:
-        completed = subprocess.run([python or sys.executable, "-c", _TF_PROBE], env=environment,
-                                   capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError) as error:
-        return {**info, "error": str(error)}
-    log = completed.stdout + completed.stderr
-    info["onednn_custom_ops_logged_on"] = "oneDNN custom operations are on" in log
-    info["is_mkl_enabled"] = "is_mkl_enabled True" in log
+    info["TF_ENABLE_ONEDNN_OPTS"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    if completed is not None:
+        log = completed.stdout + completed.stderr
+        info["onednn_custom_ops_logged_on"] = "oneDNN custom operations are on" in log
+        info["is_mkl_enabled"] = "is_mkl_enabled True" in log
     return info
 
 
@@ -249,25 +281,30 @@ def start(benchmark, argv=None, script=None, packages=("tensorflow", "keras", "k
 
 
 def finish(record):
-    record["load_average"]["after"] = load_average()
+    """Adds the load after the run to `record` and prints the machine, the load, the commit and the matrix
+    libraries."""
+    record["load_average"]["after"] = load = load_average()
+    before, libraries = record["load_average"]["before"], record["libraries"]
+    ct2 = libraries.get("ctranslate2") or {}
+    print(f"# {record['machine']['cpu']}, {record['machine']['cpus']} CPUs, load average "
+          + (f"{before[0]:.1f} before, {load[0]:.1f} after" if before and load else "unknown")
+          + f"; commit {record['commit']}\n# CPU flags: {' '.join(libraries['cpu_flags'])}; CTranslate2: SGEMM "
+          f"{ct2.get('SGEMM backend', '-')}, int8 GEMM {ct2.get('GEMM_S8 backend', '-')}, MKL "
+          f"{ct2.get('Use Intel MKL', '-')}, ISA {ct2.get('Selected ISA', '-')}; TensorFlow oneDNN "
+          f"{(libraries.get('tensorflow_onednn') or {}).get('is_mkl_enabled', '-')}", flush=True)
     return record
 
 
-def append(path, record):
-    """Appends `record` to the JSON-lines file `path` (folders created); returns the path."""
+def save(path, record):
+    """Appends `record` to the JSON-lines file `path` (folders created) and prints where, relative to the
+    repository root when inside it; does nothing for an empty path (a script's `--record ''`). Returns the
+    path or None."""
+    if not path:
+        return None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as stream:
         stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return path
-
-
-def save(path, record):
-    """Appends `record` to `path` (see `append`) and prints where, relative to the repository root
-    when inside it; does nothing for an empty path (a script's `--record ''`). Returns the path or None."""
-    if not path:
-        return None
-    path = append(path, record)
     shown = os.path.relpath(path, ROOT) if path.resolve().is_relative_to(ROOT) else str(path)
     print(f"# record appended to {shown}", flush=True)
     return path
@@ -279,14 +316,6 @@ def markdown_table(header, rows, align=None):
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def print_table(record, table_parts):
-    """Prints a finished record's table (`table_parts(record)`: what, header, rows) and its commit and load."""
-    what, header, rows, *_ = table_parts(record)
-    print(f"\n{what}\n\n{markdown_table(header, rows)}")
-    load = record["load_average"]
-    print(f"# commit {record['commit']}, load {load['before'][0]:.1f} before, {load['after'][0]:.1f} after")
 
 
 def read(path):
@@ -302,6 +331,64 @@ def read(path):
                 raise ValueError(f"{path}, line {number}: not a JSON record ({error})") from None
     return records
 
+# ------------------------------------------------------------ timing
+# Contenders timed in turns, and the workers that run one each.
+
+
+def timings(call, rounds):
+    """Seconds of each of `rounds` calls of `call` (warm it up first)."""
+    seconds = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def generated_lengths(output, eos=3, pad=0):
+    """Tokens of each row of a search's output up to its first EOS, pad left out: (rows, width) ids, or
+    rows of pieces without EOS (CTranslate2's hypotheses)."""
+    if not hasattr(output, "tolist"):
+        return [len(row) for row in output]
+    lengths = []
+    for row in output.tolist():
+        end = row.index(eos) if eos in row else len(row)
+        lengths.append(sum(1 for token in row[:end] if token != pad))
+    return lengths
+
+
+def take_turns(calls, rounds, steps):
+    """({name: [seconds per round]}, {name: [CPU seconds per round]}) of `calls` taking turns, round after
+    round, each first called once to warm up (trace, compile) and to check that it generates exactly `steps`
+    tokens a row. CPU seconds (this process's threads) are the work done, which load inflates far less."""
+    for name, call in calls.items():
+        found = sorted(set(generated_lengths(call())))
+        if found != [steps]:
+            raise SystemExit(f"{name} generated {found} tokens, not {steps}: unequal work")
+    names, seconds, cpu_seconds = list(calls), {name: [] for name in calls}, {name: [] for name in calls}
+    for index in range(rounds):
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            start, cpu = time.perf_counter(), time.process_time()
+            calls[name]()
+            seconds[name].append(time.perf_counter() - start)
+            cpu_seconds[name].append(time.process_time() - cpu)
+    return seconds, cpu_seconds
+
+
+def worker_result(command, timeout=None, **options):
+    """Runs a benchmark's worker process (`subprocess.run` options) and returns the JSON of its last
+    "RESULT {...}" line, else {"error": why} (its output's tail printed)."""
+    try:
+        output = subprocess.run(command, capture_output=True, text=True, timeout=timeout, **options)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {timeout} s"}
+    lines = [line for line in output.stdout.splitlines() if line.startswith("RESULT ")]
+    if lines:
+        return json.loads(lines[-1][len("RESULT "):])
+    print(output.stdout[-2000:], output.stderr[-4000:], file=sys.stderr)
+    return {"error": output.stderr.strip().splitlines()[-1] if output.stderr.strip() else "no result"}
+
+
 # ------------------------------------------------------------ training workloads
 # The batches every throughput contender trains on (train_throughput.py) and the model size SIZE.
 
@@ -310,7 +397,6 @@ BATCH, LENGTH = 64, 32
 NUM_BATCHES = 16  # distinct batches, cycled
 CORPORA = ("ddtp_en_de.jsonl.gz", "po_all.jsonl.gz")  # under --data-dir: the real-text workload, quality.py's
 REAL_TOKENS_PER_BATCH = 2048
-REAL_NUM_BATCHES = 24
 MAX_LENGTH = 128  # tokens per side in training, EOS/BOS included; longer test sources are cut
 SOURCE_KEY, TARGET_KEY = "en", "de"
 MAX_CHARS = 600  # as recipes/parallel_text: drops the few paragraph-long DDTP pairs
@@ -325,68 +411,16 @@ def read_pairs(path):
     return pairs
 
 
-def make_batches(seed=0):
-    """The synthetic workload: a list of (source, target_in, labels) int32 arrays."""
+def make_batches(seed=0, vocabulary=SIZE["vocab"], batch=BATCH, length=LENGTH, count=NUM_BATCHES):
+    """The synthetic workload: a list of `count` (source, target_in, labels) int32 arrays, random ordinary ids."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     # Ids 4.. are ordinary tokens (0 pad, 1 unk, 2 bos, 3 eos).
-    source = rng.integers(4, SIZE["vocab"], size=(NUM_BATCHES, BATCH, LENGTH), dtype="int32")
-    target = rng.integers(4, SIZE["vocab"], size=(NUM_BATCHES, BATCH, LENGTH + 1), dtype="int32")
+    source = rng.integers(4, vocabulary, size=(count, batch, length), dtype="int32")
+    target = rng.integers(4, vocabulary, size=(count, batch, length + 1), dtype="int32")
     target[:, :, 0] = BOS
-    return [(source[i], target[i, :, :-1], target[i, :, 1:]) for i in range(NUM_BATCHES)]
-
-
-def make_real_batches(data_dir, work, bucket_width):
-    """The real-text workload (docs/benchmarks.md, `train_throughput.py`), cached in `work`."""
-    import numpy as np
-
-    cache = work / f"batches_width{bucket_width}.npz"
-    if cache.exists():
-        arrays = np.load(cache)
-        return [tuple(arrays[f"{name}{i}"] for name in ("source", "target", "labels"))
-                for i in range(len(arrays.files) // 3)]
-    paths = [Path(data_dir) / name for name in CORPORA]
-    missing = [str(path) for path in paths if not path.exists()]
-    if missing:
-        raise SystemExit(f"--workload real: {', '.join(missing)} not found (set --data-dir)")
-    from keras_transformer.data import SubwordTokenizer, default_bucket_boundaries, make_dataset
-
-    pairs = [pair for path in paths for pair in read_pairs(path)]
-    work.mkdir(parents=True, exist_ok=True)
-    tokenizer = SubwordTokenizer.train(pairs, vocabulary_size=SIZE["vocab"], model_type="unigram", seed=0)
-    if tokenizer.vocabulary_size != SIZE["vocab"] or (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id) != (
-            PAD, BOS, EOS):
-        raise SystemExit("--workload real: the tokenizer's vocabulary or special ids differ from the benchmark's")
-    dataset = make_dataset(
-        pairs, tokenizer, tokens_per_batch=REAL_TOKENS_PER_BATCH, max_length=MAX_LENGTH,
-        bucket_boundaries=default_bucket_boundaries(
-            MAX_LENGTH, min_boundary=bucket_width, growth=1, multiple=bucket_width),
-        training=True, seed=0, cache=False,
-    )
-    batches = []
-    for inputs, labels in dataset.take(REAL_NUM_BATCHES):
-        batches.append((inputs["source"].numpy(), inputs["target"].numpy(), labels.numpy()))
-    np.savez(cache, **{f"{name}{i}": array for i, batch in enumerate(batches)
-                       for name, array in zip(("source", "target", "labels"), batch)})
-    return batches
-
-
-def load_batches(workload, data_dir, work_dir, bucket_width=1):
-    """The batches of `workload` ("synthetic" or "real")."""
-    if workload == "real":
-        return make_real_batches(data_dir, Path(work_dir), bucket_width)
-    return make_batches()
-
-
-def cycled_dataset(batches):
-    """The batches as a tf.data pipeline that cycles them, one element per batch (shapes may differ)."""
-    import functools
-
-    import tensorflow as tf
-
-    elements = [tf.data.Dataset.from_tensors(({"source": s, "target": t}, y)) for s, t, y in batches]
-    return functools.reduce(lambda a, b: a.concatenate(b), elements).repeat().prefetch(4)
+    return [(source[i], target[i, :, :-1], target[i, :, 1:]) for i in range(count)]
 
 
 def target_tokens(batches):
@@ -409,10 +443,15 @@ def peak_memory_mb():
 
 
 def timed_fit(model, batches, steps, warmup):
-    """Runs model.fit over the cycled batches; returns seconds for the timed steps."""
-    import keras
+    """Runs model.fit over the batches, cycled by tf.data (one element per batch: shapes may differ); returns
+    seconds for the timed steps."""
+    import functools
 
-    dataset = cycled_dataset(batches)
+    import keras
+    import tensorflow as tf
+
+    elements = [tf.data.Dataset.from_tensors(({"source": s, "target": t}, y)) for s, t, y in batches]
+    dataset = functools.reduce(lambda a, b: a.concatenate(b), elements).repeat().prefetch(4)
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -540,17 +579,16 @@ THROUGHPUT = {
 
 # ------------------------------------------------------------ time to quality
 # What quality.py, its worker (_quality_worker.py) and the contenders share: the corpora (CORPORA),
-# the model size and limits, reading the prepared pairs, the training clock and the trained-token count.
+# the model size and limits, reading the prepared pairs and the training clock.
 
 MODEL = dict(d_model=SIZE["d_model"], num_layers=SIZE["layers"], num_heads=SIZE["heads"], d_ff=SIZE["d_ff"],
              dropout=SIZE["dropout"])  # SIZE in the keys of the workers' configurations
 SAVE_EVERY_STEPS = 500
 
 
-def config():
-    """The size and limits every contender's worker gets (OpenNMT-tf's as JSON)."""
-    return {**MODEL, "max_length": MAX_LENGTH, "max_extra_length": SEARCH["max_extra_length"],
-            "decode_batch": SEARCH["batch_size"], "save_every_steps": SAVE_EVERY_STEPS}
+# The size and limits every contender's worker gets (OpenNMT-tf's as JSON).
+WORKER_CONFIG = {**MODEL, "max_length": MAX_LENGTH, "max_extra_length": SEARCH["max_extra_length"],
+                 "decode_batch": SEARCH["batch_size"], "save_every_steps": SAVE_EVERY_STEPS}
 
 
 class Clock:
@@ -591,22 +629,6 @@ class Clock:
         return self.ended - self.started
 
 
-def count_trained_tokens(pairs, tokenizer, steps, tokens_per_batch, seed, bucket_boundaries=None):
-    """Non-pad (source, target) tokens (labels, EOS included) in the first `steps` batches of the training
-    pipeline: a fresh `make_dataset(..., repeat=True)` with the same seed replays what the workers trained on."""
-    import numpy as np
-
-    from keras_transformer.data import make_dataset
-
-    dataset = make_dataset(pairs, tokenizer, tokens_per_batch=tokens_per_batch, max_length=MAX_LENGTH,
-                           bucket_boundaries=bucket_boundaries, training=True, seed=seed, repeat=True)
-    source = target = 0
-    for inputs, labels in dataset.take(steps).as_numpy_iterator():
-        source += int(np.count_nonzero(inputs["source"]))
-        target += int(np.count_nonzero(labels))
-    return source, target
-
-
 # ------------------------------------------------------------ the paper's models on one GPU
 # What gpu.py and its table share.
 
@@ -621,13 +643,37 @@ PAPER_TARGET_TOKENS = 25000
 DENSE_BF16_PEAK_TFLOPS = 989.0
 
 
-def training_matmul_flops(preset, batch, length):
-    """FLOPs of the matrix products of one training step of gpu.py (forward and both backward products)."""
+def gpu_size(preset):
+    """A preset's model size in SIZE's keys, with gpu.py's vocabulary."""
     size = PRESETS[preset]
-    # The attention products do not depend on the number of heads.
-    d, f, n = size["d_model"], size["d_ff"], size["num_encoder_layers"]
-    tokens = batch * length
-    per_layer_encoder = 4 * tokens * d * d + 2 * batch * length * length * d + 2 * tokens * d * f
-    per_layer_decoder = 8 * tokens * d * d + 2 * batch * length * length * d * 2 + 2 * tokens * d * f
-    forward = n * per_layer_encoder + n * per_layer_decoder + tokens * d * VOCABULARY
-    return 2 * 3 * forward
+    return dict(vocab=VOCABULARY, d_model=size["d_model"], d_ff=size["d_ff"], heads=size["num_heads"],
+                layers=size["num_encoder_layers"], dropout=size["dropout"])
+
+
+def training_products(size, batch, source_length, target_length):
+    """The matrix products of one training step at `size` (SIZE's keys), as (batch, m, k, n) each: every
+    forward Y = X W brings dX = dY W^T and dW = X^T dY; attention products are batched over pairs and heads.
+    Nothing else counts."""
+    d, f, v, n, h = (size[k] for k in ("d_model", "d_ff", "vocab", "layers", "heads"))
+    s, t, depth = source_length, target_length, d // h
+    sources, targets, heads = batch * s, batch * t, batch * h
+    forward = []
+    for _ in range(n):  # encoder layer: q, k, v, output; attention; feed-forward
+        forward += [(1, sources, d, d)] * 4
+        forward += [(heads, s, depth, s), (heads, s, s, depth)]
+        forward += [(1, sources, d, f), (1, sources, f, d)]
+    for _ in range(n):  # decoder layer
+        forward += [(1, targets, d, d)] * 4 + [(heads, t, depth, t), (heads, t, t, depth)]  # self-attention
+        forward += [(1, targets, d, d)] * 2 + [(1, sources, d, d)] * 2  # cross q, output; k, v of the encoder
+        forward += [(heads, t, depth, s), (heads, t, s, depth)]
+        forward += [(1, targets, d, f), (1, targets, f, d)]
+    forward.append((1, targets, d, v))  # pre-softmax projection
+    products = []
+    for b, m, k, n_ in forward:
+        products += [(b, m, k, n_), (b, m, n_, k), (b, k, m, n_)]
+    return products
+
+
+def training_flops(size, batch, source_length, target_length):
+    """Matrix-product FLOPs of one training step (forward + backward = 3x forward)."""
+    return sum(2 * b * m * k * n for b, m, k, n in training_products(size, batch, source_length, target_length))

@@ -5,6 +5,7 @@ predictions.txt. How: docs/benchmarks.md, "The shared harness"."""
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -19,14 +20,8 @@ from opennmt import training as training_util  # noqa: E402
 
 def count_parameters(model_dir):
     """Model weights in the latest checkpoint (optimizer slots and counters excluded)."""
-    total = 0
-    for name, shape in tf.train.list_variables(tf.train.latest_checkpoint(model_dir)):
-        if name.startswith("model/") and "OPTIMIZER_SLOT" not in name and shape:
-            count = 1
-            for dim in shape:
-                count *= dim
-            total += count
-    return total
+    return sum(math.prod(shape) for name, shape in tf.train.list_variables(tf.train.latest_checkpoint(model_dir))
+               if name.startswith("model/") and "OPTIMIZER_SLOT" not in name and shape)
 
 
 def cap_per_batch(max_extra_length):

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from benchmarks._harness import (CORPORA, MAX_CHARS, MAX_LENGTH, MODEL, SAVE_EVERY_STEPS, SEARCH, SIZE, SOURCE_KEY,
-                                 TARGET_KEY, Clock, count_trained_tokens, read_pairs, versions)
+                                 TARGET_KEY, Clock, read_pairs, versions)
 
 
 def run(args):
@@ -21,14 +21,12 @@ def run(args):
     if args.worker == "score":
         score(work, args.contender)
         return 0
-    settings = json.loads(args.settings_json)[args.worker]
-    out = work / args.worker
-    if args.worker == "ours":
-        result = train_and_decode_ours(work, out, args.minutes, settings, args.seed)
-    elif args.worker == "keras-hub":
-        result = train_and_decode_keras_hub(work, out, args.minutes, settings, args.seed)
-    else:
+    contenders = {"ours": train_and_decode_ours, "keras-hub": train_and_decode_keras_hub}
+    if args.worker not in contenders:
         raise SystemExit(f"unknown worker {args.worker!r}")
+    out = work / args.worker
+    settings = json.loads(args.settings_json)[args.worker]
+    result = contenders[args.worker](work, out, args.minutes, settings, args.seed)
     (out / "train.json").write_text(json.dumps(result, indent=2))
     return 0
 
@@ -41,12 +39,6 @@ def fingerprint(args):
     return {"inputs": inputs, "test_size": args.test_size, "max_train_pairs": args.max_train_pairs,
             "vocabulary_size": args.vocabulary_size, "max_chars": MAX_CHARS, "max_length": MAX_LENGTH,
             "seed": args.seed, "version": 1}
-
-
-def write_jsonl(path, pairs):
-    from keras_transformer.data.corpus import write_jsonl as write_records
-
-    write_records(path, pairs, keys=(SOURCE_KEY, TARGET_KEY))
 
 
 def prepare(args, work):
@@ -79,8 +71,10 @@ def prepare(args, work):
     test_sources = {s for s, _ in test}
     if any(s in test_sources for s, _ in train):
         raise SystemExit("internal error: a test source sentence is also in the training split")
-    write_jsonl(data / "train.jsonl.gz", train)
-    write_jsonl(data / "test.jsonl.gz", test)
+    from keras_transformer.data.corpus import write_jsonl
+
+    for name, pairs in (("train", train), ("test", test)):
+        write_jsonl(data / f"{name}.jsonl.gz", pairs, keys=(SOURCE_KEY, TARGET_KEY))
     print(f"split: train {len(train)}, test {len(test)} pairs -> {data}", flush=True)
 
     start = time.time()
@@ -192,7 +186,7 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
 
     tokenizer = SubwordTokenizer.load(str(run_dir / run_data.TOKENIZER_FILE))
     boundaries = run_data.bucket_boundaries(config)
-    _, target_tokens = count_trained_tokens(read_pairs(data / "train.jsonl.gz"), tokenizer, trained.steps,
+    target_tokens = count_trained_tokens(read_pairs(data / "train.jsonl.gz"), tokenizer, trained.steps,
                                             settings["tokens_per_batch"], seed, boundaries)
     model = run_trained.load_model(run_dir)
     return decoded(Ours(), model, tokenizer, work, out, trained, target_tokens, {
@@ -244,10 +238,22 @@ def train_and_decode_keras_hub(work, out, minutes, settings, seed):
                           norm_first=settings["norm_first"])
     trained = harness.train_for(model, dataset, minutes)
     print(f"trained {trained.steps} steps in {trained.seconds / 60:.2f} min", flush=True)
-    _, target_tokens = count_trained_tokens(pairs, tokenizer, trained.steps, settings["tokens_per_batch"], seed,
+    target_tokens = count_trained_tokens(pairs, tokenizer, trained.steps, settings["tokens_per_batch"], seed,
                                             boundaries)
     return decoded(harness, model, tokenizer, work, out, trained, target_tokens, {
         "optimizer_used": optimizer_used, "checkpoint_every_steps": None, "bucket_boundaries": boundaries})
+
+
+def count_trained_tokens(pairs, tokenizer, steps, tokens_per_batch, seed, bucket_boundaries=None):
+    """Non-pad target tokens (labels, EOS included) in the first `steps` batches of the training pipeline: a
+    fresh `make_dataset(..., repeat=True)` with the same seed replays what the workers trained on."""
+    import numpy as np
+
+    from keras_transformer.data import make_dataset
+
+    dataset = make_dataset(pairs, tokenizer, tokens_per_batch=tokens_per_batch, max_length=MAX_LENGTH,
+                           bucket_boundaries=bucket_boundaries, training=True, seed=seed, repeat=True)
+    return sum(int(np.count_nonzero(labels)) for _, labels in dataset.take(steps).as_numpy_iterator())
 
 
 def decoded(harness, model, tokenizer, work, out, trained, target_tokens, settings):

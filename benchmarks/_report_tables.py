@@ -9,8 +9,8 @@ import importlib
 import math
 from collections import OrderedDict
 
-from benchmarks._harness import (DENSE_BF16_PEAK_TFLOPS, PAPER_SECONDS_PER_STEP, PAPER_TARGET_TOKENS,
-                                 markdown_table, training_matmul_flops)
+from benchmarks._harness import (DENSE_BF16_PEAK_TFLOPS, PAPER_SECONDS_PER_STEP, PAPER_TARGET_TOKENS, gpu_size,
+                                 markdown_table, training_flops)
 
 SERVE_REFERENCES = ("ours in process, XLA", "CTranslate2 float32")
 
@@ -46,24 +46,17 @@ def median_ratio(values, references):
 def machine_text(record):
     machine = record.get("machine", {})
     cpu = machine.get("cpu") or machine.get("processor")
-    gpus = machine.get("gpus") or []
-    parts = [f"{machine.get('cpus')} CPUs" + (f" ({cpu})" if cpu else "")]
-    if gpus:
-        parts.append(", ".join(gpus))
-    return ", ".join(parts)
-
-
-def load_text(record):
-    load = record.get("load_average") or {}
-    before, after = load.get("before"), load.get("after")
-    if not before or not after:
-        return "load average not recorded"
-    return f"load average {before[0]:.1f} before and {after[0]:.1f} after"
+    return ", ".join([f"{machine.get('cpus')} CPUs" + (f" ({cpu})" if cpu else ""), *(machine.get("gpus") or [])])
 
 
 def caption(record, what):
+    """A table's caption: the record's command, commit, time, machine and load, then `what` the table shows."""
+    load = record.get("load_average") or {}
+    before, after = load.get("before"), load.get("after")
+    load = f"load average {before[0]:.1f} before and {after[0]:.1f} after" if before and after else (
+        "load average not recorded")
     return (f"`{record['command']}`, commit {record.get('commit') or 'unknown'}, {record.get('time')}, "
-            f"{machine_text(record)}, {load_text(record)} ({what}):")
+            f"{machine_text(record)}, {load} ({what}):")
 
 
 # --------------------------------------------------------------------------- serve
@@ -74,18 +67,6 @@ def serve_rates(record):
     batch = record["workload"]["batch"]
     return {search: {name: [batch / s for s in seconds] for name, seconds in contenders.items()}
             for search, contenders in record["seconds"].items()}
-
-
-def short_name(name):
-    return name.replace(" (translate_ids)", "")
-
-
-def search_title(search, record):
-    return f"beam {record['workload']['beam_size']}" if search == "beam" else search
-
-
-def ratio_text(value):
-    return "-" if value is None else f"{value:.2f}x"
 
 
 # The references a serve table gives ratios to, each where its record has it: a record made with
@@ -103,18 +84,19 @@ def serve_table(records, options):
                if any(reference in rates[search] for search in searches)]
     header = ["contender"]
     for search in searches:
-        header += [search_title(search, record)] + [label for _, label in columns]
+        header += [f"beam {record['workload']['beam_size']}" if search == "beam" else search]
+        header += [label for _, label in columns]
     names = list(OrderedDict.fromkeys(name for search in searches for name in rates[search]))
     rows = []
     for name in names:
-        row = [short_name(name)]
+        row = [name.replace(" (translate_ids)", "")]
         for search in searches:
             values = rates[search].get(name)
             if values is None:
                 row += ["-"] * (1 + len(columns))
                 continue
             row.append(f"{statistics.median(values):.1f}")
-            row += [ratio_text(median_ratio(values, rates[search][reference]) if reference in rates[search] else None)
+            row += [f"{median_ratio(values, rates[search][reference]):.2f}x" if reference in rates[search] else "-"
                     for reference, _ in columns]
         rows.append(row)
     return caption(record, f"sentences/s, medians of {rounds} rounds; ratios are medians of the same-round "
@@ -162,19 +144,6 @@ def quality_label(record):
     return label
 
 
-def quality_precision(record):
-    precision = record.get("settings", {}).get("mixed_precision", "none")
-    return "float32" if precision in (None, "none") else precision
-
-
-def quality_groups(records):
-    """{(precision, label): [records]} in first-seen order."""
-    groups = OrderedDict()
-    for record in records:
-        groups.setdefault((quality_precision(record), quality_label(record)), []).append(record)
-    return groups
-
-
 def mean_and_range(values, digits=1):
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
@@ -188,7 +157,11 @@ def quality_table(records, options):
         if runs:
             options["run"] = runs[-1]
     chosen = select(records, options, "table:quality")
-    groups = quality_groups(chosen)
+    groups = OrderedDict()  # (precision, label): records, in first-seen order
+    for record in chosen:
+        precision = record.get("settings", {}).get("mixed_precision") or "none"
+        precision = "float32" if precision == "none" else precision
+        groups.setdefault((precision, quality_label(record)), []).append(record)
     header = ["contender", "precision", "seeds", "steps (mean)", "minutes", "BLEU mean (range)", "chrF mean (range)"]
     main, extra = [], []
     for (precision, label), group in groups.items():
@@ -227,9 +200,15 @@ def gpu_statistics(records):
                 continue
             key = (entry["part"], entry["preset"], entry["batch"], entry.get("length"), entry["contender"],
                    entry["precision"])
-            figure = statistics.median(entry["seconds"])
-            figures.setdefault(key, []).append((record["time"], figure, entry))
+            figures.setdefault(key, []).append((record["time"], statistics.median(entry["seconds"]), entry))
     return figures
+
+
+def same_run_ratio(runs, peer_runs):
+    """The median of a peer's figure over this one's, runs matched by their record's time ("-": none)."""
+    peers = {time: seconds for time, seconds, _ in peer_runs}
+    ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
+    return f"{statistics.median(ratios):.2f}x" if ratios else "-"
 
 
 def gpu_table(records, options):
@@ -252,29 +231,24 @@ def gpu_table(records, options):
             tokens = batch * length
             rates = [tokens / seconds for _, seconds, _ in runs]
             paper = PAPER_TARGET_TOKENS / PAPER_SECONDS_PER_STEP.get(preset, math.nan)  # base, big
-            def versus(peer):  # same-run ratios to a peer of the same precision
-                peers = {time: seconds
-                         for time, seconds, _ in figures.get((part, preset, batch, length, peer, precision), [])}
-                ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
-                return "-" if contender == peer or not ratios else f"{statistics.median(ratios):.2f}x"
-            flops = training_matmul_flops(preset, batch, length)
+            versus = [same_run_ratio(runs, figures.get((part, preset, batch, length, peer, precision), []))
+                      if contender != peer else "-" for peer in ("torch.compile", "torch")]
+            flops = training_flops(gpu_size(preset), batch, length, length)
             step = statistics.median(seconds for _, seconds, _ in runs)
             train_rows.append([
                 preset, f"{batch} x {length}", contender, precision, f"{step * 1000:.1f}",
                 f"{statistics.median(rates):,.0f}" + (f" ({min(rates):,.0f}-{max(rates):,.0f})" if min(rates) != max(rates) else ""),
                 f"{statistics.median(rates) / paper:.2f}x",
-                versus("torch.compile"), versus("torch"),
+                *versus,
                 f"{flops / step / 1e12 / peak:.0%}", str(len(runs)),
             ])
         else:
             median = statistics.median(seconds for _, seconds, _ in runs)
             search = contender.split()[-1]  # greedy or beam4
-            peers = {time: seconds for time, seconds, _ in
-                     figures.get((part, preset, batch, length, f"CTranslate2 {search}", "int8_float16"), [])}
-            ratios = [peers[time] / seconds for time, seconds, _ in runs if time in peers]
+            peer = figures.get((part, preset, batch, length, f"CTranslate2 {search}", "int8_float16"), [])
             decode_rows.append([preset, contender, precision, str(batch), f"{batch / median:,.0f}",
-                                f"{median / runs[0][2]['steps'] * 1000:.2f}",
-                                f"{statistics.median(ratios):.2f}x" if ratios else "-", str(len(runs))])
+                                f"{median / runs[0][2]['steps'] * 1000:.2f}", same_run_ratio(runs, peer),
+                                str(len(runs))])
     first, last = records[0], records[-1]
     gpus = last["machine"].get("gpus") or [last["machine"].get("gpu", "unknown GPU")]
     text = (f"{len(records)} invocations of `benchmarks/gpu.py` ({first['time']} to {last['time']}; commits "
@@ -356,24 +330,24 @@ def data_scale_cluster_table(records, options):
     return "\n".join(caption(record, what) for record in chosen) + "\n\n" + markdown_table(header, rows)
 
 
-# --------------------------------------------------------------------------- scripts that shape their own tables
+# --------------------------------------------------------------------------- one record, one table
 
 
-def script_table(module, marker):
-    """The generator of a benchmark script whose `table_parts(record)` gives (what, header, rows[, align]):
-    quantize_quality.py, serve_mix.py (imported only when a table needs it: they import more than the report)."""
+def record_table(marker, parts):
+    """The generator of a table of the latest pinned record: `parts(record)` gives (what, header, rows[, align]);
+    a module name for `parts` is a benchmark script's `table_parts` (quantize_quality.py, serve_mix.py: imported
+    only when a table needs it, as they import more than the report)."""
     def table(records, options):
-        parts = importlib.import_module(f"benchmarks.{module}").table_parts
         record = select(records, options, f"table:{marker}")[-1]
-        what, header, rows, *align = parts(record)
+        make = importlib.import_module(f"benchmarks.{parts}").table_parts if isinstance(parts, str) else parts
+        what, header, rows, *align = make(record)
         return caption(record, what) + "\n\n" + markdown_table(header, rows, *align)
     return table
 
 
-def serve_profile_table(records, options):
+def serve_profile_parts(record):
     """serve_profile.py (it imports TensorFlow, so its table is built here): each precision and variant's
     step against its products alone."""
-    record = select(records, options, "table:serve-profile")[-1]
     workload = record["workload"]
     rows = []
     for key, timing in record["ms_per_step"].items():
@@ -384,32 +358,29 @@ def serve_profile_table(records, options):
     what = (f"{workload['preset']} preset, {workload['vocabulary']}-piece vocabulary, {workload['rows']} rows "
             f"({workload['batch']} sources x beam {workload['beam_size']}), {workload['steps']} steps; "
             "milliseconds per step, best of the calls")
-    return caption(record, what) + "\n\n" + markdown_table(
-        ["precision", "variant", "model step", "products alone", "rest"], rows,
-        ["---", "---", "---:", "---:", "---:"])
+    return what, ["precision", "variant", "model step", "products alone", "rest"], rows, ["---"] * 2 + ["---:"] * 3
 
 
-def recipe_table(records, options):
+def recipe_parts(record):
     """A recipe's run (benchmarks/results/recipes.jsonl, written by hand from the recipe's output): its
     updates and its test split's scores."""
-    record = select(records, options, "table:recipe")[-1]
     test = record["test"]
     if "bleu" not in test:
-        raise ValueError(f"table:recipe {options}: the record scores no single model (pin another)")
-    row = [record["benchmark"], f"{record['steps']:,}", str(test["sentences"]), f"{test['bleu']:.1f}", f"{test['chrf']:.1f}"]
-    return caption(record, "sacreBLEU on the recipe's test split") + "\n\n" + markdown_table(
-        ["recipe", "updates", "test sentences", "BLEU", "chrF"], [row])
+        raise ValueError(f"table:recipe: the record of {record.get('time')} scores no single model (pin another)")
+    row = [record["benchmark"], f"{record['steps']:,}", str(test["sentences"]), f"{test['bleu']:.1f}",
+           f"{test['chrf']:.1f}"]
+    return "sacreBLEU on the recipe's test split", ["recipe", "updates", "test sentences", "BLEU", "chrF"], [row]
 
 
-def serve_kernels_table(records, options):
+def serve_kernels_parts(record):
     """serve_profile.py --kernels: each product kernel's time per product at each shape, against float32's
     (and, in an --onednn-verbose record, oneDNN's own time and its weight reorders per product)."""
-    record = select(records, options, "table:serve-kernels")[-1]
     shapes = list(record["us_per_product"])
     verbose = bool(record.get("onednn_exec_us_per_product"))
     header, rows = ["kernel"], []
     for shape in shapes:
-        header += [f"{shape} ms", f"{shape} vs float32"] + ([f"{shape} oneDNN ms", f"{shape} reorders"] if verbose else [])
+        header += [f"{shape} ms", f"{shape} vs float32"]
+        header += [f"{shape} oneDNN ms", f"{shape} reorders"] if verbose else []
     for name in record["us_per_product"][shapes[0]]:
         row = [name]
         for shape in shapes:
@@ -422,7 +393,21 @@ def serve_kernels_table(records, options):
         rows.append(row)
     what = (f"milliseconds per product, best of {record['calls']} calls of {record['products_per_call']} products; "
             "rows x inputs by inputs x outputs")
-    return caption(record, what) + "\n\n" + markdown_table(header, rows, ["---"] + ["---:"] * (len(header) - 1))
+    return what, header, rows, ["---"] + ["---:"] * (len(header) - 1)
+
+
+def trip_parts(record):
+    """recipes/opus_mt/trip.py's record (benchmarks/results/recipes.jsonl): domain B's scores before and
+    after the same fine-tuning, of the native run and of its marian-hf export imported back."""
+    if "trip" not in record:
+        raise ValueError(f"table:recipe-trip (time {record.get('time')}): not a recipes/opus_mt/trip.py record")
+    rows = []
+    for key, label in (("native", "native (recipes/fine_tuning)"), ("trip", "exported, imported (recipes/opus_mt)")):
+        before, after = record[key]["scores"]["new_before"], record[key]["scores"]["new_after"]
+        rows.append([label, f"{before['bleu']:.1f}", f"{after['bleu']:.1f}", f"{after['bleu'] - before['bleu']:+.1f}",
+                     f"{before['chrf']:.1f}", f"{after['chrf']:.1f}"])
+    header = ["path", "BLEU before", "BLEU after", "gain", "chrF before", "chrF after"]
+    return "sacreBLEU on domain B's test split", header, rows, ["---"] + ["---:"] * 5
 
 
 def pretrained_reference(name, names):
@@ -476,24 +461,12 @@ def pretrained_table(records, options):
     return "\n\n".join(tables)
 
 
-def trip_table(records, options):
-    """recipes/opus_mt/trip.py's record (benchmarks/results/recipes.jsonl): domain B's scores before and
-    after the same fine-tuning, of the native run and of its marian-hf export imported back."""
-    record = select(records, options, "table:recipe-trip")[-1]
-    if "trip" not in record:
-        raise ValueError(f"table:recipe-trip {options}: not a recipes/opus_mt/trip.py record")
-    rows = []
-    for key, label in (("native", "native (recipes/fine_tuning)"), ("trip", "exported, imported (recipes/opus_mt)")):
-        before, after = record[key]["scores"]["new_before"], record[key]["scores"]["new_after"]
-        rows.append([label, f"{before['bleu']:.1f}", f"{after['bleu']:.1f}", f"{after['bleu'] - before['bleu']:+.1f}",
-                     f"{before['chrf']:.1f}", f"{after['chrf']:.1f}"])
-    return caption(record, "sacreBLEU on domain B's test split") + "\n\n" + markdown_table(
-        ["path", "BLEU before", "BLEU after", "gain", "chrF before", "chrF after"], rows,
-        ["---", "---:", "---:", "---:", "---:", "---:"])
-
-
-quantize_quality_table = script_table("quantize_quality", "quantize-quality")
-serve_mix_table = script_table("serve_mix", "serve-mix")
+serve_profile_table = record_table("serve-profile", serve_profile_parts)
+serve_kernels_table = record_table("serve-kernels", serve_kernels_parts)
+recipe_table = record_table("recipe", recipe_parts)
+trip_table = record_table("recipe-trip", trip_parts)
+quantize_quality_table = record_table("quantize-quality", "quantize_quality")
+serve_mix_table = record_table("serve-mix", "serve_mix")
 
 # marker name -> (records name, generator)
 GENERATORS = {

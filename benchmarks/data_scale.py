@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -158,12 +159,6 @@ def one_core(prepared_dir, args):
     return result
 
 
-def median(values):
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def measure(size, work, args):
     corpus = write_corpus(work / f"corpus-{size}.tsv", size, args.data_dir)
     run_dir = work / f"run-{size}"
@@ -204,9 +199,9 @@ def measure(size, work, args):
     if pinned.returncode:
         raise RuntimeError(f"--one-core failed:\n{pinned.stderr[-3000:]}")
     result.update(json.loads(pinned.stdout.splitlines()[-1]))
+    rates = result["input_25k_batches_per_second"]
     print(f"  one core: {result['plan_memory_mb']}, " + ", ".join(
-        f"{cache} {median(rates):.0f} batches/s" for cache, rates in result["input_25k_batches_per_second"].items()),
-          flush=True)
+        f"{cache} {statistics.median(values):.0f} batches/s" for cache, values in rates.items()), flush=True)
     from keras_transformer.data.prepare import prepare as prepare_data
     from keras_transformer.data import read_tsv
 
@@ -226,7 +221,7 @@ def measure(size, work, args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _harness.parser(__doc__, "data_scale", aliases=("--output",))
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 4_500_000])
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--kill-after", type=int, default=7)
@@ -237,7 +232,6 @@ def main(argv=None):
                         help="pairs of the corpus prepared by 1 and by 2 processes, to compare")
     parser.add_argument("--data-dir", default=SHARED, help="where ddtp_en_de and po_all are (../shared/data)")
     parser.add_argument("--work-dir", help="where the corpora and runs go (default: a temporary directory)")
-    parser.add_argument("--output", default=_harness.default_path("data_scale"))
     parser.add_argument("--one-core", metavar="PREPARED_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one_core:
@@ -255,7 +249,7 @@ def main(argv=None):
         record["extrapolated_36m_prepare_seconds"] = tb + (36_000_000 - b) * (tb - ta) / (b - a)
         print(f"extrapolated: 36M pairs prepared in about {record['extrapolated_36m_prepare_seconds'] / 60:.0f} "
               "minutes", flush=True)
-    _harness.save(args.output, _harness.finish(record))
+    _harness.save(args.record, _harness.finish(record))
 
 
 if __name__ == "__main__":

@@ -3,18 +3,13 @@
 How it measures, and what it reports: docs/benchmarks.md, "Methods", `gpu.py`.
 
     KERAS_BACKEND=jax python benchmarks/gpu.py                 # everything
-    KERAS_BACKEND=jax python benchmarks/gpu.py --part train --presets base
-    KERAS_BACKEND=jax python benchmarks/gpu.py --part decode --presets base \
-        --ct2-compute-types float16 int8_float16
-    KERAS_BACKEND=jax python benchmarks/gpu.py --part train --presets base \
-        --contenders ours torch.compile torch.compile-max-autotune torch
+    KERAS_BACKEND=jax python benchmarks/gpu.py --part decode --ct2-compute-types float16 int8_float16
 """
 
 import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +19,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._report_tables import gpu_table  # noqa: E402
-from benchmarks._harness import DENSE_BF16_PEAK_TFLOPS, PRESETS, VOCABULARY, training_matmul_flops  # noqa: E402
+from benchmarks._harness import (DENSE_BF16_PEAK_TFLOPS, PRESETS, VOCABULARY, compile_ours,  # noqa: E402
+                                 gpu_size, make_batches, timings, training_flops)
 
 PAD, BOS, EOS = 0, 2, 3
 # The PyTorch contenders: name -> torch.compile mode (None: eager).
@@ -33,34 +29,19 @@ TORCH_MODES = {"torch.compile": "default", "torch.compile+cudagraphs": "reduce-o
 COMPILED = {}  # train_torch's count of the graphs torch.compile made, and of its graph breaks
 
 
-def batches(batch, length, count=4, seed=0):
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    result = []
-    for _ in range(count):
-        source = rng.integers(4, VOCABULARY, (batch, length)).astype("int32")
-        target = rng.integers(4, VOCABULARY, (batch, length + 1)).astype("int32")
-        target[:, 0] = BOS
-        result.append((source, target[:, :-1].copy(), target[:, 1:].copy()))
-    return result
-
-
 def train_ours(args, precision):
     import jax
     import keras
 
     import keras_transformer as kt
-    from keras_transformer.training import LabelSmoothedCrossEntropy, paper_optimizer
 
     if precision == "mixed_bfloat16":
         keras.config.set_dtype_policy("mixed_bfloat16")
     else:
         jax.config.update("jax_default_matmul_precision", "tensorfloat32")
     model = kt.Transformer.from_preset(args.preset, vocabulary_size=VOCABULARY)
-    model.compile(optimizer=paper_optimizer(PRESETS[args.preset]["d_model"]),
-                  loss=LabelSmoothedCrossEntropy(0.1))
-    data = batches(args.batch, args.length)
+    compile_ours(model, PRESETS[args.preset]["d_model"])
+    data = make_batches(vocabulary=VOCABULARY, batch=args.batch, length=args.length, count=4)
     times = []
     for step in range(args.warmup + args.steps):
         source, target, labels = data[step % len(data)]
@@ -77,18 +58,16 @@ def train_torch(args, precision, mode=None):
 
     torch.manual_seed(0)
     torch.set_float32_matmul_precision("high")  # TF32 products, as JAX's default
-    size = PRESETS[args.preset]
-    d, f, h, n, p = (size[k] for k in ("d_model", "d_ff", "num_heads", "num_encoder_layers", "dropout"))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     from benchmarks._contender_torch import torch_transformer
 
-    model = torch_transformer(dict(vocab=VOCABULARY, d_model=d, d_ff=f, heads=h, layers=n, dropout=p),
-                              positions=1024, padded=False, device=device)
+    model = torch_transformer(gpu_size(args.preset), positions=1024, padded=False, device=device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=0.1)
-    data = [tuple(torch.from_numpy(a).long().to(device) for a in batch) for batch in batches(args.batch, args.length)]
+    data = [tuple(torch.from_numpy(a).long().to(device) for a in batch) for batch in make_batches(
+        vocabulary=VOCABULARY, batch=args.batch, length=args.length, count=4)]
 
     def forward_loss(source, target, labels):
         with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "mixed_bfloat16"):
@@ -155,12 +134,7 @@ def decode_ours(args, precision, kind):
 
     ids = run()  # compile
     assert (ids[:, : args.decode_steps] > EOS).all(), "every sentence must generate exactly the fixed length"
-    times = []
-    for _ in range(args.decode_rounds):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return times, int(model.count_params())
+    return timings(run, args.decode_rounds), int(model.count_params())
 
 
 def decode_ctranslate2(args, compute_type, kind):
@@ -195,12 +169,7 @@ def decode_ctranslate2(args, compute_type, kind):
     results = run()  # warm-up
     lengths = {len(r.hypotheses[0]) for r in results}
     assert lengths == {args.decode_steps}, f"every sentence must generate exactly the fixed length: {lengths}"
-    times = []
-    for _ in range(args.decode_rounds):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return times, len(pieces)
+    return timings(run, args.decode_rounds), len(pieces)
 
 
 def worker(args):
@@ -234,22 +203,14 @@ def run_worker(args, spec):
     env = dict(os.environ, KERAS_BACKEND="jax", XLA_PYTHON_CLIENT_MEM_FRACTION="0.9",
                TF_CPP_MIN_LOG_LEVEL="2")
     started = time.time()
-    try:
-        output = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT,
-                                timeout=args.worker_timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"no result within {args.worker_timeout} s"}
-    for line in output.stdout.splitlines():
-        if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT "):])
-            result["process_seconds"] = round(time.time() - started, 1)
-            return result
-    print(output.stdout[-2000:], output.stderr[-4000:], file=sys.stderr)
-    return {"error": output.stderr.strip().splitlines()[-1] if output.stderr.strip() else "no result"}
+    result = _harness.worker_result(command, timeout=args.worker_timeout, env=env, cwd=ROOT)
+    if "error" not in result:
+        result["process_seconds"] = round(time.time() - started, 1)
+    return result
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = _harness.parser(__doc__, "gpu")
     parser.add_argument("--part", choices=("train", "decode", "all"), default="all")
     parser.add_argument("--presets", nargs="+", default=["base", "big"])
     parser.add_argument("--precisions", nargs="+", default=["float32", "mixed_bfloat16"])
@@ -270,7 +231,6 @@ def main():
     parser.add_argument("--ct2-device", default="cuda", help="CTranslate2's device (cpu for a dry run)")
     parser.add_argument("--peak-tflops", type=float, default=DENSE_BF16_PEAK_TFLOPS,
                         help="the GPU's dense bf16 peak (H100 SXM and H200: 989)")
-    parser.add_argument("--record", default=_harness.default_path("gpu"))
     parser.add_argument("--worker-timeout", type=float, default=900,
                         help="seconds a contender's process may take (compile included)")
     parser.add_argument("--commit", help="the commit to record when the checkout is a copy without its git history")
@@ -291,7 +251,7 @@ def main():
         args.preset = preset
         workers = []  # (worker spec, the record entry's fields)
         if args.part in ("train", "all"):
-            flops = training_matmul_flops(preset, args.batch, args.length)
+            flops = training_flops(gpu_size(preset), args.batch, args.length, args.length)
             workers += [(f"train:{contender}:{precision}",
                          dict(part="train", contender=contender, precision=precision, batch=args.batch,
                               length=args.length, matmul_flops=flops))

@@ -7,7 +7,6 @@ Usage:
     KERAS_BACKEND=tensorflow python benchmarks/pretrained.py [--rounds 3] [--batch-size 8] [--xla]
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -114,12 +113,10 @@ def sources_for(tokenizer, batch, length, seed=0):
 
 
 def contenders(args, run_dir, folder, work):
-    """({name: call}, {name: what the call's output lengths are read from}) of every contender."""
+    """{name: call} of every contender."""
     import keras
-    import numpy as np
     import tensorflow as tf
 
-    from benchmarks.serve import generated_lengths
     from keras_transformer import Transformer
     from keras_transformer.run import trained as trained_run
     from keras_transformer.decoding import beam_search
@@ -142,7 +139,7 @@ def contenders(args, run_dir, folder, work):
                         beam_search(which, tf.constant(ids), jit_compile=xla, **options)["ids"]))
     if "served" in args.parts:
         decoding = dict(beam_size=args.beam_size, alpha=ALPHA, length_penalty="length", max_extra_length=extra)
-        for variant in args.variants.split(","):
+        for variant in args.variants:
             for quantize in (None, "int8"):
                 export_dir = trained_run.export(run_dir, os.path.join(work, f"export-{variant}-{quantize}"),
                                                 decoding=decoding, quantize=quantize, warmup_rows=args.batch_size,
@@ -162,52 +159,26 @@ def contenders(args, run_dir, folder, work):
             calls[f"CTranslate2 converter, {quantization}"] = (
                 lambda translator=translator, ct2_options=ct2_options: [
                     r.hypotheses[0] for r in translator.translate_batch(tokens, **ct2_options)])
-
-    def lengths(output):
-        return generated_lengths(output) if isinstance(output, np.ndarray) else [len(row) for row in output]
-
-    return calls, lengths
-
-
-def run_rounds(calls, lengths, args):
-    """({name: [seconds per round]}, {name: [CPU seconds per round]}): contenders in turns, each first run
-    once to warm up and check its work. CPU seconds (every thread of this process) are the work done,
-    which a loaded machine inflates far less than the wall time."""
-    for name, call in calls.items():
-        found = sorted(set(lengths(call())))
-        if found != [args.steps]:
-            raise SystemExit(f"{name} generated {found} tokens, not {args.steps}: unequal work")
-    names, seconds, cpu_seconds = list(calls), {name: [] for name in calls}, {name: [] for name in calls}
-    for index in range(args.rounds):
-        for name in names[index % len(names):] + names[:index % len(names)]:
-            start, cpu = time.perf_counter(), time.process_time()
-            calls[name]()
-            seconds[name].append(time.perf_counter() - start)
-            cpu_seconds[name].append(time.process_time() - cpu)
-    return seconds, cpu_seconds
+    return calls
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = _harness.workload_options(_harness.parser(__doc__, "pretrained"), batch_size=8, source_tokens=16,
+                                       steps=24, beam_size=4, rounds=3)
     parser.add_argument("--cache", default=os.path.expanduser(
                             "~/.cache/keras-transformer-benchmarks/opus-mt-en-de-random"),
                         help="where the MarianMT folder is built once (outside the repository)")
-    parser.add_argument("--parts", default="import,in-process,served")
+    parser.add_argument("--parts", type=_harness.comma_list(("import", "in-process", "served")),
+                        default="import,in-process,served")
     parser.add_argument("--imports", type=int, default=2, help="import runs timed")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--source-tokens", type=int, default=16, help="per source, EOS included")
-    parser.add_argument("--steps", type=int, default=24, help="generated tokens per sentence")
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--xla", action="store_true", help="also the in-process search compiled with XLA")
-    parser.add_argument("--variants", default="plain", help="the SavedModel variants served: plain, XLA or plain,XLA")
-    parser.add_argument("--record", default=_harness.default_path("pretrained"))
+    parser.add_argument("--variants", type=_harness.comma_list(("plain", "XLA")), default="plain",
+                        help="the SavedModel variants served")
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    args.parts = args.parts.split(",")
     folder = build_folder(Path(args.cache))
     record = _harness.start("pretrained", argv, packages=("tensorflow", "keras", "ctranslate2", "transformers"))
     record["workload"] = {"vocabulary": OPUS_MT_EN_DE["vocab_size"], "folder": "MarianMTModel(config).save_pretrained, "
@@ -225,8 +196,8 @@ def main(argv=None):
                       f"{run['peak_rss_mb']:,.0f} MB", flush=True)
         if "import" not in args.parts:
             record.pop("imports")
-        calls, lengths = contenders(args, run_dir, folder, work)
-        record["seconds"], record["cpu_seconds"] = run_rounds(calls, lengths, args) if calls else ({}, {})
+        calls = contenders(args, run_dir, folder, work)
+        record["seconds"], record["cpu_seconds"] = _harness.take_turns(calls, args.rounds, args.steps)
     _harness.finish(record)
     from benchmarks._report_tables import pretrained_table
 

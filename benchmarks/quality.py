@@ -2,10 +2,8 @@
 
 How it measures, and what it reports: docs/benchmarks.md, "Methods", `quality.py`.
 
-    KERAS_BACKEND=tensorflow .venv/bin/python benchmarks/quality.py --minutes 30
-    .venv/bin/python benchmarks/quality.py --only ours keras-hub --minutes 5
-    .venv/bin/python benchmarks/quality.py --minutes 2 --max-train-pairs 5000 --test-size 100   # smoke run
     KERAS_BACKEND=tensorflow .venv/bin/python benchmarks/quality.py --minutes 20 --seeds 0 1 2
+    .venv/bin/python benchmarks/quality.py --minutes 2 --max-train-pairs 5000 --test-size 100   # smoke run
 """
 
 import argparse
@@ -23,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._harness import CORPORA, MODEL, config  # noqa: E402
+from benchmarks._harness import CORPORA, MODEL, WORKER_CONFIG, positive  # noqa: E402
 from benchmarks._report_tables import quality_table  # noqa: E402
 CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # Settings for a budget of a few thousand steps at most (see benchmarks/README.md):
@@ -31,18 +29,15 @@ CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # 20-30 CPU minutes. Peak rate = scale * (d_model * warmup)^-0.5.
 DEFAULT_SETTINGS = {"warmup_steps": 300, "learning_rate_scale": 0.8, "tokens_per_batch": 4096,
                     "mixed_precision": "none", "norm_first": False}
-# Keras dtype policies the Keras contenders accept; OpenNMT-tf's mixed precision
-# is float16 with loss scaling for GPUs, so it trains in float32 here.
-MIXED_PRECISION = ("none", "mixed_bfloat16")
-# Settings only some contenders have. The KerasHub-layer model trains by
-# default with the Adam ours uses (TransformerAdam: sparse embedding gradients
-# made dense first; Keras' stock Adam squares the slices of a repeated row one
-# by one on TensorFlow, see keras_transformer/training/optimizers.py);
-# `keras-hub.optimizer=stock` gives the stock Adam a KerasHub user gets today.
-# `keras-hub.architecture`: "tied" (default) is the like-for-like model; "keras-io" the keras-io
-# example's architecture, the contender of the quality figures before 2026-11-26 (a labelled row).
+# Settings only some contenders have: KerasHub's optimizer (ours, or Keras' stock Adam) and architecture
+# (like for like, or the keras-io example's): docs/benchmarks.md, "quality.py".
 CONTENDER_SETTINGS = {"keras-hub": {"optimizer": "densified", "architecture": "tied"}}
-CHOICES = {"optimizer": ("densified", "stock"), "architecture": ("tied", "keras-io")}
+# What each setting's --set value may be: a positive number of a type, or one of some words. Mixed
+# precision is a Keras dtype policy; OpenNMT-tf's is float16 with loss scaling for GPUs (it trains in float32).
+SETTING_VALUES = {"warmup_steps": int, "learning_rate_scale": float, "tokens_per_batch": int,
+                  "norm_first": {"true": True, "1": True, "false": False, "0": False},
+                  "mixed_precision": ("none", "mixed_bfloat16"), "optimizer": ("densified", "stock"),
+                  "architecture": ("tied", "keras-io")}
 # TensorFlow's start-up INFO lines: kept in the logs, not echoed.
 NOISE = re.compile(r"^([IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\]|WARNING: All log messages before absl"
                    r"|To enable the following instructions)")
@@ -52,19 +47,16 @@ NOISE = re.compile(r"^([IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\]|WARNING: All log me
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock per contender")
+    parser = _harness.parser(__doc__, "quality", aliases=("--results",))
+    parser.add_argument("--minutes", type=positive(float), default=30.0, help="training wall-clock per contender")
     parser.add_argument("--only", nargs="+", choices=CONTENDERS, help="contenders to run (default: all)")
-    parser.add_argument("--test-size", type=int, default=1000, help="held-out test pairs (default %(default)s)")
-    parser.add_argument("--max-train-pairs", type=int, help="keep only this many training pairs (smoke runs)")
+    parser.add_argument("--test-size", type=positive(int), default=1000, help="held-out test pairs (default 1000)")
+    parser.add_argument("--max-train-pairs", type=positive(int), help="keep only this many training pairs (smoke)")
     parser.add_argument("--vocabulary-size", type=int, default=8000, help="joint SentencePiece pieces")
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
                         help="directory with ddtp_en_de.jsonl.gz and po_all.jsonl.gz (default: ../shared/data)")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "quality"),
                         help="split, tokenizer, models and outputs (default: runs/quality)")
-    parser.add_argument("--record", "--results", dest="results", default=_harness.default_path("quality"),
-                        help="JSON lines appended here, one per contender and seed (default: "
-                             "benchmarks/results/quality.jsonl)")
     parser.add_argument("--set", action="append", default=[], dest="assignments", metavar="CONTENDER.KEY=VALUE",
                         help="override a setting, e.g. opennmt-tf.warmup_steps=1000 "
                              f"(keys: {', '.join(DEFAULT_SETTINGS)}; CONTENDER 'all' for every one)")
@@ -86,12 +78,6 @@ def parse_args(argv=None):
     # Data preparation (split, tokenizer) and the workers use args.seed: the
     # first seed for the data, each seed in turn for training.
     args.seed = args.seeds[0] if args.seed is None else args.seed
-    if args.minutes <= 0:
-        parser.error("--minutes must be > 0.")
-    if args.test_size < 1:
-        parser.error("--test-size must be >= 1.")
-    if args.max_train_pairs is not None and args.max_train_pairs < 1:
-        parser.error("--max-train-pairs must be >= 1.")
     try:
         args.settings = resolve_settings(args.assignments)
     except ValueError as error:
@@ -100,52 +86,43 @@ def parse_args(argv=None):
 
 
 def resolve_settings(assignments):
+    """{contender: {setting: value}}: the defaults with the --set CONTENDER.KEY=VALUE `assignments` applied."""
     settings = {name: {**DEFAULT_SETTINGS, **CONTENDER_SETTINGS.get(name, {})} for name in CONTENDERS}
     for text in assignments:
-        dotted, equals, value = text.partition("=")
-        name, dot, key = dotted.strip().rpartition(".")
-        if not equals or not dot:
-            raise ValueError(f"--set expects CONTENDER.KEY=VALUE, got {text!r}.")
-        if name not in CONTENDERS + ("all",):
-            raise ValueError(f"--set {text!r}: unknown contender {name!r} (expected one of {CONTENDERS} or all).")
-        if key in CONTENDER_SETTINGS.get(name, {}):
-            kind = str
-        elif any(key in extra for extra in CONTENDER_SETTINGS.values()):
-            owners = [owner for owner, extra in CONTENDER_SETTINGS.items() if key in extra]
+        dotted, equals, value = (part.strip() for part in text.partition("="))
+        name, dot, key = dotted.rpartition(".")
+        if not equals or not dot or name not in CONTENDERS + ("all",):
+            raise ValueError(f"--set {text!r}: expected CONTENDER.KEY=VALUE ({', '.join(CONTENDERS)} or all).")
+        if key not in SETTING_VALUES:
+            raise ValueError(f"--set {text!r}: unknown key {key!r} (expected one of {list(SETTING_VALUES)}).")
+        targets = CONTENDERS if name == "all" else (name,)
+        if any(key not in settings[target] for target in targets):
+            owners = [owner for owner in CONTENDERS if key in settings[owner]]
             raise ValueError(f"--set {text!r}: only {' and '.join(owners)} has the setting {key!r}.")
-        elif key not in DEFAULT_SETTINGS:
-            raise ValueError(f"--set {text!r}: unknown key {key!r} (expected one of {list(DEFAULT_SETTINGS)}).")
-        else:
-            kind = type(DEFAULT_SETTINGS[key])
-        if key in CHOICES:
-            parsed = value.strip()
-            if parsed not in CHOICES[key]:
-                raise ValueError(f"--set {text!r}: {key} must be one of {CHOICES[key]}.")
-        elif key == "mixed_precision":
-            parsed = value.strip()
-            if parsed not in MIXED_PRECISION:
-                raise ValueError(f"--set {text!r}: mixed_precision must be one of {MIXED_PRECISION}.")
-            if parsed != "none" and name in ("opennmt-tf", "all"):
-                raise ValueError(f"--set {text!r}: OpenNMT-tf has no bfloat16 mode on CPU; "
-                                 f"set mixed_precision for ours or keras-hub.")
-        elif kind is bool:
-            parsed = {"true": True, "1": True, "false": False, "0": False}.get(value.strip().lower())
-            if parsed is None:
-                raise ValueError(f"--set {text!r}: {key} must be true or false.")
-        else:
-            try:
-                parsed = kind(value)
-            except ValueError:
-                raise ValueError(f"--set {text!r}: {key} must be {kind.__name__}.") from None
-            if parsed <= 0:
-                raise ValueError(f"--set {text!r}: {key} must be > 0.")
-        for target in CONTENDERS if name == "all" else (name,):
+        parsed = setting_value(SETTING_VALUES[key], value)
+        if parsed is None:
+            values = SETTING_VALUES[key]
+            expected = f"a positive {values.__name__}" if isinstance(values, type) else " or ".join(values)
+            raise ValueError(f"--set {text!r}: {key} must be {expected}.")
+        if key == "mixed_precision" and parsed != "none" and "opennmt-tf" in targets:
+            raise ValueError(f"--set {text!r}: OpenNMT-tf has no bfloat16 mode on CPU; "
+                             f"set mixed_precision for ours or keras-hub.")
+        for target in targets:
             settings[target][key] = parsed
     return settings
 
 
-def peak_learning_rate(settings):
-    return settings["learning_rate_scale"] * (MODEL["d_model"] * settings["warmup_steps"]) ** -0.5
+def setting_value(values, text):
+    """The value `text` gives a setting whose SETTING_VALUES are `values`; None when it gives none."""
+    if isinstance(values, dict):
+        return values.get(text.lower())
+    if not isinstance(values, type):
+        return text if text in values else None
+    try:
+        number = values(text)
+    except ValueError:
+        return None
+    return number if number > 0 else None
 
 
 def run_logged(command, log_path, tag, env=None):
@@ -184,12 +161,6 @@ def our_worker(args, name, extra=(), seed=None):
     return command
 
 
-def read_result(path):
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text())
-
-
 def main(argv=None):
     args = parse_args(argv)
     if args.worker:
@@ -212,8 +183,6 @@ def main(argv=None):
     split = json.loads((work / "data" / "split.json").read_text())
 
     records, failed = [], []
-    results_path = Path(args.results)
-    results_path.parent.mkdir(parents=True, exist_ok=True)
     run = _harness.timestamp()  # names this invocation's records (report.py's table:quality run=...)
     code_commit = _harness.commit()
     # Seeds in turn, every contender once per seed, in an order rotated from
@@ -232,11 +201,11 @@ def main(argv=None):
                 print(f"[{name}] skipped: {args.opennmt_python} not found ({INSTALL})", flush=True)
                 continue
             worker_command = opennmt.quality_command(work / "data" / "opennmt", out, args.minutes, seed,
-                                                     args.settings[name], config())
+                                                     args.settings[name], WORKER_CONFIG)
             status = run_logged(worker_command, out / "log.txt", name, worker_env(backend=False))
         else:
             status = run_logged(our_worker(args, name, seed=seed), out / "log.txt", name, worker_env())
-        trained = read_result(out / "train.json")
+        trained = json.loads((out / "train.json").read_text()) if (out / "train.json").is_file() else None
         if status or trained is None:
             print(f"error: contender {name} failed (exit status {status}); see {out / 'log.txt'}", file=sys.stderr)
             failed.append(name)
@@ -248,6 +217,7 @@ def main(argv=None):
             continue
         scores = json.loads((out / "scores.json").read_text())
         settings = args.settings[name]
+        peak_rate = settings["learning_rate_scale"] * (MODEL["d_model"] * settings["warmup_steps"]) ** -0.5
         record = {
             "benchmark": "quality",
             "contender": name,
@@ -259,8 +229,7 @@ def main(argv=None):
             "machine": _harness.machine(),
             "load_average": {"before": load_before, "after": _harness.load_average()},
             "budget_minutes": args.minutes,
-            "settings": {**settings, "peak_learning_rate": peak_learning_rate(settings),
-                         **trained.get("settings", {})},
+            "settings": {**settings, "peak_learning_rate": peak_rate, **trained.get("settings", {})},
             "model": MODEL,
             "data": {"train_pairs": split["train_pairs"], "test_pairs": split["test_pairs"],
                      "vocabulary_size": split["vocabulary_size"], "split": split["method"],
@@ -277,9 +246,9 @@ def main(argv=None):
             "samples": scores["samples"],
         }
         records.append(record)
-        _harness.append(results_path, record)
         print(f"[{name}, seed {seed}] BLEU {record['bleu']:.2f}, chrF {record['chrf']:.2f} after {record['steps']} steps "
-              f"in {record['train_minutes']:.1f} min -> {results_path}", flush=True)
+              f"in {record['train_minutes']:.1f} min", flush=True)
+        _harness.save(args.record, record)
     if records:  # the table benchmarks/README.md shows, from this invocation's records
         print("\n" + quality_table(records, {}))
     if failed:

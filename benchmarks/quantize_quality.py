@@ -6,7 +6,6 @@ Usage:
     KERAS_BACKEND=tensorflow python benchmarks/quantize_quality.py [RUN ...] [--limit N] [--no-ctranslate2]
 """
 
-import argparse
 import os
 import sys
 import tempfile
@@ -33,15 +32,11 @@ ENGINE_REFERENCE = "CTranslate2 float32"
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = _harness.parser(__doc__, "quantize_quality")
     parser.add_argument("runs", nargs="*", default=[r for r in DEFAULT_RUNS if os.path.isfile(r + "/model.keras")])
-    parser.add_argument("--limit", type=int, default=None, help="the first N test pairs only (default: all)")
+    parser.add_argument("--limit", type=_harness.positive(int), help="the first N test pairs only (default: all)")
     parser.add_argument("--no-ctranslate2", action="store_true", help="leave out the CTranslate2 rows")
-    parser.add_argument("--record", default=_harness.default_path("quantize_quality"),
-                        help="JSON-lines file the record is appended to ('' for none)")
     args = parser.parse_args(argv)
-    if args.limit is not None and args.limit < 1:
-        parser.error(f"--limit must be at least 1; got {args.limit}")
     if not args.runs:
         parser.error("no run given, and none of the default runs holds a model.keras")
     return args
@@ -181,7 +176,9 @@ def main(argv=None):
     record["limit"] = args.limit
     record["results"] = [measure(run, args.limit, not args.no_ctranslate2) for run in args.runs]
     _harness.finish(record)
-    _harness.print_table(record, table_parts)
+    from benchmarks._report_tables import quantize_quality_table
+
+    print("\n" + quantize_quality_table([record], {}) + "\n")
     _harness.save(args.record, record)
 
 

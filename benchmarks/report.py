@@ -36,26 +36,6 @@ FIGURE = re.compile(r"\b\d[\d,]*(?:\.\d+)?(?:-\d+(?:\.\d+)?)?x\b"
                     r"|\b(?:BLEU|chrF) \d+\.\d\b")
 
 
-# --------------------------------------------------------------------------- records
-
-
-def load(name, results=RESULTS):
-    path = Path(results) / f"{name}.jsonl"
-    if not path.is_file():
-        raise ValueError(f"no records: {path} does not exist")
-    return _harness.read(path)
-
-
-# --------------------------------------------------------------------------- documents
-
-
-def pinned(options, what):
-    """`options` unless they pin no record (see the module's docstring)."""
-    if not any(key in options for key in PINS):
-        raise ValueError(f"{what}: the marker pins no record (give one of {', '.join(f'{k}=' for k in PINS)})")
-    return options
-
-
 def table_cell(text, row, column, number=None, table=1, what="cell"):
     """The cell at `row` and `column` of the `table`-th Markdown table of a generator's `text`.
 
@@ -92,11 +72,16 @@ def render(text, results=RESULTS, source="document"):
             raise ValueError(f"{source}: unknown table {name!r} (known: {', '.join(GENERATORS)})")
         records_name, generator = GENERATORS[name]
         if records_name not in cache:
-            cache[records_name] = load(records_name, results)
+            path = Path(results) / f"{records_name}.jsonl"
+            if not path.is_file():
+                raise ValueError(f"no records: {path} does not exist")
+            cache[records_name] = _harness.read(path)
         options = parse_options(match.group("options"))
         what = f"{source}: {kind}:{name}"
         try:
-            pinned(options, what)
+            if not any(key in options for key in PINS):
+                pins = ", ".join(f"{key}=" for key in PINS)
+                raise ValueError(f"{what}: the marker pins no record (give one of {pins})")
             record_options = {k: v for k, v in options.items() if k not in CELL_OPTIONS}
             body = generator(cache[records_name], record_options)
             if kind == "cell":
@@ -106,13 +91,8 @@ def render(text, results=RESULTS, source="document"):
             raise ValueError(f"{source}: {error}" if not str(error).startswith(source) else str(error)) from None
         return body
 
-    def replace_table(match):
-        return match.group("open") + generate(match, "table") + "\n" + match.group("close")
-
-    def replace_cell(match):
-        return match.group("open") + generate(match, "cell") + match.group("close")
-
-    return CELL.sub(replace_cell, MARKER.sub(replace_table, text))
+    text = MARKER.sub(lambda match: match["open"] + generate(match, "table") + "\n" + match["close"], text)
+    return CELL.sub(lambda match: match["open"] + generate(match, "cell") + match["close"], text)
 
 
 def unmarked_figures(text, source="document"):

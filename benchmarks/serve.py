@@ -7,11 +7,9 @@ Usage:
     KERAS_BACKEND=tensorflow python benchmarks/serve.py [--preset base] [--rounds 7] [--searches beam,greedy]
 """
 
-import argparse
 import os
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -33,17 +31,10 @@ EOS, PAD = 3, 0
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=("tiny", "base", "big"), default="tiny",
-                        help="model size: tiny (default), or the paper's base and big")
-    parser.add_argument("--vocabulary-size", type=int, default=8000)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--source-tokens", type=int, default=32, help="per source, EOS included")
-    parser.add_argument("--steps", type=int, default=50, help="generated tokens per sentence")
-    parser.add_argument("--beam-size", type=int, default=4)
+    parser = _harness.workload_options(_harness.parser(__doc__), preset="tiny", vocabulary_size=8000,
+                                       batch_size=32, source_tokens=32, steps=50, beam_size=4, rounds=7)
     parser.add_argument("--alpha", type=float, default=0.6)
     parser.add_argument("--searches", default="beam,greedy")
-    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-ctranslate2", action="store_true")
     parser.add_argument("--quantize", choices=("int8", "int8_weights", "bfloat16"), action="append", default=[],
                         help="also the SavedModel variants exported with this mode (repeatable)")
@@ -59,9 +50,6 @@ def parse_args(argv=None):
     parser.add_argument("--variants", default="plain,XLA",
                         help="the SavedModel exports timed (with --shortlist, each without and with the list): plain "
                              "or XLA (float32 and every --quantize precision), or VARIANT:PRECISION for one")
-    parser.add_argument("--record", default=None,
-                        help="JSON-lines file the run's record is appended to (default: benchmarks/results/"
-                             "serve.jsonl, serve_shortlist.jsonl with --shortlist)")
     args = parser.parse_args(argv)
     if args.record is None:
         args.record = _harness.default_path("serve_shortlist" if args.shortlist else "serve")
@@ -87,8 +75,8 @@ def corpus_texts(skip, count):
     return texts, paths[0]
 
 
-def tokenizer_for(args):
-    """A SentencePiece model of `--vocabulary-size` pieces (shared corpus if present, else synthetic)."""
+def tokenizer_for(vocabulary_size):
+    """A SentencePiece model of `vocabulary_size` pieces (shared corpus if present, else synthetic)."""
     pairs, path = corpus_texts(0, 20000)
     if path:
         origin = f"{os.path.relpath(path, ROOT)} (first {len(pairs)} pairs)"
@@ -97,7 +85,7 @@ def tokenizer_for(args):
 
         pairs = generate_pairs(20000, seed=0)
         origin = "synthetic_en_de.generate_pairs(20000)"
-    tokenizer = SubwordTokenizer.train(pairs, args.vocabulary_size, hard_vocab_limit=False, seed=0,
+    tokenizer = SubwordTokenizer.train(pairs, vocabulary_size, hard_vocab_limit=False, seed=0,
                                        input_sentence_size=200_000)
     return tokenizer, origin
 
@@ -110,15 +98,6 @@ def make_model(vocabulary_size, preset="tiny"):
     values[EOS] = 0.0  # logit 0: never among the best candidates (see the module docstring)
     embeddings.assign(values)
     return model
-
-
-def generated_lengths(ids):
-    """Tokens per row of (batch, width) ids up to the first EOS (EOS excluded) or pad."""
-    lengths = []
-    for row in np.asarray(ids).tolist():
-        end = row.index(EOS) if EOS in row else len(row)
-        lengths.append(sum(1 for t in row[:end] if t != PAD))
-    return lengths
 
 
 def shortlist_and_sources(args, tokenizer):
@@ -244,30 +223,11 @@ def contenders_for(search, model, tokenizer, sources, args, work, shortlist=None
     return contenders, count
 
 
-def run_rounds(contenders, args):
-    names = list(contenders)
-    for name in names:  # warm-up: traces, XLA compiles, allocates; checks the work done
-        output = contenders[name]()
-        lengths = generated_lengths(output) if isinstance(output, np.ndarray) else [len(r) for r in output]
-        if set(lengths) != {args.steps}:
-            raise SystemExit(f"{name} generated {sorted(set(lengths))} tokens, not {args.steps}: unequal work")
-    seconds = {name: [] for name in names}
-    for round_index in range(args.rounds):
-        order = names[round_index % len(names):] + names[: round_index % len(names)]
-        for name in order:
-            start = time.perf_counter()
-            contenders[name]()
-            seconds[name].append(time.perf_counter() - start)
-    return seconds
-
-
 def main(argv=None):
     args = parse_args(argv)
     if keras.backend.backend() != "tensorflow":
         raise SystemExit("run with KERAS_BACKEND=tensorflow (the export is a TensorFlow SavedModel)")
-    import tensorflow as tf
-
-    tokenizer, origin = tokenizer_for(args)
+    tokenizer, origin = tokenizer_for(args.vocabulary_size)
     model = make_model(tokenizer.vocabulary_size, args.preset)
     rng = np.random.default_rng(0)
     sources = rng.integers(4, tokenizer.vocabulary_size, size=(args.batch_size, args.source_tokens)).astype("int32")
@@ -290,18 +250,8 @@ def main(argv=None):
             contenders, count = contenders_for(search, model, tokenizer, sources, args, work, shortlist)
             if args.shortlist:
                 record["workload"]["shortlist"]["candidates"][search] = count
-            record["seconds"][search] = run_rounds(contenders, args)
+            record["seconds"][search] = _harness.take_turns(contenders, args.rounds, args.steps)[0]
     _harness.finish(record)
-    load = record["load_average"]
-    print(f"# {record['machine']['cpu']}, {os.cpu_count()} CPUs, load average {load['before'][0]:.1f} before, "
-          f"{load['after'][0]:.1f} after; TensorFlow {tf.__version__}, "
-          f"CTranslate2 {record['versions'].get('ctranslate2', '-')}; commit {record['commit']}")
-    libraries = record["libraries"]
-    ct2 = libraries.get("ctranslate2") or {}
-    print(f"# CPU flags: {' '.join(libraries['cpu_flags'])}; CTranslate2: SGEMM {ct2.get('SGEMM backend', '-')}, "
-          f"int8 GEMM {ct2.get('GEMM_S8 backend', '-')}, MKL {ct2.get('Use Intel MKL', '-')}, ISA "
-          f"{ct2.get('Selected ISA', '-')}; TensorFlow oneDNN "
-          f"{(libraries.get('tensorflow_onednn') or {}).get('is_mkl_enabled', '-')}")
     print(f"# {args.preset} preset, random weights, {tokenizer.vocabulary_size}-piece vocabulary; {args.batch_size} "
           f"sources of {args.source_tokens} tokens, exactly {args.steps} generated tokens each; beam "
           f"{args.beam_size} alpha {args.alpha}, greedy")

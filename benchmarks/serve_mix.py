@@ -115,14 +115,10 @@ def mixed_requests(count, seed, min_rows=1, max_rows=64, min_words=3, max_words=
     return requests
 
 
-def percentile(values, q):
-    import numpy as np
-
-    return float(np.percentile(np.asarray(values, dtype=float), q))
-
-
 def run_stream(export_dir, warm, count, seed):
     """One server process's life: load, optionally warm up, then the mixed stream."""
+    import numpy as np
+
     start = time.perf_counter()
     server = SessionServer(export_dir)
     load_seconds = time.perf_counter() - start
@@ -145,8 +141,8 @@ def run_stream(export_dir, warm, count, seed):
         "rows": [len(texts) for texts in mixed_requests(count, seed)],
         "sentences": sentences,
         "stream_s": elapsed,
-        "p50_s": percentile(latencies, 50),
-        "p99_s": percentile(latencies, 99),
+        "p50_s": float(np.percentile(latencies, 50)),
+        "p99_s": float(np.percentile(latencies, 99)),
         "max_s": max(latencies),
         "sentences_per_s": sentences / elapsed,
     }
@@ -169,35 +165,21 @@ def table_parts(record):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=("tiny", "base", "big"), default="tiny")
-    parser.add_argument("--requests", type=int, default=40, help="requests in the mixed stream")
+    parser = _harness.workload_options(_harness.parser(__doc__, "serve_mix"), preset="tiny", vocabulary_size=8000,
+                                       beam_size=4)
+    parser.add_argument("--requests", type=_harness.positive(int), default=40, help="requests in the mixed stream")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warmup-rows", type=int, default=64, help="rows of the largest warmed-up request")
     parser.add_argument("--max-input-length", type=int, default=128, help="export's input limit (tokens)")
     parser.add_argument("--max-extra-length", type=int, default=10,
                         help="tokens a translation may add to its source's length")
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--vocabulary-size", type=int, default=8000)
-    parser.add_argument("--variants", default="plain,xla")
-    parser.add_argument("--starts", default="cold,warm", help="cold (no warm-up), warm (records replayed first)")
+    parser.add_argument("--variants", type=_harness.comma_list(VARIANTS), default="plain,xla")
+    parser.add_argument("--starts", type=_harness.comma_list(("cold", "warm")), default="cold,warm",
+                        help="cold (no warm-up), warm (records replayed first)")
     parser.add_argument("--export-base", help="where to export (default: a temporary directory)")
-    parser.add_argument("--record", default=_harness.default_path("serve_mix"),
-                        help="JSON-lines file the run's record is appended to (default %(default)s)")
     # Internal: one (variant, start) in a child process.
     parser.add_argument("--child", nargs=3, metavar=("EXPORT_DIR", "WARM", "RESULT"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.requests < 1:
-        parser.error("--requests must be >= 1")
-    variants = args.variants.split(",")
-    if not variants or set(variants) - set(VARIANTS):
-        parser.error(f"--variants must be a comma-separated subset of {','.join(VARIANTS)}")
-    args.variants = variants
-    starts = args.starts.split(",")
-    if not starts or set(starts) - {"cold", "warm"}:
-        parser.error("--starts must be a comma-separated subset of cold,warm")
-    args.starts = starts
-    return args
+    return parser.parse_args(argv)
 
 
 def export_variants(args, base):
@@ -205,8 +187,7 @@ def export_variants(args, base):
     from benchmarks import serve
     from keras_transformer.export import export_saved_model
 
-    serve_args = serve.parse_args(["--preset", args.preset, "--vocabulary-size", str(args.vocabulary_size)])
-    tokenizer, _ = serve.tokenizer_for(serve_args)
+    tokenizer, _ = serve.tokenizer_for(args.vocabulary_size)
     # Random weights with EOS never chosen: every translation runs to its limit.
     model = serve.make_model(tokenizer.vocabulary_size, args.preset)
     directories = {}

@@ -5,12 +5,8 @@ How it measures, and what it reports: docs/benchmarks.md, "Methods", `serve_prof
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/serve_profile.py --preset base --vocabulary-size 32000
     KERAS_BACKEND=tensorflow python benchmarks/serve_profile.py --kernels 32x512x2048,32x512x32000 [--onednn-verbose]
-
-`--kernels` times one product per kernel TensorFlow's plain graph could run
-at those (rows x inputs x outputs) shapes instead (record: serve_kernels.jsonl).
 """
 
-import argparse
 import os
 import sys
 import time
@@ -29,25 +25,20 @@ sys.path.insert(0, ROOT)
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.export.quantize import quantize_model  # noqa: E402
 from benchmarks import _harness  # noqa: E402
+from benchmarks._report_tables import serve_kernels_table  # noqa: E402
 
 BOS, EOS = 2, 3
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=("tiny", "base", "big"), default="base")
-    parser.add_argument("--vocabulary-size", type=int, default=32000)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--source-tokens", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--beam-size", type=int, default=4)
+    parser = _harness.workload_options(_harness.parser(__doc__), preset="base", vocabulary_size=32000,
+                                       batch_size=16, source_tokens=32, steps=50, beam_size=4)
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--quantize", default="float32,int8,bfloat16",
                         help="comma-separated precisions: float32 and quantize_model's modes")
-    parser.add_argument("--record", default=None,
-                        help="default benchmarks/results/serve_profile.jsonl (serve_kernels.jsonl with --kernels)")
     parser.add_argument("--kernels", default=None,
-                        help="comma-separated MxKxN product shapes: time the plain graph's product kernels instead")
+                        help="comma-separated MxKxN (rows x inputs x outputs) product shapes: time one product "
+                             "per kernel TensorFlow's plain graph could run instead (record: serve_kernels.jsonl)")
     parser.add_argument("--products", type=int, default=20, help="with --kernels: products per timed call")
     parser.add_argument("--onednn-verbose", action="store_true",
                         help="with --kernels: also oneDNN's own time for each product (ONEDNN_VERBOSE=1)")
@@ -59,12 +50,7 @@ def parse_args(argv=None):
 
 def best_seconds(function, calls):
     np.asarray(function())  # trace, compile, warm up
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        np.asarray(function())
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(_harness.timings(lambda: np.asarray(function()), calls))
 
 
 def steps_loop(model, source, args, jit_compile):
@@ -218,16 +204,10 @@ def kernels_main(args, argv):
                 milliseconds, reorders = onednn_exec_ms(lambda run=run: np.asarray(run(x)))
                 record["onednn_exec_us_per_product"].setdefault(key, {})[name] = 1e3 * milliseconds / args.products
                 record["onednn_reorders_per_product"].setdefault(key, {})[name] = reorders / args.products
-        print(key, flush=True)
-        for name, best in record["us_per_product"][key].items():
-            onednn_us = record["onednn_exec_us_per_product"].get(key, {}).get(name)
-            reorders = record["onednn_reorders_per_product"].get(key, {}).get(name)
-            print(f"  {name:34s} {best:9.1f} us  ({record['us_per_product'][key]['float32'] / best:.2f}x float32)"
-                  f"  max error {errors[name]:.4f}" + (f"  oneDNN alone {onednn_us:.1f} us, {reorders:g} reorders" if onednn_us else ""),
-                  flush=True)
+        print(f"{key}: max relative error " + ", ".join(f"{name} {error:.4f}" for name, error in errors.items()),
+              flush=True)
     _harness.finish(record)
-    load = record["load_average"]
-    print(f"# {record['machine']['cpu']}, load average {load['before'][0]:.1f} before, {load['after'][0]:.1f} after")
+    print("\n" + serve_kernels_table([record], {}) + "\n")
     _harness.save(args.record, record)
 
 
@@ -258,9 +238,6 @@ def main(argv=None):
             print(f"{key}: step {1000 * step:.1f} ms, products alone {1000 * products:.1f} ms "
                   f"({100 * products / step:.0f}%), rest {1000 * (step - products):.1f} ms", flush=True)
     _harness.finish(record)
-    load = record["load_average"]
-    print(f"# {record['machine']['cpu']}, {os.cpu_count()} CPUs, load average {load['before'][0]:.1f} before, "
-          f"{load['after'][0]:.1f} after; TensorFlow {tf.__version__}; commit {record['commit']}")
     _harness.save(args.record, record)
 
 

@@ -2,8 +2,6 @@
 
 How it measures, and what it reports: docs/benchmarks.md, "Methods", `train_throughput.py`.
 
-    .venv/bin/python benchmarks/train_throughput.py            # all contenders
-    .venv/bin/python benchmarks/train_throughput.py --only ours-tf keras-hub
     .venv/bin/python benchmarks/train_throughput.py --rounds 3 --only ours-tf keras-hub opennmt-tf
     .venv/bin/python benchmarks/train_throughput.py --workload real  # real text
 """
@@ -12,18 +10,19 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._harness import SIZE, load_batches, peak_memory_mb, target_tokens  # noqa: E402
+from benchmarks._harness import (  # noqa: E402
+    BOS, CORPORA, EOS, MAX_LENGTH, PAD, REAL_TOKENS_PER_BATCH, SIZE, make_batches, peak_memory_mb, positive,
+    read_pairs, target_tokens, timings, training_flops, training_products)
 from benchmarks._report_tables import throughput_table  # noqa: E402
 
+REAL_NUM_BATCHES = 24  # the real workload's distinct batches, cycled
 # Contender name: the harness module whose THROUGHPUT table holds it (_harness.Contender's shape),
 # imported when needed: a worker process imports only its own (ours-jax must not load TensorFlow).
 MODULES = {
@@ -43,32 +42,42 @@ def contender(name):
     return THROUGHPUT[name]
 
 
-def training_products(batch, source_length, target_length):
-    """The matrix products of one training step, as (batch, m, k, n) each: every forward Y = X W brings
-    dX = dY W^T and dW = X^T dY; attention products are batched over pairs and heads. Nothing else counts."""
-    d, f, v, n, h = (SIZE[k] for k in ("d_model", "d_ff", "vocab", "layers", "heads"))
-    s, t, depth = source_length, target_length, d // h
-    sources, targets, heads = batch * s, batch * t, batch * h
-    forward = []
-    for _ in range(n):  # encoder layer: q, k, v, output; attention; feed-forward
-        forward += [(1, sources, d, d)] * 4
-        forward += [(heads, s, depth, s), (heads, s, s, depth)]
-        forward += [(1, sources, d, f), (1, sources, f, d)]
-    for _ in range(n):  # decoder layer
-        forward += [(1, targets, d, d)] * 4 + [(heads, t, depth, t), (heads, t, t, depth)]  # self-attention
-        forward += [(1, targets, d, d)] * 2 + [(1, sources, d, d)] * 2  # cross q, output; k, v of the encoder
-        forward += [(heads, t, depth, s), (heads, t, s, depth)]
-        forward += [(1, targets, d, f), (1, targets, f, d)]
-    forward.append((1, targets, d, v))  # pre-softmax projection
-    products = []
-    for b, m, k, n_ in forward:
-        products += [(b, m, k, n_), (b, m, n_, k), (b, k, m, n_)]
-    return products
+def load_batches(workload, data_dir, work_dir, bucket_width=1):
+    """The batches of `workload`: "synthetic", or "real" (docs/benchmarks.md), cached in `work_dir`."""
+    if workload != "real":
+        return make_batches()
+    import numpy as np
 
+    work = Path(work_dir)
+    cache = work / f"batches_width{bucket_width}.npz"
+    if cache.exists():
+        arrays = np.load(cache)
+        return [tuple(arrays[f"{name}{i}"] for name in ("source", "target", "labels"))
+                for i in range(len(arrays.files) // 3)]
+    paths = [Path(data_dir) / name for name in CORPORA]
+    missing = [str(path) for path in paths if not path.exists()]
+    if missing:
+        raise SystemExit(f"--workload real: {', '.join(missing)} not found (set --data-dir)")
+    from keras_transformer.data import SubwordTokenizer, default_bucket_boundaries, make_dataset
 
-def training_flops(batch, source_length, target_length):
-    """Matrix-multiply FLOPs of one training step (forward + backward = 3x forward)."""
-    return sum(2 * b * m * k * n for b, m, k, n in training_products(batch, source_length, target_length))
+    pairs = [pair for path in paths for pair in read_pairs(path)]
+    work.mkdir(parents=True, exist_ok=True)
+    tokenizer = SubwordTokenizer.train(pairs, vocabulary_size=SIZE["vocab"], model_type="unigram", seed=0)
+    if tokenizer.vocabulary_size != SIZE["vocab"] or (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id) != (
+            PAD, BOS, EOS):
+        raise SystemExit("--workload real: the tokenizer's vocabulary or special ids differ from the benchmark's")
+    dataset = make_dataset(
+        pairs, tokenizer, tokens_per_batch=REAL_TOKENS_PER_BATCH, max_length=MAX_LENGTH,
+        bucket_boundaries=default_bucket_boundaries(
+            MAX_LENGTH, min_boundary=bucket_width, growth=1, multiple=bucket_width),
+        training=True, seed=0, cache=False,
+    )
+    batches = []
+    for inputs, labels in dataset.take(REAL_NUM_BATCHES):
+        batches.append((inputs["source"].numpy(), inputs["target"].numpy(), labels.numpy()))
+    np.savez(cache, **{f"{name}{i}": array for i, batch in enumerate(batches)
+                       for name, array in zip(("source", "target", "labels"), batch)})
+    return batches
 
 
 def matmul_floor_seconds(batches, repeats=3):
@@ -83,7 +92,7 @@ def matmul_floor_seconds(batches, repeats=3):
         shape = (labels.shape[0], source.shape[1], labels.shape[1])
         if shape not in seconds_by_shape:
             operands = []
-            for b, m, k, n in training_products(*shape):
+            for b, m, k, n in training_products(SIZE, *shape):
                 lead = () if b == 1 else (b,)
                 operands.append((tf.random.normal(lead + (m, k)), tf.random.normal(lead + (k, n))))
 
@@ -93,21 +102,10 @@ def matmul_floor_seconds(batches, repeats=3):
                 return tf.add_n([tf.reduce_sum(tf.matmul(a, b)) for a, b in operands])
 
             products().numpy()
-            best = float("inf")
-            for _ in range(repeats):
-                start = time.perf_counter()
-                products().numpy()
-                best = min(best, time.perf_counter() - start)
-            seconds_by_shape[shape] = best
+            seconds_by_shape[shape] = min(timings(lambda: products().numpy(), repeats))
             del operands, products
         total += seconds_by_shape[shape]
     return total
-
-
-def cycle_flops_and_tokens(batches):
-    """(FLOPs, non-pad target tokens) of one pass over the batches, padding included in the FLOPs."""
-    flops = sum(training_flops(labels.shape[0], source.shape[1], labels.shape[1]) for source, _, labels in batches)
-    return flops, sum(target_tokens(batches))
 
 
 def worker(args):
@@ -124,49 +122,41 @@ def worker(args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _harness.parser(__doc__, "train_throughput")
     parser.add_argument("--workload", choices=("synthetic", "real"), default="synthetic",
                         help="fixed-shape random batches, or token-bucketed real text (docs/benchmarks.md)")
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
                         help="where the real workload's corpora are (default ../shared/data)")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "throughput"),
                         help="where the real workload's batches are cached (batches_width*.npz; delete to rebuild)")
-    parser.add_argument("--bucket-width", type=int, default=1,
+    parser.add_argument("--bucket-width", type=positive(int), default=1,
                         help="real workload: batch lengths are padded to multiples of this (default 1)")
-    parser.add_argument("--steps", type=int, help="timed training steps per contender "
+    parser.add_argument("--steps", type=positive(int), help="timed training steps per contender "
                         "(default 30; real workload: two passes over its batches)")
-    parser.add_argument("--warmup", type=int, help="untimed steps first (tracing, compiling; "
+    parser.add_argument("--warmup", type=positive(int), help="untimed steps first (tracing, compiling; "
                         "default 5; real workload: one pass over its batches)")
-    parser.add_argument("--only", nargs="*", help="contenders to run (default: all)")
+    parser.add_argument("--only", nargs="*", choices=[*MODULES, "opennmt-tf"], help="contenders (default: all)")
     parser.add_argument("--opennmt-python", default=str(ROOT / ".venv-opennmt" / "bin" / "python"))
-    parser.add_argument("--rounds", type=int, default=1,
+    parser.add_argument("--rounds", type=positive(int), default=1,
                         help="run the contenders this many times, taking turns; report medians")
-    parser.add_argument("--record", default=_harness.default_path("train_throughput"),
-                        help="JSON-lines file the run's record (machine, load, commit, command, every round's "
-                             "seconds and tokens) is appended to (default %(default)s; '' for none)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
 
-    if args.bucket_width < 1:
-        parser.error(f"--bucket-width must be at least 1 (got {args.bucket_width})")
     real = args.workload == "real"
-    batches = load_batches(args.workload, args.data_dir, args.work_dir, args.bucket_width)  # the real workload is built (and cached) once, here
+    batches = load_batches(args.workload, args.data_dir, args.work_dir, args.bucket_width)  # real: built, cached
     if args.steps is None:
         args.steps = 2 * len(batches) if real else 30
     if args.warmup is None:
         args.warmup = len(batches) if real else 5
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1 (got {args.rounds})")
-    names = args.only or list(MODULES) + ["opennmt-tf"]
-    unknown = sorted(set(names) - set(MODULES) - {"opennmt-tf"})
-    if unknown:
-        parser.error(f"--only: unknown contender(s) {', '.join(unknown)}; choose from "
-                     f"{', '.join(list(MODULES) + ['opennmt-tf'])}")
-    cycle_flops, cycle_tokens = cycle_flops_and_tokens(batches)
+    names = args.only or [*MODULES, "opennmt-tf"]
+    # Padding counts in the FLOPs, not in the tokens.
+    cycle_tokens = sum(target_tokens(batches))
+    flops_per_token = sum(training_flops(SIZE, labels.shape[0], source.shape[1], labels.shape[1])
+                          for source, _, labels in batches) / cycle_tokens
     opennmt = OpenNMT(args.opennmt_python)
-    flops_per_token = cycle_flops / cycle_tokens
+
     def run_contender(name):
         """One timed run of `name` in its own process; None if it is not installed."""
         if name == "opennmt-tf":
@@ -180,12 +170,10 @@ def main():
                    "--data-dir", args.data_dir, "--work-dir", args.work_dir,
                    "--bucket-width", str(args.bucket_width),
                    "--steps", str(args.steps), "--warmup", str(args.warmup)]
-        output = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-        line = [l for l in output.stdout.splitlines() if l.startswith("RESULT ")]
-        if output.returncode or not line:
-            print(output.stdout[-2000:] + output.stderr[-4000:], file=sys.stderr)
-            raise SystemExit(f"contender {name} failed")
-        return json.loads(line[-1][len("RESULT "):])
+        result = _harness.worker_result(command, env=env, cwd=ROOT)
+        if "error" in result:
+            raise SystemExit(f"contender {name} failed: {result['error']}")
+        return result
 
     # Contenders take turns, round after round: this VM's speed drifts by tens
     # of percent over minutes, and a ratio taken within one round (minutes
