@@ -17,25 +17,6 @@ def _seed_and_policy():
     keras.config.set_dtype_policy(policy)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _jax_compilation_cache(tmp_path_factory):
-    """Under JAX, every compiled program goes to a cache that this test run's
-    processes share (JAX's persistent compilation cache, keyed by the
-    program): most tests build a fresh model of a few shared shapes and
-    compile the same search or step again (the weights are arguments, not
-    constants), and a hit loads it instead of compiling it."""
-    if keras.backend.backend() != "jax":
-        return
-    import jax
-
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # this run's, shared by its workers
-    jax.config.update("jax_compilation_cache_dir", str(base / "jax-compilation-cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
