@@ -49,8 +49,8 @@ def _beam(
         return penalty.length_penalty(length, alpha, length_penalty)
 
     source_ids = ops.cast(source_ids, "int32")
-    limits, buffer_length = phases._lengths_and_buffer(source_ids, pad_id, max_extra_length, max_output_length)
-    buffer_bound = phases._buffer_bound(source_ids, max_extra_length, max_output_length)
+    limits, buffer_length, buffer_bound = phases._lengths_and_buffer(source_ids, pad_id, max_extra_length,
+                                                                     max_output_length)
     decoder = phases._decoder(model, source_ids, beam_size, buffer_length, use_cache, jit_compile)
     constraints = _Constraints(
         prefix_ids, no_repeat_ngram_size, beam_size, model.vocabulary_size, pad_id, eos_id

@@ -65,8 +65,8 @@ def _greedy(
 ):
     """Greedy search, or random sampling when `uniforms` (batch, buffer) is given."""
     source_ids = ops.cast(source_ids, "int32")
-    limits, buffer_length = phases._lengths_and_buffer(source_ids, pad_id, max_extra_length, max_output_length)
-    buffer_bound = phases._buffer_bound(source_ids, max_extra_length, max_output_length)
+    limits, buffer_length, buffer_bound = phases._lengths_and_buffer(source_ids, pad_id, max_extra_length,
+                                                                     max_output_length)
     decoder = phases._decoder(model, source_ids, 1, buffer_length, use_cache, jit_compile)
     constraints = _Constraints(prefix_ids, no_repeat_ngram_size, 1, model.vocabulary_size, pad_id, eos_id)
     batch = batch_size_of(source_ids)

@@ -10,30 +10,6 @@ import keras
 from keras import ops
 
 
-def _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_output_length):
-    """Per-sentence output limits (batch,) and the output buffer width."""
-    source_lengths = ops.sum(ops.cast(ops.not_equal(source_ids, pad_id), "int32"), axis=1)
-    limits = source_lengths + max_extra_length
-    width = source_ids.shape[1]
-    if width is None:  # a TF graph with an unknown source length
-        width = ops.shape(source_ids)[1]
-    buffer_length = width + max_extra_length
-    if max_output_length is not None:
-        limits = ops.minimum(limits, max_output_length)
-        buffer_length = (
-            min(buffer_length, max_output_length)
-            if isinstance(buffer_length, int)
-            else ops.minimum(buffer_length, max_output_length)
-        )
-    # An empty source with max_extra_length=0 still gets one step (EOS or a token).
-    limits = ops.maximum(limits, 1)
-    if isinstance(buffer_length, int):
-        buffer_length = max(buffer_length, 1)
-    else:
-        buffer_length = ops.maximum(buffer_length, 1)
-    return limits, buffer_length
-
-
 # While `compiled.run` traces a TensorFlow search for batches of known width
 # (the graph's width dimension stays dynamic): a static bound on that width,
 # so that the trace holds only the phases such a batch can reach. None: any width.
@@ -58,16 +34,27 @@ def source_width_at_most(bound):
         _SOURCE_WIDTH_BOUND.reset(token)
 
 
-def _buffer_bound(source_ids, max_extra_length, max_output_length):
-    """A static bound on the buffer length where the source width is dynamic
-    and bounded (`source_width_at_most`), else None."""
-    bound = _SOURCE_WIDTH_BOUND.get()
-    if source_ids.shape[1] is not None or bound is None:
-        return None
-    bound += max_extra_length
+def _lengths_and_buffer(source_ids, pad_id, max_extra_length, max_output_length):
+    """Per-sentence output limits (batch,), the output buffer width, and a
+    static bound on that width where it is known only when the graph runs
+    and the source width is bounded (`source_width_at_most`), else None."""
+    source_lengths = ops.sum(ops.cast(ops.not_equal(source_ids, pad_id), "int32"), axis=1)
+    limits = source_lengths + max_extra_length
     if max_output_length is not None:
-        bound = min(bound, max_output_length)
-    return max(bound, 1)
+        limits = ops.minimum(limits, max_output_length)
+    # An empty source with max_extra_length=0 still gets one step (EOS or a token).
+    limits = ops.maximum(limits, 1)
+
+    def buffer_for(width):
+        buffer = width + max_extra_length
+        if isinstance(buffer, int):
+            return max(buffer if max_output_length is None else min(buffer, max_output_length), 1)
+        return ops.maximum(buffer if max_output_length is None else ops.minimum(buffer, max_output_length), 1)
+
+    width, width_bound = source_ids.shape[1], None
+    if width is None:  # a TF graph with an unknown source length
+        width, width_bound = ops.shape(source_ids)[1], _SOURCE_WIDTH_BOUND.get()
+    return limits, buffer_for(width), None if width_bound is None else buffer_for(width_bound)
 
 
 def _decoder(model, source_ids, beam_size, buffer_length, use_cache, jit_compile):
@@ -91,7 +78,7 @@ def _phase_capacities(buffer_length, buffer_bound=None):
     """Each phase's capacity: the ladder's below the buffer length, then the
     buffer length. A buffer length known only when the graph runs (a
     TensorFlow graph with a dynamic source width) gets every rung below its
-    static bound (`_buffer_bound`; every rung without one), capped at the
+    static bound (`_lengths_and_buffer`'s; every rung without one), capped at the
     buffer length: the number of phases must be known when tracing, and a
     phase that starts with every position decoded runs no step."""
     if isinstance(buffer_length, int):
