@@ -174,8 +174,9 @@ def parse_args(argv=None):
     parser.add_argument("--max-extra-length", type=int, default=10,
                         help="tokens a translation may add to its source's length")
     parser.add_argument("--variants", type=_harness.comma_list(VARIANTS), default="plain,xla")
-    parser.add_argument("--starts", type=_harness.comma_list(("cold", "warm")), default="cold,warm",
-                        help="cold (no warm-up), warm (records replayed first)")
+    parser.add_argument("--starts", type=_harness.comma_list(("cold", "warm", "restart")), default="cold,warm",
+                        help="cold (no warm-up), warm (records replayed first), restart (warm again, after a warm "
+                             "start, on the persistent XLA cache that start filled: TF_XLA_FLAGS, docs/serving.md)")
     parser.add_argument("--export-base", help="where to export (default: a temporary directory)")
     # Internal: one (variant, start) in a child process.
     parser.add_argument("--child", nargs=3, metavar=("EXPORT_DIR", "WARM", "RESULT"), help=argparse.SUPPRESS)
@@ -204,7 +205,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.child:
         export_dir, warm, result_path = args.child
-        result = run_stream(export_dir, warm == "warm", args.requests, args.seed)
+        result = run_stream(export_dir, warm in ("warm", "restart"), args.requests, args.seed)
         with open(result_path, "w") as stream:
             json.dump(result, stream)
         return 0
@@ -212,13 +213,20 @@ def main(argv=None):
     record = _harness.start("serve_mix", argv, packages=("tensorflow", "keras", "tensorflow-serving-api"))
     base = args.export_base or tempfile.mkdtemp(prefix="serve-mix-")
     directories, model_config = export_variants(args, base)
+    starts = args.starts
+    if "restart" in starts and ("warm" not in starts or starts.index("restart") < starts.index("warm")):
+        raise SystemExit("--starts: restart reads the XLA cache a warm start fills: give warm before it")
     runs = {}
     for variant, export_dir in directories.items():
+        environment = dict(os.environ)
+        if "restart" in args.starts:  # the warm start fills a fresh cache, the restart reads it
+            cache = tempfile.mkdtemp(prefix=f"xla-cache-{variant}-", dir=base)
+            environment["TF_XLA_FLAGS"] = f"--tf_xla_persistent_cache_directory={cache}"
         for start in args.starts:
             result_path = os.path.join(base, f"{variant}-{start}.json")
             command = [sys.executable, os.path.abspath(__file__), "--requests", str(args.requests),
                        "--seed", str(args.seed), "--child", export_dir, start, result_path]
-            subprocess.run(command, check=True)
+            subprocess.run(command, check=True, env=environment)
             with open(result_path) as stream:
                 runs[f"{variant}/{start}"] = json.load(stream)
             result = runs[f"{variant}/{start}"]

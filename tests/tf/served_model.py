@@ -58,12 +58,13 @@ def programs():
 '''
 
 
-def run_served_child(script, work, export_dir, argument):
-    """Runs CHILD_PRELUDE + `script` in a fresh process with XLA's dump in `work`/dump; the JSON it
-    prints last."""
+def run_served_child(script, work, export_dir, argument, **environment):
+    """Runs CHILD_PRELUDE + `script` in a fresh process with XLA's dump in `work`/dump (and the
+    `environment` variables given); the JSON it prints last."""
     path, dump = Path(work) / "child.py", Path(work) / "dump"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(CHILD_PRELUDE + script)
-    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", XLA_FLAGS=f"--xla_dump_to={dump}")
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", XLA_FLAGS=f"--xla_dump_to={dump}", **environment)
     completed = subprocess.run([sys.executable, str(path), str(export_dir), str(dump), str(ROOT), str(argument)],
                                env=environment, capture_output=True, text=True, timeout=400)
     assert completed.returncode == 0, completed.stderr[-3000:]

@@ -209,6 +209,13 @@ COMPILES_SCRIPT = r'''
 from benchmarks.serve_mix import SessionServer, read_warmup_records
 import numpy as np
 
+def fixed_request(server):
+    """One request of ids and one of texts, as JSON (a restarted server must answer them alike)."""
+    ids = np.array([[9, 10, 11, 12, 3], [13, 14, 3, 0, 0]], "int32")
+    texts = server.predict("serving_default", {"text": [b"the small cat sees a dog", b"a book"]})["translations"]
+    return {"ids": np.asarray(server.predict("translate_ids", {"source_ids": ids})["ids"]).tolist(),
+            "texts": [text.decode() for text in np.asarray(texts).tolist()]}
+
 server = SessionServer(export_dir)
 counts = {"start": programs()}
 # The warm-up replay (SessionServer.warm_up's loop), keeping each request's outputs: one row per input row.
@@ -239,12 +246,27 @@ for size in allowed:
 counts["covered"] = programs()
 server.predict("translate_ids", {"source_ids": np.full((int(argument) + 5, 3), 7, "int32")})
 counts["past"] = programs()
-print(json.dumps(dict(counts, requests=len(requests), wrong_rows=wrong_rows, allowed=allowed)))
+print(json.dumps(dict(counts, requests=len(requests), wrong_rows=wrong_rows, allowed=allowed,
+                      answer=fixed_request(server))))
 '''
 
 
-def test_no_compile_after_warmup(xla_dir, tmp_path):
-    counts = run_served_child(COMPILES_SCRIPT, tmp_path, xla_dir, WARMUP_ROWS)
+@pytest.fixture(scope="module")
+def xla_cache(tmp_path_factory):
+    """A directory for TF's persistent XLA cache (`TF_XLA_FLAGS`, as docs/serving.md gives it for
+    tensorflow_model_server), empty until `served_counts`' server fills it."""
+    return tmp_path_factory.mktemp("xla-cache")
+
+
+@pytest.fixture(scope="module")
+def served_counts(xla_dir, xla_cache, tmp_path_factory):
+    """COMPILES_SCRIPT's counts from a server process that keeps its programs in `xla_cache`."""
+    return run_served_child(COMPILES_SCRIPT, tmp_path_factory.mktemp("served"), xla_dir, WARMUP_ROWS,
+                            TF_XLA_FLAGS=f"--tf_xla_persistent_cache_directory={xla_cache}")
+
+
+def test_no_compile_after_warmup(xla_dir, served_counts):
+    counts = served_counts
     # The replay ran every record, each answered one row per input row.
     assert counts["requests"] == len(read_warmup_records(xla_dir)) and counts["wrong_rows"] == []
     # Every batch size the batching parameters allow ran, without a compile (below).
@@ -283,3 +305,26 @@ def test_batching_parameters_fit_the_row_buckets(plain_dir, xla_dir):
 
     with pytest.raises(text_format.ParseError):
         text_format.Parse("max_batch_sizes { value: 8 }", batching_parameters_class()())
+
+
+
+# A restarted server on the cache the first one filled: what its warm-up replay compiled, and its answer.
+RESTART_SCRIPT = COMPILES_SCRIPT.split("server = SessionServer")[0] + r'''
+server = SessionServer(export_dir)
+for signature, inputs in read_warmup_records(export_dir):
+    server.predict(signature, inputs)
+print(json.dumps({"warm": programs(), "answer": fixed_request(server)}))
+'''
+
+
+def test_a_persistent_xla_cache_skips_every_compile_of_a_restart(xla_dir, xla_cache, served_counts, tmp_path):
+    """The XLA variant's warm-up compiles one program per padded shape (minutes each at base size);
+    with TF's persistent XLA cache a restarted server reads them back instead: its replay compiles
+    nothing, and it answers as the first process did."""
+    kept = sorted(os.listdir(xla_cache))
+    assert len(kept) >= served_counts["past"], kept  # every program the first server compiled was kept
+    restart = run_served_child(RESTART_SCRIPT, tmp_path, xla_dir, 0,
+                               TF_XLA_FLAGS=f"--tf_xla_persistent_cache_directory={xla_cache}")
+    assert restart["warm"] == 0, restart  # the restart compiled nothing
+    assert restart["answer"] == served_counts["answer"]
+    assert sorted(os.listdir(xla_cache)) == kept  # and wrote no new program
