@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# TF's persistent XLA cache, set in TF_XLA_FLAGS (docs/serving.md gives it for tensorflow_model_server).
+XLA_CACHE_FLAG = "--tf_xla_persistent_cache_directory"
 
 SENTENCES = [
     ("The small cat sees a dog.", "Die kleine Katze sieht einen Hund."),

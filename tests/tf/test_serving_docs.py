@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from served_model import ROOT, batching_parameters_class, build_model, train_tokenizer
+from served_model import ROOT, XLA_CACHE_FLAG, batching_parameters_class, build_model, train_tokenizer
 
 from keras_transformer.export import batching as batching_lib
 from keras_transformer.export import export_saved_model
@@ -74,6 +74,15 @@ def test_command_lines_use_flags_the_server_defines():
             "tensorflow_intra_op_parallelism", "tensorflow_inter_op_parallelism"} <= used
     # The plain variant's command is stock: no experimental flag.
     assert any("xla_cpu_compilation_enabled" not in flags and "model_base_path" in flags for _, flags in commands)
+
+
+def test_the_xla_cache_variable_is_the_one_the_restart_test_sets():
+    """tests/tf/test_warmup.py restarts a served export on TF's persistent XLA cache set through this
+    variable; the documented docker line passes the same, before the image (docker's -e, not a server flag)."""
+    docker = [command for command, _ in server_commands() if f"TF_XLA_FLAGS={XLA_CACHE_FLAG}=" in command]
+    assert len(docker) == 1 and docker[0].startswith("docker run")
+    assert docker[0].index("TF_XLA_FLAGS") < docker[0].index("tensorflow/serving")
+    assert "--xla_cpu_compilation_enabled=true" in docker[0]
 
 
 def test_model_config_parses_as_the_servers_proto():

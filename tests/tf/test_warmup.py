@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from served_model import ROOT, batching_parameters_class, build_model, run_served_child, train_tokenizer
+from served_model import (ROOT, XLA_CACHE_FLAG, batching_parameters_class, build_model, run_served_child,
+                          train_tokenizer)
 
 from keras_transformer.export import batching as batching_lib
 from keras_transformer.export import export_saved_model
@@ -262,7 +263,7 @@ def xla_cache(tmp_path_factory):
 def served_counts(xla_dir, xla_cache, tmp_path_factory):
     """COMPILES_SCRIPT's counts from a server process that keeps its programs in `xla_cache`."""
     return run_served_child(COMPILES_SCRIPT, tmp_path_factory.mktemp("served"), xla_dir, WARMUP_ROWS,
-                            TF_XLA_FLAGS=f"--tf_xla_persistent_cache_directory={xla_cache}")
+                            TF_XLA_FLAGS=f"{XLA_CACHE_FLAG}={xla_cache}")
 
 
 def test_no_compile_after_warmup(xla_dir, served_counts):
@@ -324,7 +325,7 @@ def test_a_persistent_xla_cache_skips_every_compile_of_a_restart(xla_dir, xla_ca
     kept = sorted(os.listdir(xla_cache))
     assert len(kept) >= served_counts["past"], kept  # every program the first server compiled was kept
     restart = run_served_child(RESTART_SCRIPT, tmp_path, xla_dir, 0,
-                               TF_XLA_FLAGS=f"--tf_xla_persistent_cache_directory={xla_cache}")
+                               TF_XLA_FLAGS=f"{XLA_CACHE_FLAG}={xla_cache}")
     assert restart["warm"] == 0, restart  # the restart compiled nothing
     assert restart["answer"] == served_counts["answer"]
     assert sorted(os.listdir(xla_cache)) == kept  # and wrote no new program
