@@ -5,6 +5,7 @@ How it measures, and what it reports: docs/benchmarks.md, "Methods", `serve.py`.
 
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/serve.py [--preset base] [--rounds 7] [--searches beam,greedy]
+    KERAS_BACKEND=tensorflow python benchmarks/serve.py --real-text [--preset base] [--train-steps 100000]
 """
 
 import json
