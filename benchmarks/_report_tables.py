@@ -103,6 +103,29 @@ def serve_table(records, options):
                            "ratios") + "\n\n" + markdown_table(header, rows)
 
 
+def serve_real_table(records, options):
+    """serve.py --real-text: each contender over the whole request stream, and its ratio to CTranslate2 int8 like
+    for like (given the same shortlist as its vocabulary map, or no list on either side)."""
+    record = select(records, options, "table:serve-real")[-1]
+    work, contenders, rows = record["workload"], record["contenders"], []
+    for name, result in contenders.items():
+        seconds, reference = result["seconds"], contenders.get("CTranslate2 int8" + " + vmap" * result["shortlist"])
+        rows.append([name, result["path"], result["precision"], "yes" if result["shortlist"] else "no",
+                     f"{statistics.median(work['sentences'] / s for s in seconds):.1f}",
+                     f"{statistics.median(result['target_tokens'] / s for s in seconds):.0f}",
+                     f"{median_ratio(reference['seconds'], seconds):.2f}x" if reference else "-",
+                     f"{result['bleu']:.1f}"])
+    what = "SMOKE RECORD, a small model: it proves the pipeline, not a headline; " * work["smoke"] + (
+        f"{work['preset']} preset trained {work['train_steps']} steps, output/reference length ratio "
+        f"{work['gate']['length_ratio']:.2f} on the validation split" + " (outside 0.8-1.2: --allow-any-length-ratio)"
+        * work["length_ratio_allowed_any"] + f"; {work['stream']}, {work['batch']} a request, EOS left alone, beam "
+        "{beam_size}, alpha {alpha}, {length_penalty} penalty, ".format(**work["decoding"]) + f"{work['threads']} "
+        f"threads; medians of {len(seconds)} rounds of the whole stream")
+    return caption(record, what) + "\n\n" + markdown_table(["contender", "path", "precision", "shortlist",
+                                                            "sentences/s", "target tokens/s",
+                                                            "vs CT2 int8 like for like", "BLEU"], rows)
+
+
 # --------------------------------------------------------------------------- training throughput
 
 
@@ -472,6 +495,7 @@ serve_mix_table = record_table("serve-mix", "serve_mix")
 GENERATORS = {
     "serve": ("serve", serve_table),
     "serve-shortlist": ("serve_shortlist", serve_table),
+    "serve-real": ("serve_real", serve_real_table),
     "serve-profile": ("serve_profile", serve_profile_table),
     "serve-kernels": ("serve_kernels", serve_kernels_table),
     "serve-mix": ("serve_mix", serve_mix_table),

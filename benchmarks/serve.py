@@ -5,34 +5,57 @@ How it measures, and what it reports: docs/benchmarks.md, "Methods", `serve.py`.
 
 Usage:
     KERAS_BACKEND=tensorflow python benchmarks/serve.py [--preset base] [--rounds 7] [--searches beam,greedy]
+    KERAS_BACKEND=tensorflow python benchmarks/serve.py --real-text [--preset base] [--train-steps 100000]
 """
 
+import json
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+import sacrebleu  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.data import SubwordTokenizer  # noqa: E402
+from keras_transformer import config as config_lib  # noqa: E402
+from keras_transformer.data.splits import SPLITS, prepare  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
+from keras_transformer.decoding.evaluation import corpus_scores  # noqa: E402
+from keras_transformer.decoding.shortlist import Shortlist  # noqa: E402
+from keras_transformer.export.ctranslate2 import ctranslate2_options  # noqa: E402
+from keras_transformer.run import train, trained  # noqa: E402
+from keras_transformer.run.data import read_pairs  # noqa: E402
+from keras_transformer.run.shortlist import build_run_shortlist  # noqa: E402
+from keras_transformer.run.translate import translate_texts  # noqa: E402
 from benchmarks import _harness  # noqa: E402
-from benchmarks._report_tables import serve_table  # noqa: E402
+from benchmarks._report_tables import serve_real_table, serve_table  # noqa: E402
 
 SHARED_DATA = os.path.join(ROOT, "..", "shared", "data")
 EOS, PAD = 3, 0
+CACHE = Path("~/.cache/keras-transformer-benchmarks").expanduser()
+RATIO_RANGE = (0.8, 1.2)  # --real-text: the output/reference length ratio a timed model must have
 
 
 def parse_args(argv=None):
-    parser = _harness.workload_options(_harness.parser(__doc__), preset="tiny", vocabulary_size=8000,
-                                       batch_size=32, source_tokens=32, steps=50, beam_size=4, rounds=7)
+    real = "--real-text" in (sys.argv[1:] if argv is None else argv)
+    parser = _harness.workload_options(_harness.parser(__doc__), preset="base" if real else "tiny",
+                                       vocabulary_size=8000, batch_size=16 if real else 32, source_tokens=32,
+                                       steps=50, beam_size=4, rounds=3 if real else 7)
+    parser.add_argument("--real-text", action="store_true", help="the real-text benchmark (docs/benchmarks.md)")
+    parser.add_argument("--train-steps", type=_harness.positive(int), default=100000, help="--real-text: the model's")
+    parser.add_argument("--sentences", type=_harness.positive(int), help="--real-text: the first N test sources only")
+    parser.add_argument("--allow-any-length-ratio", action="store_true", help="--real-text: time a model whose "
+                        "output/reference length ratio is outside 0.8-1.2 (the record says so)")
     parser.add_argument("--alpha", type=float, default=0.6)
     parser.add_argument("--searches", default="beam,greedy")
     parser.add_argument("--no-ctranslate2", action="store_true")
@@ -40,19 +63,12 @@ def parse_args(argv=None):
                         help="also the SavedModel variants exported with this mode (repeatable)")
     parser.add_argument("--no-in-process", action="store_true",
                         help="leave out ours in process (the served variants and CTranslate2 only)")
-    parser.add_argument("--shortlist", action="store_true",
-                        help="the vocabulary shortlist A/B instead (see the module docstring): real sources, "
-                             "ours XLA with and without it, CTranslate2 int8 with and without it as its vmap")
-    parser.add_argument("--shortlist-per-source", type=int, default=50)
-    parser.add_argument("--shortlist-frequent", type=int, default=100)
-    parser.add_argument("--shortlist-size", type=int, default=None,
-                        help="with --shortlist: the XLA variant's fixed list size (default Shortlist.default_size())")
     parser.add_argument("--variants", default="plain,XLA",
-                        help="the SavedModel exports timed (with --shortlist, each without and with the list): plain "
-                             "or XLA (float32 and every --quantize precision), or VARIANT:PRECISION for one")
+                        help="the SavedModel exports timed (with --real-text, each without and with the run's "
+                             "shortlist): plain or XLA (float32 and every --quantize precision), or VARIANT:PRECISION")
     args = parser.parse_args(argv)
     if args.record is None:
-        args.record = _harness.default_path("serve_shortlist" if args.shortlist else "serve")
+        args.record = _harness.default_path("serve_real" if real else "serve")
     return args
 
 
@@ -60,19 +76,14 @@ def corpus_texts(skip, count):
     """`count` (English, German) pairs of the shared corpus after the first `skip`, and its path;
     ([], None) without it."""
     import glob
+    import itertools
 
     from keras_transformer.data import read_jsonl
 
     paths = sorted(glob.glob(os.path.join(SHARED_DATA, "*en_de*.jsonl.gz")))
     if not paths:
         return [], None
-    texts = []
-    for index, pair in enumerate(read_jsonl(paths[0], source_key="en", target_key="de")):
-        if index >= skip:
-            texts.append(pair)
-        if len(texts) >= count:
-            break
-    return texts, paths[0]
+    return list(itertools.islice(read_jsonl(paths[0], source_key="en", target_key="de"), skip, skip + count)), paths[0]
 
 
 def tokenizer_for(vocabulary_size):
@@ -100,33 +111,6 @@ def make_model(vocabulary_size, preset="tiny"):
     return model
 
 
-def shortlist_and_sources(args, tokenizer):
-    """`--shortlist`: the list built from the tokenizer's corpus pairs, and `--batch-size` real sources
-    of `--source-tokens` tokens (EOS last): the corpus sentences after those, joined until long enough
-    (they are mostly shorter than a benchmark source), then cut."""
-    from keras_transformer.decoding.shortlist import Shortlist
-
-    texts, path = corpus_texts(0, 20000 + args.batch_size * args.source_tokens)
-    if not path:
-        raise SystemExit("--shortlist needs the shared en-de corpus (real sentences): none under " + SHARED_DATA)
-
-    def ids(sentences):
-        return [list(map(int, row)) for row in tokenizer.tokenize(sentences).to_list()]
-
-    pairs = list(zip(ids([s for s, _ in texts[:20000]]), ids([t for _, t in texts[:20000]])))
-    shortlist = Shortlist.build(pairs, tokenizer.vocabulary_size, tokenizer.vocabulary_size,
-                                per_source=args.shortlist_per_source, frequent=args.shortlist_frequent)
-    rows, current, length = [], [], args.source_tokens
-    for source in ids([s for s, _ in texts[20000:]]):
-        current += source
-        if len(current) >= length - 1:
-            rows.append(current[: length - 1] + [EOS])
-            current = []
-            if len(rows) == args.batch_size:
-                return shortlist, np.array(rows, dtype="int32")
-    raise SystemExit(f"the corpus after pair 20000 is too short for {args.batch_size} sources of {length} tokens")
-
-
 def exports(args):
     """[(variant, precision or None)] of `--variants`: "plain" / "XLA" in float32
     and every `--quantize` precision, or "VARIANT:PRECISION" for one."""
@@ -142,12 +126,8 @@ def exports(args):
     return pairs
 
 
-def contenders_for(search, model, tokenizer, sources, args, work, shortlist=None):
-    """{name: a call that decodes `sources`} for one search; with a `shortlist`, the A/B of the module
-    docstring, and the number of candidate pieces it gives the batch."""
-    import tensorflow as tf
-
-    from keras_transformer.decoding import shortlisted
+def contenders_for(search, model, tokenizer, sources, args, work):
+    """{name: a call that decodes `sources`} for one search."""
     from keras_transformer.export import export_saved_model
 
     beam = args.beam_size if search == "beam" else 1
@@ -158,98 +138,184 @@ def contenders_for(search, model, tokenizer, sources, args, work, shortlist=None
     run_search = beam_search if beam > 1 else greedy_search
     ids = tf.constant(sources)
 
-    def ours(jit_compile, space=None):
-        if space is None:
-            return lambda: np.asarray(keras.ops.convert_to_numpy(
-                run_search(model, ids, jit_compile=jit_compile, **options)["ids"]))
-        return lambda: np.asarray(keras.ops.convert_to_numpy(shortlisted.search(
-            run_search, model, shortlist, sources, space=space, jit_compile=jit_compile, **options)["ids"]))
+    def ours(jit_compile):
+        return lambda: np.asarray(keras.ops.convert_to_numpy(
+            run_search(model, ids, jit_compile=jit_compile, **options)["ids"]))
 
-    contenders, count, size = {}, None, None
-    if shortlist is not None:
-        _, count = shortlist.candidates(sources)
-        size = args.shortlist_size or shortlist.default_size()
-        print(f"# {search}: {count} candidate pieces for the batch (padded to "
-              f"{len(shortlist.candidates(sources)[0])}) of {tokenizer.vocabulary_size}")
-        if count > size:
-            print(f"# the batch's {count} candidates exceed the XLA variant's list of {size}: it takes the full search")
+    contenders = {}
     if not args.no_in_process:
         contenders["ours in process, XLA"] = ours(True)
-        if shortlist is None:
-            contenders["ours in process, plain graph"] = ours(False)
-        else:
-            contenders["ours in process, XLA + shortlist (shortlist space)"] = ours(True, "shortlist")
-            contenders["ours in process, XLA + shortlist (full -inf rows)"] = ours(True, "full")
+        contenders["ours in process, plain graph"] = ours(False)
     for variant, quantize in exports(args):
-        jit_compile = variant == "XLA"
-        for listed in (False, True) if shortlist is not None else (False,):  # the list baked in or not
-            export_dir = export_saved_model(
-                model, tokenizer, os.path.join(work, f"{search}-{variant}-{quantize}-{listed}"), beam_size=beam,
-                alpha=args.alpha, max_extra_length=max_extra, max_input_length=args.source_tokens, warmup_rows=8,
-                jit_compile=jit_compile, quantize=quantize, shortlist=shortlist if listed else None,
-                shortlist_size=size if listed and jit_compile else None)
-            signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
-            name = f"SavedModel {variant} variant" + (f", {quantize}" if quantize else "") + (" + shortlist" if listed else "")
-            contenders[name] = lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
+        export_dir = export_saved_model(
+            model, tokenizer, os.path.join(work, f"{search}-{variant}-{quantize}"), beam_size=beam, alpha=args.alpha,
+            max_extra_length=max_extra, max_input_length=args.source_tokens, warmup_rows=8,
+            jit_compile=variant == "XLA", quantize=quantize)
+        signature = tf.saved_model.load(export_dir).signatures["translate_ids"]
+        name = f"SavedModel {variant} variant" + (f", {quantize}" if quantize else "")
+        contenders[name] = lambda signature=signature: signature(source_ids=ids)["ids"].numpy()
     if args.no_ctranslate2:
-        return contenders, count
+        return contenders
     try:
         import ctranslate2
     except ImportError:
         print("# CTranslate2 is not installed: its rows are left out (pip install ctranslate2)")
-        return contenders, count
-    from keras_transformer.export.ctranslate2 import ctranslate2_options, export_ctranslate2
+        return contenders
+    from keras_transformer.export.ctranslate2 import export_ctranslate2
 
     pieces = tokenizer.vocabulary()
     tokens = [[pieces[t] for t in row if t not in (EOS, PAD)] for row in sources]
     ct2_dir = os.path.join(work, "ctranslate2")
     if not os.path.isdir(ct2_dir):
         export_ctranslate2(model, tokenizer, ct2_dir)
-        if shortlist is not None:  # the same list as CTranslate2's vocabulary map, read only with use_vmap=True
-            with open(os.path.join(ct2_dir, "vmap.txt"), "w", encoding="utf-8") as file:
-                file.write("\n".join(shortlist.ctranslate2_vmap(pieces, pieces)) + "\n")
-    engines = [("float32", False), ("int8", False)] + ([("int8", True)] if shortlist is not None else [])
-    for compute_type, use_vmap in engines:
+    for compute_type in ("float32", "int8"):
         translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=compute_type, inter_threads=1,
                                             intra_threads=os.cpu_count())
         kwargs = ctranslate2_options(beam, args.alpha, max_extra, source_length=args.source_tokens)
-        kwargs.update(max_batch_size=len(tokens), use_vmap=use_vmap)
+        kwargs.update(max_batch_size=len(tokens))
 
         def call(translator=translator, kwargs=kwargs):
             results = translator.translate_batch(tokens, **kwargs)
             return [[tokenizer.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
 
-        contenders[f"CTranslate2 {compute_type}" + (" + vmap" if use_vmap else "")] = call
-    return contenders, count
+        contenders[f"CTranslate2 {compute_type}"] = call
+    return contenders
+
+
+def trained_run(args, decoding):
+    """--real-text: the run directory of our model, trained by the package's run API (recipes/parallel_text's
+    config and split of the shared ddtp_en_de corpus, `--preset`, `--train-steps` steps), with its shortlist and
+    its length ratio on the validation split (gate.json); cached under CACHE, reused when present."""
+    run, corpus = CACHE / f"real-text-{args.preset}-{args.train_steps}", f"{SHARED_DATA}/ddtp_en_de.jsonl.gz"
+    if not (run / "gate.json").is_file():  # a run cut short resumes from its newest checkpoint
+        config = config_lib.resolve([os.path.join(ROOT, "recipes", "parallel_text", "config.yaml")], assignments=[
+            f"model.preset={args.preset}", f"training.max_steps={args.train_steps}", "training.max_minutes=null"])
+        data = config["data"]
+        if not (run / "data" / "split.json").is_file():  # written again, the files would differ (gzip's time)
+            prepare(run / "data", [corpus], source_key=data["source_key"], target_key=data["target_key"],
+                    max_chars=data["max_chars"])  # the recipe's test and validation sizes
+        train.train(config_lib.merge(config, {"output_dir": str(run), "decoding": decoding, "data": {
+            name: str(run / "data" / f"{name}.jsonl.gz") for name in SPLITS}}, origin="serve.py --real-text"))
+        build_run_shortlist(run)
+        model, tokenizer, config = trained.load_run(run)
+        pairs = read_pairs(config, "valid")
+        score = sacrebleu.BLEU().corpus_score(translate_texts(model, tokenizer, [s for s, _ in pairs], config[
+            "decoding"], max_source_length=data["max_length"]), [[t for _, t in pairs]])
+        (run / "gate.json").write_text(json.dumps({"length_ratio": score.sys_len / score.ref_len, "split": "valid",
+                                                   "sentences": len(pairs), "bleu": score.score}))
+    return run, json.loads((run / "gate.json").read_text())
+
+
+def requests_of(sources, batch_size):
+    """The request stream: `sources` in order, `batch_size` a request (the last one shorter)."""
+    return [sources[start:start + batch_size] for start in range(0, len(sources), batch_size)]
+
+
+def check_length_ratio(ratio, allow_any=False):
+    """Refuses (SystemExit) a model whose outputs do not end where real translations do, unless `allow_any`."""
+    if not RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1] and not allow_any:
+        raise SystemExit(f"the model's output/reference length ratio is {ratio:.3f}, outside {RATIO_RANGE[0]}-"
+                         f"{RATIO_RANGE[1]}: its sentences do not end where real translations end, so its timings "
+                         "would not be real-text ones; train longer (--train-steps) or pass --allow-any-length-ratio")
+
+
+def differences(texts, names):
+    """For each pair of `names` (contenders that should agree: float32, the same list) in `texts` ({name: [text]}):
+    how many sentences differ, and the chrF of the second's texts against the first's (100.0: all the same)."""
+    return [{"pair": [a, b], "differing": sum(x != y for x, y in zip(texts[a], texts[b])), "of": len(texts[a]),
+             "chrf_between": round(sacrebleu.corpus_chrf(texts[b], [texts[a]]).score, 2)}
+            for index, a in enumerate(names) for b in names[index + 1:]]
+
+
+def real_text_contenders(args, run, decoding, work):
+    """{name: ((path, precision, shortlist), translate)} of --real-text, `translate` taking a request's texts and
+    returning theirs: the SavedModels (their text signature), CTranslate2 (with SentencePiece)."""
+    import ctranslate2  # optional: here only
+    import sentencepiece
+
+    model, tokenizer, config = trained.load_run(run)
+    contenders, listed = {}, str(run / "shortlist.txt")
+    for variant, quantize in exports(args):
+        for shortlist in (None, listed):
+            signature = tf.saved_model.load(trained.export(
+                run, f"{work}/{variant}-{quantize}-{bool(shortlist)}", decoding=decoding, quantize=quantize,
+                jit_compile=variant == "XLA", check_ops=False, warmup_rows=args.batch_size, shortlist=shortlist,
+            )).signatures["serving_default"]  # text in, text out: what a served user sends
+            contenders[f"SavedModel {variant}, {quantize or 'float32'}" + (" + shortlist" if shortlist else "")] = (
+                (f"{variant}{' graph' * (variant == 'plain')}, SavedModel", quantize or "float32", bool(shortlist)),
+                lambda texts, signature=signature: [
+                    text.decode() for text in signature(text=tf.constant(texts))["translations"].numpy()])
+    ct2_dir = trained.export_ctranslate2(run, os.path.join(work, "ctranslate2"), decoding=decoding)
+    pieces, limit = tokenizer.vocabulary(), config["data"]["max_length"] - 1  # the engine appends EOS
+    Path(ct2_dir, "vmap.txt").write_text("\n".join(Shortlist.load(listed).ctranslate2_vmap(pieces, pieces)) + "\n")
+    processor = sentencepiece.SentencePieceProcessor(model_file=os.path.join(ct2_dir, "sentencepiece.model"))
+    for compute_type, use_vmap in [("float32", False), ("float32", True), ("int8", False), ("int8", True)]:
+        engine = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=compute_type, inter_threads=1,
+                                        intra_threads=os.cpu_count())
+
+        def translate(texts, engine=engine, use_vmap=use_vmap):
+            tokens = [row[:limit] for row in processor.encode(texts, out_type=str)]
+            results = engine.translate_batch(tokens, max_batch_size=len(tokens), use_vmap=use_vmap, **(
+                ctranslate2_options(args.beam_size, args.alpha, decoding["max_extra_length"], max(map(len, tokens)) + 1)))
+            return [processor.decode(result.hypotheses[0]) for result in results]
+
+        contenders[f"CTranslate2 {compute_type}" + " + vmap" * use_vmap] = (
+            ("CTranslate2 (C++)", compute_type, use_vmap), translate)
+    return contenders, tokenizer
+
+
+def real_text(args, argv):
+    """--real-text: docs/benchmarks.md, "Methods", `serve.py --real-text`."""
+    tf.config.threading.set_intra_op_parallelism_threads(os.cpu_count())  # CTranslate2's intra_threads too
+    decoding = dict(beam_size=args.beam_size, alpha=args.alpha, length_penalty="length", max_extra_length=50)
+    run, gate = trained_run(args, decoding)
+    check_length_ratio(gate["length_ratio"], args.allow_any_length_ratio)
+    pairs = read_pairs(trained.load_run(run)[2], "test")[:args.sentences]
+    requests, references, texts = requests_of([s for s, _ in pairs], args.batch_size), [t for _, t in pairs], {}
+    record = _harness.start("serve_real", argv, packages=("tensorflow", "keras", "ctranslate2"))
+    record["workload"] = {"preset": args.preset, "train_steps": args.train_steps, "gate": gate, "smoke": args.preset
+                          != "base", "length_ratio_allowed_any": args.allow_any_length_ratio, "batch": args.batch_size,
+                          "stream": f"the first {len(pairs)} sources of the parallel_text test split, in order",
+                          "sentences": len(pairs), "threads": os.cpu_count(), "decoding": decoding,
+                          "options": vars(args)}
+    with tempfile.TemporaryDirectory() as work:
+        contenders, tokenizer = real_text_contenders(args, run, decoding, work)
+        seconds = _harness.take_turns({name: lambda name=name, translate=translate: texts.__setitem__(
+            name, [text for request in requests for text in translate(request)])
+            for name, (_, translate) in contenders.items()}, args.rounds, None)[0]
+    record["contenders"] = {name: dict(zip(("path", "precision", "shortlist"), described), seconds=seconds[name],
+                                       target_tokens=int(tokenizer.tokenize(texts[name]).row_lengths().numpy().sum()),
+                                       **{key: value for key, value in corpus_scores(texts[name], references).items()
+                                          if key in ("bleu", "chrf")})
+                            for name, (described, _) in contenders.items()}
+    record["float32_differences"] = [found for listed in (False, True) for found in differences(texts, [
+        name for name, (described, _) in contenders.items() if described[1:] == ("float32", listed)])]
+    print("".join(f"# {a} / {b}: {found['differing']} of {found['of']} sentences differ (chrF between them "
+                  f"{found['chrf_between']})\n" for found in record["float32_differences"] for a, b in [found["pair"]]))
+    _harness.finish(record)
+    print("\n" + serve_real_table([record], {}) + "\n")
+    _harness.save(args.record, record)
 
 
 def main(argv=None):
     args = parse_args(argv)
     if keras.backend.backend() != "tensorflow":
         raise SystemExit("run with KERAS_BACKEND=tensorflow (the export is a TensorFlow SavedModel)")
+    if args.real_text:
+        return real_text(args, argv)
     tokenizer, origin = tokenizer_for(args.vocabulary_size)
     model = make_model(tokenizer.vocabulary_size, args.preset)
     rng = np.random.default_rng(0)
     sources = rng.integers(4, tokenizer.vocabulary_size, size=(args.batch_size, args.source_tokens)).astype("int32")
     sources[:, -1] = EOS
-    shortlist = None
-    if args.shortlist:
-        shortlist, sources = shortlist_and_sources(args, tokenizer)
-    record = _harness.start("serve_shortlist" if args.shortlist else "serve", argv, packages=("tensorflow", "keras", "ctranslate2"))
+    record = _harness.start("serve", argv, packages=("tensorflow", "keras", "ctranslate2"))
     record["workload"] = {"preset": args.preset, "vocabulary": tokenizer.vocabulary_size, "tokenizer_corpus": origin,
                           "batch": args.batch_size, "source_tokens": args.source_tokens, "steps": args.steps,
                           "beam_size": args.beam_size, "alpha": args.alpha}
     record["seconds"] = {}
-    if args.shortlist:
-        record["workload"].update(sources="corpus pairs 20000+ (real sentences, cut)", shortlist=dict(
-            per_source=args.shortlist_per_source, frequent=args.shortlist_frequent,
-            built_from="the tokenizer's corpus pairs (first 20000)", candidates={},
-            xla_size=args.shortlist_size or shortlist.default_size()))
     with tempfile.TemporaryDirectory() as work:
         for search in args.searches.split(","):
-            contenders, count = contenders_for(search, model, tokenizer, sources, args, work, shortlist)
-            if args.shortlist:
-                record["workload"]["shortlist"]["candidates"][search] = count
+            contenders = contenders_for(search, model, tokenizer, sources, args, work)
             record["seconds"][search] = _harness.take_turns(contenders, args.rounds, args.steps)[0]
     _harness.finish(record)
     print(f"# {args.preset} preset, random weights, {tokenizer.vocabulary_size}-piece vocabulary; {args.batch_size} "

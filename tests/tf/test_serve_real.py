@@ -1,0 +1,108 @@
+"""benchmarks/serve.py --real-text, its core pieces without the shared corpus: the request stream, the check that
+contenders which should agree give the same texts, the length-ratio gate, and the table of a record."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import serve  # noqa: E402
+from benchmarks._report_tables import serve_real_table  # noqa: E402
+
+
+def test_requests_keep_the_sources_in_order_in_requests_of_the_batch_size():
+    sources = [f"sentence {index}" for index in range(35)]
+    requests = serve.requests_of(sources, 16)
+    assert [len(request) for request in requests] == [16, 16, 3]
+    assert [text for request in requests for text in request] == sources
+
+
+@pytest.fixture(scope="module")
+def stream():
+    """Each contender's texts for 8 synthetic English sources in requests of 4, as the benchmark streams them."""
+    import keras
+
+    import keras_transformer as kt
+    from keras_transformer.data import SubwordTokenizer
+    from keras_transformer.datasets.synthetic_en_de import generate_pairs
+    from keras_transformer.decoding import Translator
+
+    pairs = generate_pairs(200, seed=0)
+    tokenizer = SubwordTokenizer.train(pairs, 120, hard_vocab_limit=False, seed=0)
+    requests = serve.requests_of([source for source, _ in pairs[:8]], 4)
+
+    def model(seed):  # untrained: its outputs run to the length limit, which shows an option that differs
+        keras.utils.set_random_seed(seed)
+        built = kt.Transformer(vocabulary_size=tokenizer.vocabulary_size, d_model=16, num_heads=2, d_ff=32,
+                               num_encoder_layers=1, num_decoder_layers=1, dropout=0.0)
+        built.build()
+        return built
+
+    def texts(translator):
+        return [text for request in requests for text in translator.translate(request)]
+
+    # Greedy, and one model whose weights are swapped for another's: two compiled searches, not four.
+    shared, other = model(3), model(4)
+    found = {"a": texts(Translator(shared, tokenizer, beam_size=1, max_extra_length=4)),
+             "a again": texts(Translator(shared, tokenizer, beam_size=1, max_extra_length=4, batch_size=2)),
+             "other limit": texts(Translator(shared, tokenizer, beam_size=1, max_extra_length=2))}
+    weights = shared.get_weights()
+    shared.set_weights(other.get_weights())
+    found["other model"] = texts(Translator(shared, tokenizer, beam_size=1, max_extra_length=4))
+    shared.set_weights(weights)
+    return found
+
+
+def test_contenders_on_the_same_model_and_options_give_the_same_texts(stream):
+    [found] = serve.differences(stream, ["a", "a again"])
+    assert found == {"pair": ["a", "a again"], "differing": 0, "of": 8, "chrf_between": 100.0}
+
+
+@pytest.mark.parametrize("other", ["other model", "other limit"])
+def test_the_equality_check_counts_the_texts_of_another_model_or_option(stream, other):
+    found = serve.differences(stream, ["a", "a again", other])
+    assert [entry["pair"] for entry in found] == [["a", "a again"], ["a", other], ["a again", other]]
+    assert found[0]["differing"] == 0
+    assert 0 < found[1]["differing"] == found[2]["differing"] <= 8 and found[1]["chrf_between"] < 100
+
+
+def test_the_length_ratio_gate_refuses_a_model_whose_outputs_end_elsewhere():
+    serve.check_length_ratio(0.8)
+    serve.check_length_ratio(1.2)
+    for ratio in (0.5, 1.25):
+        with pytest.raises(SystemExit, match=rf"length ratio is {ratio:.3f}, outside 0.8-1.2.*--allow-any-length"):
+            serve.check_length_ratio(ratio)
+        serve.check_length_ratio(ratio, allow_any=True)
+
+
+def contender(path, precision, shortlist, seconds, tokens=100, bleu=20.0):
+    return {"path": path, "precision": precision, "shortlist": shortlist, "seconds": seconds,
+            "target_tokens": tokens, "bleu": bleu, "chrf": 40.0}
+
+
+def test_the_table_gives_each_contender_its_like_for_like_ratio_to_ctranslate2_int8():
+    record = {
+        "command": "python benchmarks/serve.py --real-text --preset tiny", "commit": "abc1234",
+        "time": "2026-11-27 23:00:00 UTC", "machine": {"cpu": "Some CPU", "cpus": 2},
+        "load_average": {"before": [1.0], "after": [1.5]},
+        "workload": {"preset": "tiny", "train_steps": 600, "gate": {"length_ratio": 0.97}, "smoke": True,
+                     "length_ratio_allowed_any": False, "stream": "the first 40 sources", "sentences": 40,
+                     "batch": 16, "threads": 2, "decoding": {"beam_size": 4, "alpha": 0.6, "length_penalty": "length"}},
+        "contenders": {
+            # 40 sentences: 2 s a round is 20 sentences/s; 100 tokens in 2 s, 50 tokens/s.
+            "SavedModel plain, float32": contender("plain graph, SavedModel", "float32", False, [2.0, 4.0, 2.0]),
+            "SavedModel XLA, int8 + shortlist": contender("XLA, SavedModel", "int8", True, [1.0, 1.0, 1.0]),
+            "CTranslate2 int8": contender("CTranslate2 (C++)", "int8", False, [1.0, 1.0, 2.0]),
+            "CTranslate2 int8 + vmap": contender("CTranslate2 (C++)", "int8", True, [0.5, 0.5, 0.5]),
+        }}
+    table = serve_real_table([record], {})
+    assert "SMOKE RECORD" in table and "tiny preset trained 600 steps" in table and "ratio 0.97" in table
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in table.splitlines()[-4:]}
+    # Same-round ratios to CTranslate2 int8: 0.5, 0.25, 1.0 (median 0.5); to int8 + vmap: 0.5 each round.
+    assert rows["SavedModel plain, float32"] == ["plain graph, SavedModel", "float32", "no", "20.0", "50",
+                                                 "0.50x", "20.0 |"]
+    assert rows["SavedModel XLA, int8 + shortlist"][3:6] == ["40.0", "100", "0.50x"]
+    assert rows["CTranslate2 int8"][5] == "1.00x"
