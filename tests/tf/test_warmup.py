@@ -206,7 +206,9 @@ def test_too_many_records_is_refused_only_for_the_xla_variant(model, tokenizer, 
 
 # A server process with XLA's dump on: how many programs were compiled after
 # the warm-up replay, after requests of every covered size, and after one request past them.
-COMPILES_SCRIPT = r'''
+# What both server children below start with: the served loader, and one fixed request whose answer a
+# restarted server must repeat.
+SERVER_HELPERS = r'''
 from benchmarks.serve_mix import SessionServer, read_warmup_records
 import numpy as np
 
@@ -216,7 +218,8 @@ def fixed_request(server):
     texts = server.predict("serving_default", {"text": [b"the small cat sees a dog", b"a book"]})["translations"]
     return {"ids": np.asarray(server.predict("translate_ids", {"source_ids": ids})["ids"]).tolist(),
             "texts": [text.decode() for text in np.asarray(texts).tolist()]}
-
+'''
+COMPILES_SCRIPT = SERVER_HELPERS + r'''
 server = SessionServer(export_dir)
 counts = {"start": programs()}
 # The warm-up replay (SessionServer.warm_up's loop), keeping each request's outputs: one row per input row.
@@ -308,9 +311,8 @@ def test_batching_parameters_fit_the_row_buckets(plain_dir, xla_dir):
         text_format.Parse("max_batch_sizes { value: 8 }", batching_parameters_class()())
 
 
-
 # A restarted server on the cache the first one filled: what its warm-up replay compiled, and its answer.
-RESTART_SCRIPT = COMPILES_SCRIPT.split("server = SessionServer")[0] + r'''
+RESTART_SCRIPT = SERVER_HELPERS + r'''
 server = SessionServer(export_dir)
 for signature, inputs in read_warmup_records(export_dir):
     server.predict(signature, inputs)
@@ -319,8 +321,8 @@ print(json.dumps({"warm": programs(), "answer": fixed_request(server)}))
 
 
 def test_a_persistent_xla_cache_skips_every_compile_of_a_restart(xla_dir, xla_cache, served_counts, tmp_path):
-    """The XLA variant's warm-up compiles one program per padded shape (minutes each at base size);
-    with TF's persistent XLA cache a restarted server reads them back instead: its replay compiles
+    """The XLA variant's warm-up compiles one program per padded shape; with TF's persistent XLA
+    cache a restarted server reads them back instead: its replay compiles
     nothing, and it answers as the first process did."""
     kept = sorted(os.listdir(xla_cache))
     assert len(kept) >= served_counts["past"], kept  # every program the first server compiled was kept
