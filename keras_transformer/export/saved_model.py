@@ -85,10 +85,10 @@ _TEMP_PREFIX = ".tmp-export-"
 # The default input limit (ids, EOS included): every path's default source limit.
 DEFAULT_MAX_INPUT_LENGTH = DEFAULT_MAX_SOURCE_LENGTH
 
-# The XLA variant pads requests to a power of two rows (at least 8) and a
-# multiple of 16 source tokens (keras_transformer.export.warmup).
+# The XLA variant pads requests to a power of two rows (at least 8) and
+# source tokens (at least 16; keras_transformer.export.warmup).
 XLA_MIN_ROWS = warmup_lib.XLA_MIN_ROWS
-XLA_WIDTH_MULTIPLE = warmup_lib.XLA_WIDTH_MULTIPLE
+XLA_MIN_WIDTH = warmup_lib.XLA_MIN_WIDTH
 
 
 class ExportDirectoryError(OSError):
@@ -269,8 +269,8 @@ def export_saved_model(
             signature and, for the XLA variant, one per padded (rows,
             source length) shape of requests of up to `warmup_rows` rows
             and `max_input_length` tokens, so that the server compiles them
-            before it reports the version available. An int >= 1; the
-            records may not exceed TF Serving's 1,000. It is also the
+            before it reports the version available. An int >= 1 (the
+            records stay under TF Serving's 1,000 for any). It is also the
             `max_batch_size` of the server-side batching parameters the
             export writes (`assets.extra/batching_parameters.txt`,
             `keras_transformer.export.batching`; the XLA variant's: its
@@ -335,7 +335,7 @@ def export_saved_model(
     elif not jit_compile:
         raise ValueError("`xla_min_rows` is the XLA variant's smallest row bucket: it needs jit_compile=True.")
     warmup_lib.check_min_rows(xla_min_rows)
-    warmup_lib.check_warmup_rows(warmup_rows, max_input_length, bool(jit_compile), xla_min_rows)
+    warmup_lib.check_warmup_rows(warmup_rows)
     quantize_lib.check_mode(quantize)
     if shortlist_size is not None and (shortlist is None or not jit_compile):
         raise ValueError("`shortlist_size` is the XLA variant's fixed shortlist size: it needs `shortlist` and "

@@ -137,12 +137,12 @@ class SignatureFunctions:
                 return (*self._plain_search(source_ids), None)
             kept = self._plain_search(source_ids)
             return kept["ids"][:, 0], kept["scores"][:, 0], None
-        # Pad the batch to a power of two rows and the width to a multiple
-        # of XLA_WIDTH_MULTIPLE (pad columns are masked; extra rows are
-        # EOS-only sources, dropped after), so a server compiles a handful of
-        # shapes, each warmed up by the export's warm-up records.
+        # Pad the batch to a power of two rows and source tokens (pad columns
+        # are masked; extra rows are EOS-only sources, dropped after), so a
+        # server compiles a handful of shapes, each warmed up by the export's
+        # warm-up records.
         rows = tf.shape(source_ids)[0]
-        result = self._xla_search(warmup_lib.pad_for_xla(source_ids, self.xla_min_rows))
+        result = self._xla_search(warmup_lib.pad_for_xla(source_ids, self.max_input_length, self.xla_min_rows))
         return result[0][:rows], result[1][:rows], (result[2] if self.reports_overflow else None)
 
     def search_tokens(self, tokens):

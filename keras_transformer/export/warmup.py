@@ -10,7 +10,12 @@ configurable number of rows, plus one request per signature.
 The padding rule lives here too, so that the warm-up and the signatures
 cannot disagree: rows are padded to a power of two (at least
 `XLA_MIN_ROWS` by default; an export's `xla_min_rows`, 1, 2, 4 or 8),
-source lengths to a multiple of `XLA_WIDTH_MULTIPLE`.
+source lengths to a power of two (at least `XLA_MIN_WIDTH`), the widest
+bucket being the input limit rounded up to a multiple of `XLA_MIN_WIDTH`.
+Powers of two keep the programs few (4 source lengths at the default
+128-token limit instead of 8 multiples of 16: half the compiles and half
+the warm-up records); a padded column costs one more masked key to each
+cross-attention, a small part of a decoding step.
 
 The records are encoded here from the proto definitions
 (`tensorflow_serving/apis/{prediction_log,predict,model}.proto`): writing
@@ -30,7 +35,7 @@ __all__ = [
     "MAX_WARMUP_RECORDS",
     "WARMUP_PATH",
     "XLA_MIN_ROWS",
-    "XLA_WIDTH_MULTIPLE",
+    "XLA_MIN_WIDTH",
     "padded_rows",
     "padded_shape",
     "padded_width",
@@ -52,7 +57,7 @@ DEFAULT_WARMUP_ROWS = 64
 XLA_MIN_ROWS = 8
 # The smallest row buckets an export may choose instead (`xla_min_rows`).
 XLA_MIN_ROWS_CHOICES = (1, 2, 4, 8)
-XLA_WIDTH_MULTIPLE = 16
+XLA_MIN_WIDTH = 16
 # Powers of two from 1 to 2**30 (int32 batch sizes).
 _ROW_BUCKETS = tuple(2**k for k in range(31))
 
@@ -73,26 +78,37 @@ def padded_rows(rows, min_rows=XLA_MIN_ROWS):
     return 1 << (int(rows) - 1).bit_length()
 
 
-def padded_width(width):
-    """The XLA variant's source length for sources of `width` tokens (EOS included)."""
-    return -(-int(width) // XLA_WIDTH_MULTIPLE) * XLA_WIDTH_MULTIPLE
+def width_buckets(max_input_length):
+    """Padded source lengths of sources of 1 to `max_input_length` tokens (EOS included): powers of two from
+    `XLA_MIN_WIDTH`, then the limit rounded up to a multiple of `XLA_MIN_WIDTH` (never wider than that)."""
+    last = -(-int(max_input_length) // XLA_MIN_WIDTH) * XLA_MIN_WIDTH
+    return [bucket for bucket in _ROW_BUCKETS if XLA_MIN_WIDTH <= bucket < last] + [last]
 
 
-def padded_shape(rows, width, min_rows=XLA_MIN_ROWS):
-    return padded_rows(rows, min_rows), padded_width(width)
+def padded_width(width, max_input_length):
+    """The XLA variant's source length for sources of `width` tokens (EOS included, at most `max_input_length`)."""
+    return next((bucket for bucket in width_buckets(max_input_length) if bucket >= width), int(width))
 
 
-def pad_for_xla(source_ids, min_rows=XLA_MIN_ROWS):
+def padded_shape(rows, width, max_input_length, min_rows=XLA_MIN_ROWS):
+    return padded_rows(rows, min_rows), padded_width(width, max_input_length)
+
+
+def _smallest_bucket(buckets, size):
+    """Graph op: the smallest of `buckets` (ascending) that holds `size`, or `size` itself past the last."""
+    buckets = tf.constant(buckets, tf.int32)
+    return tf.reduce_min(tf.where(buckets >= size, buckets, tf.maximum(size, buckets[-1])))
+
+
+def pad_for_xla(source_ids, max_input_length, min_rows=XLA_MIN_ROWS):
     """Graph ops: (rows, width) source ids padded to the XLA variant's shape.
 
     Extra rows are EOS-only sources (the caller drops their results); extra
     columns are pad (masked). Returns the padded ids.
     """
     rows, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
-    buckets = tf.constant([bucket for bucket in _ROW_BUCKETS if bucket >= min_rows], tf.int32)
-    target_rows = tf.reduce_min(tf.where(buckets >= rows, buckets, _ROW_BUCKETS[-1]))
-    extra_rows = target_rows - rows
-    extra_columns = (-width) % XLA_WIDTH_MULTIPLE
+    extra_rows = _smallest_bucket([bucket for bucket in _ROW_BUCKETS if bucket >= min_rows], rows) - rows
+    extra_columns = _smallest_bucket(width_buckets(max_input_length), width) - width
     padded = tf.pad(source_ids, [[0, extra_rows], [0, extra_columns]], constant_values=0)
     is_extra_row = tf.range(rows + extra_rows) >= rows
     first_column = tf.range(width + extra_columns) == 0
@@ -105,23 +121,11 @@ def row_buckets(max_rows, min_rows=XLA_MIN_ROWS):
     return [bucket for bucket in _ROW_BUCKETS if min_rows <= bucket <= last]
 
 
-def width_buckets(max_input_length):
-    """Padded source lengths of sources of 1 to `max_input_length` tokens (EOS included)."""
-    return list(range(XLA_WIDTH_MULTIPLE, padded_width(max_input_length) + 1, XLA_WIDTH_MULTIPLE))
-
-
-def check_warmup_rows(warmup_rows, max_input_length, jit_compile, min_rows=XLA_MIN_ROWS):
-    """Validates `warmup_rows` (an int >= 1) and the record count it makes."""
+def check_warmup_rows(warmup_rows):
+    """Validates `warmup_rows` (an int >= 1). Any count fits TF Serving's 1,000 records: at most 31 row
+    buckets (int32 rows) times 28 source lengths (an int32 input limit), plus one record per signature."""
     if isinstance(warmup_rows, bool) or not isinstance(warmup_rows, int) or warmup_rows < 1:
         raise ValueError(f"`warmup_rows` must be an int >= 1, got {warmup_rows!r}.")
-    if jit_compile:
-        count = len(row_buckets(warmup_rows, min_rows)) * len(width_buckets(max_input_length))
-        if count + len(_SIGNATURE_REQUESTS) > MAX_WARMUP_RECORDS:
-            raise ValueError(
-                f"`warmup_rows`={warmup_rows} with `max_input_length`={max_input_length} needs "
-                f"{count} XLA warm-up records; TF Serving reads at most {MAX_WARMUP_RECORDS}: "
-                "lower warmup_rows."
-            )
     return warmup_rows
 
 

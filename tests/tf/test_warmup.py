@@ -74,7 +74,7 @@ def served_shape(source_ids):
     ids = np.asarray(source_ids)
     tokens = [sum(1 for t in row if t not in SPECIALS) for row in ids]
     width = min(max(tokens), MAX_INPUT_LENGTH - 1) + 1
-    return warmup_lib.padded_shape(len(ids), width)
+    return warmup_lib.padded_shape(len(ids), width, MAX_INPUT_LENGTH)
 
 
 def test_records_parse_as_prediction_logs(plain_dir, xla_dir):
@@ -127,7 +127,7 @@ def test_records_run_against_the_signature_defs(plain_dir):
 
 
 def test_xla_records_cover_every_padded_shape(xla_dir):
-    needed = {warmup_lib.padded_shape(rows, width)
+    needed = {warmup_lib.padded_shape(rows, width, MAX_INPUT_LENGTH)
               for rows in range(1, WARMUP_ROWS + 1) for width in range(1, MAX_INPUT_LENGTH + 1)}
     assert needed == {(8, 16), (8, 32), (16, 16), (16, 32)}
     warmed = [served_shape(inputs["source_ids"]) for signature, inputs in read_warmup_records(xla_dir)
@@ -149,21 +149,30 @@ def test_plain_variant_has_no_shape_records(plain_dir):
 
 def test_padding_rule():
     assert [warmup_lib.padded_rows(r) for r in (1, 7, 8, 9, 16, 17, 33, 64, 65)] == [8, 8, 8, 16, 16, 32, 64, 64, 128]
-    assert [warmup_lib.padded_width(w) for w in (1, 16, 17, 32, 33)] == [16, 16, 32, 32, 48]
+    # Source lengths: powers of two from 16, the last bucket the input limit rounded up to a multiple of 16.
+    assert [warmup_lib.padded_width(w, 256) for w in (1, 16, 17, 32, 33, 65, 128, 129, 256)] == [
+        16, 16, 32, 32, 64, 128, 128, 256, 256]
+    assert [warmup_lib.padded_width(w, 100) for w in (33, 64, 65, 100)] == [64, 64, 112, 112]
+    assert [warmup_lib.padded_width(w, 40) for w in (16, 17, 33, 40)] == [16, 32, 48, 48]
     assert warmup_lib.row_buckets(64) == [8, 16, 32, 64]
     assert warmup_lib.row_buckets(65) == [8, 16, 32, 64, 128]
     assert warmup_lib.row_buckets(3) == [8]
-    assert warmup_lib.width_buckets(256) == list(range(16, 257, 16))
+    assert warmup_lib.width_buckets(256) == [16, 32, 64, 128, 256]
+    assert warmup_lib.width_buckets(128) == [16, 32, 64, 128] and warmup_lib.width_buckets(100) == [16, 32, 64, 112]
+    assert warmup_lib.width_buckets(16) == [16] and warmup_lib.width_buckets(3) == [16]
+    # So any warm-up fits TF Serving's 1,000 records: int32 rows and an int32 input limit.
+    assert len(warmup_lib.row_buckets(2**30, 1)) * len(warmup_lib.width_buckets(2**31 - 1)) + 5 < 1000
     # An export's smaller first bucket (xla_min_rows).
     assert [warmup_lib.padded_rows(r, 1) for r in (1, 2, 3, 5, 9)] == [1, 2, 4, 8, 16]
     assert warmup_lib.row_buckets(12, 2) == [2, 4, 8, 16] and warmup_lib.row_buckets(1, 1) == [1]
-    assert warmup_lib.pad_for_xla(tf.constant([[5, 3]]), 1).numpy().shape == (1, 16)
-    assert warmup_lib.pad_for_xla(tf.constant([[5, 3]] * 3), 2).numpy().shape == (4, 16)
+    assert warmup_lib.pad_for_xla(tf.constant([[5, 3]]), 32, 1).numpy().shape == (1, 16)
+    assert warmup_lib.pad_for_xla(tf.constant([[5, 3]] * 3), 32, 2).numpy().shape == (4, 16)
     # The graph op the XLA variant runs pads as the Python rule says.
-    for rows, width in ((1, 1), (8, 16), (9, 17), (33, 5), (64, 40)):
+    for rows, width, limit in ((1, 1, 32), (8, 16, 32), (9, 17, 32), (33, 5, 32), (64, 40, 256), (3, 65, 100),
+                               (2, 100, 100), (5, 33, 40)):
         ids = np.full((rows, width), 5, np.int32)
-        padded = warmup_lib.pad_for_xla(tf.constant(ids)).numpy()
-        assert padded.shape == warmup_lib.padded_shape(rows, width)
+        padded = warmup_lib.pad_for_xla(tf.constant(ids), limit).numpy()
+        assert padded.shape == warmup_lib.padded_shape(rows, width, limit)
         np.testing.assert_array_equal(padded[:rows, :width], ids)
         assert (padded[rows:, 0] == 3).all() and (padded[rows:, 1:] == 0).all() and (padded[:, width:] == 0).all()
 
@@ -173,7 +182,8 @@ def test_smaller_row_buckets_follow_through(model, tokenizer, tmp_path):
     row (what the signatures pad to: test_padding_rule); the option is refused by name where it cannot apply."""
     requests = warmup_lib.warmup_requests(["translate_ids"], jit_compile=True, warmup_rows=WARMUP_ROWS,
                                           max_input_length=MAX_INPUT_LENGTH, vocabulary_size=100, min_rows=1)
-    shapes = [warmup_lib.padded_shape(*np.shape(inputs["source_ids"]), 1) for _, inputs in requests[1:]]
+    shapes = [warmup_lib.padded_shape(*np.shape(inputs["source_ids"]), MAX_INPUT_LENGTH, 1)
+              for _, inputs in requests[1:]]
     assert sorted(set(shapes)) == [(rows, width) for rows in (1, 2, 4, 8, 16) for width in (16, 32)]
     parameters = batching_lib.batching_parameters(jit_compile=True, warmup_rows=WARMUP_ROWS, xla_min_rows=1)
     assert parameters["allowed_batch_sizes"] == [1, 2, 4, 8, 16] and parameters["max_batch_size"] == 16
@@ -190,7 +200,6 @@ def test_smaller_row_buckets_follow_through(model, tokenizer, tmp_path):
     (-4, "`warmup_rows` must be an int >= 1"),
     (True, "`warmup_rows` must be an int >= 1"),
     ("64", "`warmup_rows` must be an int >= 1"),
-    (2**20, "`warmup_rows`=1048576 .* TF Serving reads at most 1000"),
 ])
 def test_bad_warmup_rows(rows, message, model, tokenizer, tmp_path):
     with pytest.raises(ValueError, match=message):
