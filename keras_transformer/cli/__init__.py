@@ -225,6 +225,10 @@ def build_parser():
     export.add_argument("--xla-min-rows", type=int, choices=(1, 2, 4, 8),
                         help="with --jit-compile: the smallest padded row count (default 8); 1 lets a one-sentence "
                              "request run one row, at the price of more programs for the warm-up to compile")
+    export.add_argument("--xla-phase-buckets", type=int,
+                        help="with --jit-compile: each decoding phase after the first runs on the smallest of N row "
+                             "buckets (the request, half, a quarter, ...) that holds the sentences not done "
+                             "(default 3; 1: the whole request); more compile for the warm-up, the same outputs")
     export.add_argument("--warmup-rows", type=int,
                         help="TF Serving warm-up records cover requests of up to this many rows (default 64): "
                              "with --jit-compile, one per padded (rows, length) shape the server will compile")

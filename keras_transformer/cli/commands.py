@@ -247,6 +247,9 @@ def cmd_export(args):
 
     if args.xla_min_rows is not None and not args.jit_compile:
         raise SystemExit("error: --xla-min-rows is the XLA variant's smallest row bucket: it needs --jit-compile")
+    if args.xla_phase_buckets is not None and not args.jit_compile:
+        raise SystemExit("error: --xla-phase-buckets is the XLA variant's: it needs --jit-compile (the plain "
+                         "variant drops done sentences anyway)")
     if args.format == "keras-hub":
         from keras_transformer.hub.presets import save_run_preset
 
@@ -305,7 +308,8 @@ def cmd_export(args):
                       decoding=_decoding_overrides(args), jit_compile=args.jit_compile,
                       warmup_rows=args.warmup_rows, quantize=args.quantize,
                       shortlist=args.shortlist and _existing_file(args.shortlist, "--shortlist"),
-                      shortlist_size=args.shortlist_size, xla_min_rows=args.xla_min_rows)
+                      shortlist_size=args.shortlist_size, xla_min_rows=args.xla_min_rows,
+                      xla_phase_buckets=args.xla_phase_buckets)
     print(f"exported: {path}")
     return 0
 

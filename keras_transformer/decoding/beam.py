@@ -170,8 +170,7 @@ def _beam(
         done=ops.zeros((batch,), dtype="bool"),
     )
     # Between phases, only the sentences not done go on (where shapes may change).
-    compaction = (phases.Compaction(beam_size, (True, True) + (False,) * 6, lambda state: state[1].done)
-                  if phases.compacts(jit_compile) else None)
+    compaction = phases.compaction(jit_compile, beam_size, (True, True) + (False,) * 6, lambda state: state[1].done)
     _, beam, _ = phases._while_loop_in_phases(
         loop, (ops.convert_to_tensor(0, dtype="int32"), start), decoder, buffer_length, compaction, buffer_bound
     )

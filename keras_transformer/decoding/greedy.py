@@ -125,7 +125,7 @@ def _greedy(
         ops.zeros((batch,), dtype="int32"),
     )
     # Between phases, only the sentences not finished go on (where shapes may change).
-    compaction = phases.Compaction(1, (False,) * 5, lambda state: state[3]) if phases.compacts(jit_compile) else None
+    compaction = phases.compaction(jit_compile, 1, (False,) * 5, lambda state: state[3])
     _, tokens, _, _, scores, lengths, _ = phases._while_loop_in_phases(
         loop, loop_state, decoder, buffer_length, compaction, buffer_bound
     )

@@ -4,7 +4,7 @@ phases of growing decoder capacity (see `keras_transformer.decoding.search`)."""
 
 import contextlib
 import contextvars
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import keras
 from keras import ops
@@ -93,23 +93,65 @@ def compacts(jit_compile):
     Only where a loop's shapes may differ from the last one's: TensorFlow's
     plain graph and eager mode (`jit_compile=False`, the SavedModel's plain
     variant included) and PyTorch. XLA and JAX compile static shapes, so
-    there every phase carries the whole batch. The outputs are the same
-    either way: a sentence that is done changes no state at later steps."""
+    there every phase carries the whole batch, unless the search is traced
+    under `static_row_buckets`. The outputs are the same either way: a
+    sentence that is done changes no state at later steps."""
     backend = keras.backend.backend()
     if backend == "torch":
         return True
     return backend == "tensorflow" and not jit_compile
 
 
+# While set (`static_row_buckets`): how many row buckets a search under
+# static shapes (XLA, JAX) may decode a later phase in. 1: the whole batch.
+_STATIC_ROW_BUCKETS = contextvars.ContextVar("static_row_buckets", default=1)
+
+
+@contextlib.contextmanager
+def static_row_buckets(count):
+    """Searches traced in this block under static shapes (XLA, JAX) drop
+    the sentences that are done between phases too: each phase after the
+    first decodes the smallest of `count` row buckets (the batch, half of
+    it, a quarter, ...) that holds the sentences not yet done, padded with
+    done ones, one `ops.switch` branch per bucket. Each bucket is one more
+    compiled copy of the phase's loop, so it costs compile time (the XLA
+    SavedModel's warm-up) for decoding time; the outputs do not change."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"`count` must be an int >= 1, got {count!r}.")
+    token = _STATIC_ROW_BUCKETS.set(count)
+    try:
+        yield
+    finally:
+        _STATIC_ROW_BUCKETS.reset(token)
+
+
+def static_row_bucket_count():
+    """The row buckets of searches traced now (`static_row_buckets`; 1: the whole batch)."""
+    return _STATIC_ROW_BUCKETS.get()
+
+
 class Compaction(NamedTuple):
     """How a search's loop state (after the step) splits into sentences:
     `done(loop_state)` (sentences,) bool; `per_row` one flag per tensor of
     `keras.tree.flatten(loop_state[1:])`: True for (sentences * beam_size,
-    ...) rows, sentence-major, False for (sentences, ...)."""
+    ...) rows, sentence-major, False for (sentences, ...). `row_buckets`:
+    None to gather exactly the sentences not done (shapes may change), or
+    the number of static row buckets (`static_row_buckets`)."""
 
     beam_size: int
     per_row: tuple
     done: Callable
+    row_buckets: Optional[int] = None
+
+
+def compaction(jit_compile, beam_size, per_row, done):
+    """The search's `Compaction` where it drops done sentences between
+    phases (`compacts`, or static row buckets), else None."""
+    if compacts(jit_compile):
+        return Compaction(beam_size, per_row, done)
+    if static_row_bucket_count() > 1:
+        return Compaction(beam_size, per_row, done, static_row_bucket_count())
+    return None
 
 
 def _row_indices(sentences, beam_size):
@@ -163,6 +205,8 @@ def _while_loop_in_phases(loop, loop_state, decoder, buffer_length, compaction=N
     if not hasattr(decoder, "select"):
         compaction = None
     capacities = _phase_capacities(buffer_length, buffer_bound)
+    if compaction is not None and compaction.row_buckets:
+        return _while_loop_in_row_buckets(loop, loop_state, decoder, capacities, compaction)
     state = decoder.empty_state(capacities[0])
     whole, sentences = loop_state, None
     for index, capacity in enumerate(capacities):
@@ -188,3 +232,62 @@ def _while_loop_in_phases(loop, loop_state, decoder, buffer_length, compaction=N
     if compaction is None:
         return results
     return whole + (state,)
+
+
+def row_bucket(going_on, sizes):
+    """The index of the smallest of `sizes` (descending) that holds
+    `going_on` sentences (the first, the whole batch, for more)."""
+    return ops.maximum(ops.sum(ops.cast(ops.greater_equal(ops.stack(sizes), going_on), "int32")) - 1, 0)
+
+
+def _while_loop_in_row_buckets(loop, loop_state, decoder, capacities, compaction):
+    """`_while_loop_in_phases` under static shapes with row buckets: the
+    first phase decodes the whole batch; each later one the smallest bucket
+    (the batch, half of it, a quarter, ... `compaction.row_buckets` in all,
+    at least one sentence) that holds the sentences not done, those first
+    and done ones after (a done sentence changes nothing), as one
+    `ops.switch` branch per bucket. Each branch scatters its sentences'
+    loop and decoder states back into the whole batch's, so every branch
+    returns the same shapes."""
+    whole_batch = ops.shape(compaction.done(loop_state))[0]
+    sizes = [whole_batch] + [ops.maximum(whole_batch // 2**k, 1) if not isinstance(whole_batch, int)
+                             else max(whole_batch // 2**k, 1) for k in range(1, compaction.row_buckets)]
+    if all(isinstance(size, int) for size in sizes):
+        sizes = sorted(set(sizes), reverse=True)  # a small batch has fewer distinct buckets
+    state = decoder.empty_state(capacities[0])
+    for index, capacity in enumerate(capacities):
+        if index > 0:
+            state = decoder.grow(state, capacity)
+
+        def run(loop_state, state, sentences=None, capacity=capacity):
+            part_decoder, part_state, part_loop = decoder, state, loop_state
+            if sentences is not None:
+                part_decoder = decoder.select(sentences)
+                part_state = decoder.select_state(state, sentences)
+                part_loop = _take_sentences(loop_state, sentences, compaction)
+            cond, body = loop(part_decoder, sentences)
+
+            def phase_cond(step, *rest):
+                return ops.logical_and(ops.less(step, capacity), cond(step, *rest))
+
+            results = tuple(ops.while_loop(phase_cond, body, part_loop + (part_state,)))
+            if sentences is not None:
+                results = (_put_sentences(loop_state, sentences, results[:-1], compaction)
+                           + (decoder.put_state(state, sentences, results[-1]),))
+            return keras.tree.flatten(results)
+
+        template = loop_state + (state,)
+        if index == 0 or len(sizes) == 1:
+            flat = run(loop_state, state)
+        else:
+            done = compaction.done(loop_state)
+            order = ops.cast(ops.argsort(ops.cast(done, "int32")), "int32")  # not done first
+            bucket = row_bucket(ops.sum(ops.cast(ops.logical_not(done), "int32")), sizes)
+            branches = [lambda loop_state, state: run(loop_state, state)] + [
+                lambda loop_state, state, size=size: run(loop_state, state, ops.slice(order, [0], [size]))
+                for size in sizes[1:]
+            ]
+            flat = ops.switch(bucket, branches, loop_state, state)
+        results = keras.tree.pack_sequence_as(template, list(flat))
+        loop_state, state = tuple(results[:-1]), tuple(results[-1])
+    return loop_state + (state,)

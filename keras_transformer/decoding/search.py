@@ -35,8 +35,11 @@ gathered, and each phase's results are scattered back into the whole
 batch's state, from which the outputs are built. A sentence that is done
 changes nothing at later steps, so the outputs are those of the whole
 batch. Under XLA and JAX (static shapes) every phase carries the whole
-batch; decoders without `select` (the uncached one, step functions) run
-as before.
+batch, unless the search is traced under `phases.static_row_buckets(n)`
+(the XLA SavedModel's `xla_phase_buckets`): then each later phase decodes
+the smallest of n row buckets (the batch, half, a quarter, ...) that holds
+the sentences not done. Decoders without `select` (the uncached one, step
+functions) run as before.
 
 Conventions shared by both searches:
 

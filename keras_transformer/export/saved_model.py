@@ -89,6 +89,8 @@ DEFAULT_MAX_INPUT_LENGTH = DEFAULT_MAX_SOURCE_LENGTH
 # source tokens (at least 16; keras_transformer.export.warmup).
 XLA_MIN_ROWS = warmup_lib.XLA_MIN_ROWS
 XLA_MIN_WIDTH = warmup_lib.XLA_MIN_WIDTH
+# Row buckets per decoding phase of the XLA variant (`xla_phase_buckets`).
+XLA_PHASE_BUCKETS = 3
 
 
 class ExportDirectoryError(OSError):
@@ -219,6 +221,7 @@ def export_saved_model(
     check_ops=True,
     warmup_rows=warmup_lib.DEFAULT_WARMUP_ROWS,
     xla_min_rows=None,
+    xla_phase_buckets=None,
     quantize=None,
     shortlist=None,
     shortlist_size=None,
@@ -279,6 +282,14 @@ def export_saved_model(
             (None: 8). Smaller buckets let a request of one sentence run
             one row instead of eight, at the price of more programs for
             the warm-up to compile (one per bucket and source length).
+        xla_phase_buckets: the XLA variant drops the sentences that are
+            done between decoding phases (the plain variant always does):
+            each phase after the first decodes the smallest of this many
+            row buckets (the request's padded rows, half, a quarter, ...)
+            that holds the sentences not done. 1: every phase decodes the
+            whole request. None: XLA_PHASE_BUCKETS. Each bucket is one more
+            compiled copy of a phase's loop in every program (warm-up
+            time); the outputs are the same.
         quantize: None (float weights as trained), "int8" (the Dense
             kernels and the shared embedding stored as int8, activations
             quantized per row at run time), "int8_weights" (int8 kernels,
@@ -335,6 +346,12 @@ def export_saved_model(
     elif not jit_compile:
         raise ValueError("`xla_min_rows` is the XLA variant's smallest row bucket: it needs jit_compile=True.")
     warmup_lib.check_min_rows(xla_min_rows)
+    if xla_phase_buckets is None:
+        xla_phase_buckets = XLA_PHASE_BUCKETS if jit_compile else 1
+    elif not jit_compile:
+        raise ValueError("`xla_phase_buckets` is the XLA variant's: it needs jit_compile=True (the plain variant "
+                         "drops done sentences anyway).")
+    check_int("xla_phase_buckets", xla_phase_buckets, 1)
     warmup_lib.check_warmup_rows(warmup_rows)
     quantize_lib.check_mode(quantize)
     if shortlist_size is not None and (shortlist is None or not jit_compile):
@@ -369,12 +386,13 @@ def export_saved_model(
         model, tokenizer, beam_size, float(alpha), max_extra_length, max_input_length,
         max_output_length, jit_compile=bool(jit_compile), limit_rule=limit_rule, shortlist=shortlist,
         shortlist_size=shortlist_size, length_penalty=length_penalty, xla_min_rows=xla_min_rows,
+        xla_phase_buckets=xla_phase_buckets,
     )
     temp_dir = _make_temp_dir(model_dir)
     try:
         # Every signature cuts its sources to max_input_length ids: its searches
         # need no phase for capacities past max_input_length + max_extra_length.
-        with phases.source_width_at_most(max_input_length):
+        with phases.source_width_at_most(max_input_length), phases.static_row_buckets(xla_phase_buckets):
             archive = _traced_archive(model, tokenizer, translator, beam_size)
         try:
             archive.write_out(temp_dir, verbose=verbose)
@@ -513,6 +531,7 @@ def _write_export_info(export_dir, model, tokenizer, translator, warmup_rows, qu
             "max_output_length": translator.max_output_length,
             "limit_rule": translator.limit_rule,
             "jit_compile": translator.jit_compile,
+            "xla_phase_buckets": translator.xla_phase_buckets,
             "shortlist": None if translator.shortlist is None else {
                 "settings": translator.shortlist.settings, "always": len(translator.shortlist.always),
                 "size": translator.shortlist_size},

@@ -149,6 +149,17 @@ class IncrementalDecoder:
         rows = ops.reshape(ops.expand_dims(sentences * self.beams, 1) + self.slots, (-1,))
         return caches + (ops.take(state[-1], rows, axis=0),)
 
+    def put_state(self, state, sentences, part):
+        """`state` with the sentences `sentences` replaced by `part`, a
+        `select_state(state, sentences)` decoded further (same capacity)."""
+        layers = 2 * len(self.layers)
+        at = ops.expand_dims(sentences, 1)
+        caches = tuple(ops.scatter_update(whole, at, new) for whole, new in zip(state[:layers], part[:layers]))
+        if self.beams == 1:
+            return caches
+        rows = ops.reshape(ops.expand_dims(sentences * self.beams, 1) + self.slots, (-1, 1))
+        return caches + (ops.scatter_update(state[-1], rows, part[-1]),)
+
     @property
     def initial_state(self):
         """The state before step 0, with room for all `buffer_length` positions."""

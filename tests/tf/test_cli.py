@@ -582,3 +582,5 @@ def test_shortlist_command_and_translate_with_it(trained_run, tmp_path, capsys):
     with pytest.raises(SystemExit, match="--xla-min-rows is the XLA variant's smallest row bucket: it needs "
                                          "--jit-compile"):
         cli.main(["export", run, "--xla-min-rows", "1"])
+    with pytest.raises(SystemExit, match="--xla-phase-buckets is the XLA variant's: it needs --jit-compile"):
+        cli.main(["export", run, "--xla-phase-buckets", "2"])

@@ -140,11 +140,13 @@ def test_xla_records_cover_every_padded_shape(xla_dir):
     assert info["warmup"]["rows"] == WARMUP_ROWS
     # What the compiled search does not cover: in an int8 export these run Keras' generic int8 kernel.
     assert info["plain_graph_signatures"] == ["translate_n_best", "score"]
+    assert info["search"]["xla_phase_buckets"] == 3  # the default: later phases drop done sentences
 
 
 def test_plain_variant_has_no_shape_records(plain_dir):
     info = json.loads(Path(plain_dir, "assets.extra", "keras_transformer_export.json").read_text())
     assert info["warmup"]["xla_shapes"] == [] and info["plain_graph_signatures"] == "all"
+    assert info["search"]["xla_phase_buckets"] == 1
 
 
 def test_padding_rule():
@@ -189,7 +191,9 @@ def test_smaller_row_buckets_follow_through(model, tokenizer, tmp_path):
     assert parameters["allowed_batch_sizes"] == [1, 2, 4, 8, 16] and parameters["max_batch_size"] == 16
     for kwargs, message in ((dict(jit_compile=True, xla_min_rows=3), "`xla_min_rows` must be one of"),
                             (dict(jit_compile=True, xla_min_rows=True), "`xla_min_rows` must be one of"),
-                            (dict(xla_min_rows=1), "`xla_min_rows` .* needs jit_compile=True")):
+                            (dict(xla_min_rows=1), "`xla_min_rows` .* needs jit_compile=True"),
+                            (dict(xla_phase_buckets=2), "`xla_phase_buckets` .* needs jit_compile=True"),
+                            (dict(jit_compile=True, xla_phase_buckets=0), "`xla_phase_buckets` must be")):
         with pytest.raises(ValueError, match=message):
             export_saved_model(model, tokenizer, tmp_path, max_input_length=MAX_INPUT_LENGTH, **kwargs)
     assert not os.listdir(tmp_path) or os.listdir(tmp_path / "translator") == []
@@ -207,7 +211,7 @@ def test_bad_warmup_rows(rows, message, model, tokenizer, tmp_path):
     assert not os.listdir(tmp_path) or os.listdir(tmp_path / "translator") == []
 
 
-def test_too_many_records_is_refused_only_for_the_xla_variant(model, tokenizer, tmp_path):
+def test_the_plain_variants_records_do_not_grow_with_warmup_rows(model, tokenizer, tmp_path):
     version_dir = export_saved_model(model, tokenizer, tmp_path, beam_size=1, max_extra_length=EXTRA,
                                      max_input_length=MAX_INPUT_LENGTH, warmup_rows=2**20, check_ops=False)
     assert len(raw_records(version_dir)) == 4  # greedy: no n-best signature
