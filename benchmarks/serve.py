@@ -57,6 +57,8 @@ def parse_args(argv=None):
     parser.add_argument("--allow-any-length-ratio", action="store_true", help="--real-text: time a model whose "
                         "output/reference length ratio is outside 0.8-1.2 (the record says so)")
     parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--xla-phase-buckets", default="3", help="--real-text: the XLA exports' row buckets per "
+                        "decoding phase (export --xla-phase-buckets), or several, comma-separated: one contender each")
     parser.add_argument("--searches", default="beam,greedy")
     parser.add_argument("--no-ctranslate2", action="store_true")
     parser.add_argument("--quantize", choices=("int8", "int8_weights", "bfloat16"), action="append", default=[],
@@ -235,16 +237,18 @@ def real_text_contenders(args, run, decoding, work):
 
     model, tokenizer, config = trained.load_run(run)
     contenders, listed = {}, str(run / "shortlist.txt")
-    for variant, quantize in exports(args):
-        for shortlist in (None, listed):
-            signature = tf.saved_model.load(trained.export(
-                run, f"{work}/{variant}-{quantize}-{bool(shortlist)}", decoding=decoding, quantize=quantize,
-                jit_compile=variant == "XLA", check_ops=False, warmup_rows=args.batch_size, shortlist=shortlist,
-            )).signatures["serving_default"]  # text in, text out: what a served user sends
-            contenders[f"SavedModel {variant}, {quantize or 'float32'}" + (" + shortlist" if shortlist else "")] = (
-                (f"{variant}{' graph' * (variant == 'plain')}, SavedModel", quantize or "float32", bool(shortlist)),
-                lambda texts, signature=signature: [
-                    text.decode() for text in signature(text=tf.constant(texts))["translations"].numpy()])
+    counts = [int(count) for count in args.xla_phase_buckets.split(",")]
+    for variant, quantize, shortlist, buckets in [(v, q, s, b) for v, q in exports(args) for s in (None, listed)
+                                                  for b in (counts if v == "XLA" else [None])]:
+        signature = tf.saved_model.load(trained.export(
+            run, f"{work}/{variant}-{quantize}-{bool(shortlist)}-{buckets}", decoding=decoding, quantize=quantize,
+            jit_compile=variant == "XLA", check_ops=False, warmup_rows=args.batch_size, shortlist=shortlist,
+            xla_phase_buckets=buckets)).signatures["serving_default"]  # text in, text out: what users send
+        named = f", {buckets} phase buckets" * (len(counts) > 1 and variant == "XLA")
+        contenders[f"SavedModel {variant}, {quantize or 'float32'}{named}" + " + shortlist" * bool(shortlist)] = (
+            (f"{variant}{' graph' * (variant == 'plain')}, SavedModel", quantize or "float32", bool(shortlist)),
+            lambda texts, signature=signature: [
+                text.decode() for text in signature(text=tf.constant(texts))["translations"].numpy()])
     ct2_dir = trained.export_ctranslate2(run, os.path.join(work, "ctranslate2"), decoding=decoding)
     pieces, limit = tokenizer.vocabulary(), config["data"]["max_length"] - 1  # the engine appends EOS
     Path(ct2_dir, "vmap.txt").write_text("\n".join(Shortlist.load(listed).ctranslate2_vmap(pieces, pieces)) + "\n")

@@ -228,7 +228,7 @@ def build_parser():
     export.add_argument("--xla-phase-buckets", type=int,
                         help="with --jit-compile: each decoding phase after the first runs on the smallest of N row "
                              "buckets (the request, half, a quarter, ...) that holds the sentences not done "
-                             "(default 3; 1: the whole request); more compile for the warm-up, the same outputs")
+                             "(default 1: the whole request in every phase); more to compile at warm-up, the same outputs")
     export.add_argument("--warmup-rows", type=int,
                         help="TF Serving warm-up records cover requests of up to this many rows (default 64): "
                              "with --jit-compile, one per padded (rows, length) shape the server will compile")

@@ -90,7 +90,7 @@ DEFAULT_MAX_INPUT_LENGTH = DEFAULT_MAX_SOURCE_LENGTH
 XLA_MIN_ROWS = warmup_lib.XLA_MIN_ROWS
 XLA_MIN_WIDTH = warmup_lib.XLA_MIN_WIDTH
 # Row buckets per decoding phase of the XLA variant (`xla_phase_buckets`).
-XLA_PHASE_BUCKETS = 3
+XLA_PHASE_BUCKETS = 1
 
 
 class ExportDirectoryError(OSError):

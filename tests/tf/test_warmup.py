@@ -140,7 +140,7 @@ def test_xla_records_cover_every_padded_shape(xla_dir):
     assert info["warmup"]["rows"] == WARMUP_ROWS
     # What the compiled search does not cover: in an int8 export these run Keras' generic int8 kernel.
     assert info["plain_graph_signatures"] == ["translate_n_best", "score"]
-    assert info["search"]["xla_phase_buckets"] == 3  # the default: later phases drop done sentences
+    assert info["search"]["xla_phase_buckets"] == 1  # the default: every phase decodes the whole request
 
 
 def test_plain_variant_has_no_shape_records(plain_dir):
@@ -344,3 +344,38 @@ def test_a_persistent_xla_cache_skips_every_compile_of_a_restart(xla_dir, xla_ca
     assert restart["warm"] == 0, restart  # the restart compiled nothing
     assert restart["answer"] == served_counts["answer"]
     assert sorted(os.listdir(xla_cache)) == kept  # and wrote no new program
+
+
+def test_phase_buckets_give_the_in_process_translations(model, tokenizer, tmp_path):
+    """xla_phase_buckets=3: after the first phase (16 positions) the 12 short sources (limit 8) are done, so the
+    later phase decodes a quarter bucket of the 16 rows (the mechanism: tests/test_row_buckets.py). The
+    served ids and scores are the plain in-process search's."""
+    from keras_transformer.decoding import beam_search
+
+    export_dir = export_saved_model(model, tokenizer, tmp_path, beam_size=2, max_extra_length=EXTRA,
+                                    max_input_length=MAX_INPUT_LENGTH, jit_compile=True, xla_phase_buckets=3,
+                                    warmup_rows=8, check_ops=False)
+    info = json.loads(Path(export_dir, "assets.extra", "keras_transformer_export.json").read_text())
+    assert info["search"]["xla_phase_buckets"] == 3
+    rng = np.random.default_rng(0)
+    lengths = [3] * 12 + [MAX_INPUT_LENGTH - 1] * 4
+    ids = np.zeros((16, MAX_INPUT_LENGTH - 1), np.int32)
+    for row, length in zip(rng.permutation(16), lengths):
+        ids[row, :length] = rng.integers(4, tokenizer.vocabulary_size, length)
+    served = tf.saved_model.load(export_dir).signatures["translate_ids"](source_ids=tf.constant(ids))
+    with_eos = np.zeros((16, MAX_INPUT_LENGTH), np.int32)  # what the signature searches: the tokens, then EOS
+    for row in range(16):
+        tokens = ids[row][ids[row] > 0]
+        with_eos[row, :len(tokens) + 1] = list(tokens) + [3]
+    expected = beam_search(model, with_eos, beam_size=2, max_extra_length=EXTRA, jit_compile=False)
+    expected_ids = keras_numpy(expected["ids"])
+    width = min(served["ids"].shape[1], expected_ids.shape[1])
+    np.testing.assert_array_equal(served["ids"].numpy()[:, :width], expected_ids[:, :width])
+    assert not served["ids"].numpy()[:, width:].any() and not expected_ids[:, width:].any()
+    np.testing.assert_allclose(served["scores"].numpy(), keras_numpy(expected["scores"]), atol=1e-4)
+
+
+def keras_numpy(x):
+    import keras
+
+    return keras.ops.convert_to_numpy(x)
