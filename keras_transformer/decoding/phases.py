@@ -183,6 +183,14 @@ def _put_sentences(whole, sentences, part, compaction):
     return (part[0],) + tuple(keras.tree.pack_sequence_as(whole[1:], put))
 
 
+def _within(capacity, cond):
+    """A phase's loop condition: `cond`, while the decoder state has room."""
+    def phase_cond(step, *rest):
+        return ops.logical_and(ops.less(step, capacity), cond(step, *rest))
+
+    return phase_cond
+
+
 def _while_loop_in_phases(loop, loop_state, decoder, buffer_length, compaction=None, buffer_bound=None):
     """`ops.while_loop(cond, body, loop_state + (decoder state,))` with
     `cond, body = loop(decoder, None)`, the step (`loop_state[0]`) counting
@@ -213,11 +221,7 @@ def _while_loop_in_phases(loop, loop_state, decoder, buffer_length, compaction=N
         if index > 0:
             state = decoder.grow(state, capacity)
         cond, body = loop(decoder, sentences)
-
-        def phase_cond(step, *rest, capacity=capacity, cond=cond):
-            return ops.logical_and(ops.less(step, capacity), cond(step, *rest))
-
-        results = tuple(ops.while_loop(phase_cond, body, loop_state + (state,)))
+        results = tuple(ops.while_loop(_within(capacity, cond), body, loop_state + (state,)))
         loop_state, state = results[:-1], tuple(results[-1])
         if compaction is None:
             continue
@@ -250,10 +254,10 @@ def _while_loop_in_row_buckets(loop, loop_state, decoder, capacities, compaction
     loop and decoder states back into the whole batch's, so every branch
     returns the same shapes."""
     whole_batch = ops.shape(compaction.done(loop_state))[0]
-    sizes = [whole_batch] + [ops.maximum(whole_batch // 2**k, 1) if not isinstance(whole_batch, int)
-                             else max(whole_batch // 2**k, 1) for k in range(1, compaction.row_buckets)]
-    if all(isinstance(size, int) for size in sizes):
-        sizes = sorted(set(sizes), reverse=True)  # a small batch has fewer distinct buckets
+    if isinstance(whole_batch, int):  # a small batch has fewer distinct buckets
+        sizes = sorted({max(whole_batch // 2**k, 1) for k in range(compaction.row_buckets)}, reverse=True)
+    else:  # known when XLA compiles
+        sizes = [whole_batch] + [ops.maximum(whole_batch // 2**k, 1) for k in range(1, compaction.row_buckets)]
     state = decoder.empty_state(capacities[0])
     for index, capacity in enumerate(capacities):
         if index > 0:
@@ -266,11 +270,7 @@ def _while_loop_in_row_buckets(loop, loop_state, decoder, capacities, compaction
                 part_state = decoder.select_state(state, sentences)
                 part_loop = _take_sentences(loop_state, sentences, compaction)
             cond, body = loop(part_decoder, sentences)
-
-            def phase_cond(step, *rest):
-                return ops.logical_and(ops.less(step, capacity), cond(step, *rest))
-
-            results = tuple(ops.while_loop(phase_cond, body, part_loop + (part_state,)))
+            results = tuple(ops.while_loop(_within(capacity, cond), body, part_loop + (part_state,)))
             if sentences is not None:
                 results = (_put_sentences(loop_state, sentences, results[:-1], compaction)
                            + (decoder.put_state(state, sentences, results[-1]),))

@@ -146,8 +146,7 @@ class IncrementalDecoder:
         caches = tuple(ops.take(tensor, sentences, axis=0) for tensor in state[: 2 * len(self.layers)])
         if self.beams == 1:
             return caches
-        rows = ops.reshape(ops.expand_dims(sentences * self.beams, 1) + self.slots, (-1,))
-        return caches + (ops.take(state[-1], rows, axis=0),)
+        return caches + (ops.take(state[-1], self._rows_of(sentences), axis=0),)
 
     def put_state(self, state, sentences, part):
         """`state` with the sentences `sentences` replaced by `part`, a
@@ -157,8 +156,11 @@ class IncrementalDecoder:
         caches = tuple(ops.scatter_update(whole, at, new) for whole, new in zip(state[:layers], part[:layers]))
         if self.beams == 1:
             return caches
-        rows = ops.reshape(ops.expand_dims(sentences * self.beams, 1) + self.slots, (-1, 1))
-        return caches + (ops.scatter_update(state[-1], rows, part[-1]),)
+        return caches + (ops.scatter_update(state[-1], ops.expand_dims(self._rows_of(sentences), 1), part[-1]),)
+
+    def _rows_of(self, sentences):
+        """The beam rows (sentence-major) of `sentences`."""
+        return ops.reshape(ops.expand_dims(sentences * self.beams, 1) + self.slots, (-1,))
 
     @property
     def initial_state(self):

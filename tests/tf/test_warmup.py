@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -368,14 +369,8 @@ def test_phase_buckets_give_the_in_process_translations(model, tokenizer, tmp_pa
         tokens = ids[row][ids[row] > 0]
         with_eos[row, :len(tokens) + 1] = list(tokens) + [3]
     expected = beam_search(model, with_eos, beam_size=2, max_extra_length=EXTRA, jit_compile=False)
-    expected_ids = keras_numpy(expected["ids"])
+    expected_ids = keras.ops.convert_to_numpy(expected["ids"])
     width = min(served["ids"].shape[1], expected_ids.shape[1])
     np.testing.assert_array_equal(served["ids"].numpy()[:, :width], expected_ids[:, :width])
     assert not served["ids"].numpy()[:, width:].any() and not expected_ids[:, width:].any()
-    np.testing.assert_allclose(served["scores"].numpy(), keras_numpy(expected["scores"]), atol=1e-4)
-
-
-def keras_numpy(x):
-    import keras
-
-    return keras.ops.convert_to_numpy(x)
+    np.testing.assert_allclose(served["scores"].numpy(), keras.ops.convert_to_numpy(expected["scores"]), atol=1e-4)
