@@ -37,6 +37,7 @@ from keras_transformer.run import train, trained  # noqa: E402
 from keras_transformer.run.data import read_pairs  # noqa: E402
 from keras_transformer.run.shortlist import build_run_shortlist  # noqa: E402
 from keras_transformer.run.translate import translate_texts  # noqa: E402
+from keras_transformer.training.precision import choose_precision  # noqa: E402
 from benchmarks import _harness  # noqa: E402
 from benchmarks._report_tables import serve_real_table, serve_table  # noqa: E402
 
@@ -192,6 +193,7 @@ def trained_run(args, decoding):
     if not (run / "gate.json").is_file():  # a run cut short resumes from its newest checkpoint
         config = config_lib.resolve([os.path.join(ROOT, "recipes", "parallel_text", "config.yaml")], assignments=[
             f"model.preset={args.preset}", f"training.max_steps={args.train_steps}", "training.max_minutes=null"])
+        config = choose_precision(config, [])  # as recipes/parallel_text picks it: bfloat16 where the CPU has it
         data = config["data"]
         if not (run / "data" / "split.json").is_file():  # written again, the files would differ (gzip's time)
             prepare(run / "data", [corpus], source_key=data["source_key"], target_key=data["target_key"],
