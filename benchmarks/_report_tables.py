@@ -114,7 +114,7 @@ def serve_real_table(records, options):
                      f"{statistics.median(work['sentences'] / s for s in seconds):.1f}",
                      f"{statistics.median(result['target_tokens'] / s for s in seconds):.0f}",
                      f"{median_ratio(reference['seconds'], seconds):.2f}x" if reference else "-",
-                     f"{result['bleu']:.1f}"])
+                     f"{result['sentence_steps']:,}" if "sentence_steps" in result else "-", f"{result['bleu']:.1f}"])
     what = "SMOKE RECORD, a small model: it proves the pipeline, not a headline; " * work["smoke"] + (
         f"{work['preset']} preset trained {work['train_steps']} steps, output/reference length ratio "
         f"{work['gate']['length_ratio']:.2f} on the validation split" + " (outside 0.8-1.2: --allow-any-length-ratio)"
@@ -123,7 +123,8 @@ def serve_real_table(records, options):
         f"threads; medians of {len(seconds)} rounds of the whole stream")
     return caption(record, what) + "\n\n" + markdown_table(["contender", "path", "precision", "shortlist",
                                                             "sentences/s", "target tokens/s",
-                                                            "vs CT2 int8 like for like", "BLEU"], rows)
+                                                            "vs CT2 int8 like for like", "sentence-steps",
+                                                            "BLEU"], rows)
 
 
 # --------------------------------------------------------------------------- training throughput

@@ -32,7 +32,9 @@ from keras_transformer.data.splits import SPLITS, prepare  # noqa: E402
 from keras_transformer.decoding import beam_search, greedy_search  # noqa: E402
 from keras_transformer.decoding.evaluation import corpus_scores  # noqa: E402
 from keras_transformer.decoding.shortlist import Shortlist  # noqa: E402
+from keras_transformer.decoding import phases  # noqa: E402
 from keras_transformer.export.ctranslate2 import ctranslate2_options  # noqa: E402
+from keras_transformer.export.warmup import padded_rows  # noqa: E402
 from keras_transformer.run import train, trained  # noqa: E402
 from keras_transformer.run.data import read_pairs  # noqa: E402
 from keras_transformer.run.shortlist import build_run_shortlist  # noqa: E402
@@ -223,6 +225,26 @@ def check_length_ratio(ratio, allow_any=False):
                          "would not be real-text ones; train longer (--train-steps) or pass --allow-any-length-ratio")
 
 
+def sentence_steps(lengths, requests, rule):
+    """The sentence-steps a search decodes for outputs of `lengths` tokens (EOS included), `requests` sizes in
+    order, when it drops the sentences that are done by `rule`: "each step" (CTranslate2), "phases" (at the
+    boundaries of PHASE_CAPACITIES: the plain graph), or an int, the XLA variant's row buckets per phase over
+    its padded rows (1: the whole padded request every step). A count of carried work, not a time."""
+    total, start = 0, 0
+    for size in requests:
+        request, start = lengths[start:start + size], start + size
+        rows, carried = padded_rows(size) if isinstance(rule, int) else size, size
+        for step in range(max(request)):
+            if rule == "each step" or step in phases.PHASE_CAPACITIES:
+                carried = sum(length > step for length in request)
+            if not isinstance(rule, int):
+                total += carried
+            else:  # the first phase decodes every padded row; a later one the smallest bucket holding the rest
+                buckets = [max(rows >> k, 1) for k in range(rule)]
+                total += rows if step < phases.PHASE_CAPACITIES[0] else min(b for b in buckets if b >= carried)
+    return total
+
+
 def differences(texts, names):
     """For each pair of `names` (contenders that should agree: float32, the same list) in `texts` ({name: [text]}):
     how many sentences differ, and the chrF of the second's texts against the first's (100.0: all the same)."""
@@ -232,8 +254,9 @@ def differences(texts, names):
 
 
 def real_text_contenders(args, run, decoding, work):
-    """{name: ((path, precision, shortlist), translate)} of --real-text, `translate` taking a request's texts and
-    returning theirs: the SavedModels (their text signature), CTranslate2 (with SentencePiece)."""
+    """{name: ((path, precision, shortlist, dropping rule), translate)} of --real-text (the rule: `sentence_steps`'),
+    `translate` taking a request's texts and returning theirs: the SavedModels (their text signature), CTranslate2
+    (with SentencePiece)."""
     import ctranslate2  # optional: here only
     import sentencepiece
 
@@ -248,7 +271,8 @@ def real_text_contenders(args, run, decoding, work):
             xla_phase_buckets=buckets)).signatures["serving_default"]  # text in, text out: what users send
         named = f", {buckets} phase buckets" * (len(counts) > 1 and variant == "XLA")
         contenders[f"SavedModel {variant}, {quantize or 'float32'}{named}" + " + shortlist" * bool(shortlist)] = (
-            (f"{variant}{' graph' * (variant == 'plain')}, SavedModel", quantize or "float32", bool(shortlist)),
+            (f"{variant}{' graph' * (variant == 'plain')}, SavedModel", quantize or "float32", bool(shortlist),
+             "phases" if variant == "plain" else buckets),
             lambda texts, signature=signature: [
                 text.decode() for text in signature(text=tf.constant(texts))["translations"].numpy()])
     ct2_dir = trained.export_ctranslate2(run, os.path.join(work, "ctranslate2"), decoding=decoding)
@@ -266,7 +290,7 @@ def real_text_contenders(args, run, decoding, work):
             return [processor.decode(result.hypotheses[0]) for result in results]
 
         contenders[f"CTranslate2 {compute_type}" + " + vmap" * use_vmap] = (
-            ("CTranslate2 (C++)", compute_type, use_vmap), translate)
+            ("CTranslate2 (C++)", compute_type, use_vmap, "each step"), translate)
     return contenders, tokenizer
 
 
@@ -289,13 +313,16 @@ def real_text(args, argv):
         seconds = _harness.take_turns({name: lambda name=name, translate=translate: texts.__setitem__(
             name, [text for request in requests for text in translate(request)])
             for name, (_, translate) in contenders.items()}, args.rounds, None)[0]
+    sizes = [len(request) for request in requests]
     record["contenders"] = {name: dict(zip(("path", "precision", "shortlist"), described), seconds=seconds[name],
                                        target_tokens=int(tokenizer.tokenize(texts[name]).row_lengths().numpy().sum()),
+                                       sentence_steps=sentence_steps(list(tokenizer.tokenize(texts[name]).row_lengths(
+                                           ).numpy() + 1), sizes, described[3]),
                                        **{key: value for key, value in corpus_scores(texts[name], references).items()
                                           if key in ("bleu", "chrf")})
                             for name, (described, _) in contenders.items()}
     record["float32_differences"] = [found for listed in (False, True) for found in differences(texts, [
-        name for name, (described, _) in contenders.items() if described[1:] == ("float32", listed)])]
+        name for name, (described, _) in contenders.items() if described[1:3] == ("float32", listed)])]
     print("".join(f"# {a} / {b}: {found['differing']} of {found['of']} sentences differ (chrF between them "
                   f"{found['chrf_between']})\n" for found in record["float32_differences"] for a, b in [found["pair"]]))
     _harness.finish(record)

@@ -103,6 +103,21 @@ def test_the_table_gives_each_contender_its_like_for_like_ratio_to_ctranslate2_i
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in table.splitlines()[-4:]}
     # Same-round ratios to CTranslate2 int8: 0.5, 0.25, 1.0 (median 0.5); to int8 + vmap: 0.5 each round.
     assert rows["SavedModel plain, float32"] == ["plain graph, SavedModel", "float32", "no", "20.0", "50",
-                                                 "0.50x", "20.0 |"]
+                                                 "0.50x", "-", "20.0 |"]
     assert rows["SavedModel XLA, int8 + shortlist"][3:6] == ["40.0", "100", "0.50x"]
     assert rows["CTranslate2 int8"][5] == "1.00x"
+
+
+def test_sentence_steps_count_the_work_each_dropping_rule_carries():
+    """Worked by hand, phases of 16, 32, 64, 128 positions: a request of outputs 3, 20 and 40 tokens long, then one
+    of 5. Each step: 3 + 20 + 40 + 5. At phase boundaries: all 3 for 16 steps, the 2 longer for 16 more, the
+    last for 8 (48 + 32 + 8), then 5. XLA pads 3 rows to 8 and 1 to 8: one bucket decodes 8 rows to the longest
+    (8 x 40 + 8 x 5); three (8, 4, 2) decode 8 for 16 steps, then 2 (the smallest holding 2, then 1): 128 + 32
+    + 16, then 8 x 5."""
+    lengths, requests = [3, 20, 40, 5], [3, 1]
+    assert serve.sentence_steps(lengths, requests, "each step") == 68
+    assert serve.sentence_steps(lengths, requests, "phases") == 93
+    assert serve.sentence_steps(lengths, requests, 1) == 360
+    assert serve.sentence_steps(lengths, requests, 3) == 216
+    # Two 17-token outputs: two sentences for 17 steps; XLA with 2 buckets (8, 4): 8 rows for 16 steps, then 4.
+    assert serve.sentence_steps([17, 17], [2], "phases") == 34 and serve.sentence_steps([17, 17], [2], 2) == 8 * 16 + 4
