@@ -47,6 +47,7 @@ SHARED_DATA = os.path.join(ROOT, "..", "shared", "data")
 EOS, PAD = 3, 0
 CACHE = Path("~/.cache/keras-transformer-benchmarks").expanduser()
 RATIO_RANGE = (0.8, 1.2)  # --real-text: the output/reference length ratio a timed model must have
+AT_LIMIT_MAX = 0.02  # --real-text: the share of its outputs that may run to the length limit (loops)
 
 
 def parse_args(argv=None):
@@ -58,7 +59,7 @@ def parse_args(argv=None):
     parser.add_argument("--train-steps", type=_harness.positive(int), default=100000, help="--real-text: the model's")
     parser.add_argument("--sentences", type=_harness.positive(int), help="--real-text: the first N test sources only")
     parser.add_argument("--allow-any-length-ratio", action="store_true", help="--real-text: time a model whose "
-                        "output/reference length ratio is outside 0.8-1.2 (the record says so)")
+                        "output/reference length ratio is outside 0.8-1.2 or whose outputs loop (the record says so)")
     parser.add_argument("--alpha", type=float, default=0.6)
     parser.add_argument("--xla-phase-buckets", default="3", help="--real-text: the XLA exports' row buckets per "
                         "decoding phase (export --xla-phase-buckets), or several, comma-separated: one contender each")
@@ -190,7 +191,7 @@ def contenders_for(search, model, tokenizer, sources, args, work):
 def trained_run(args, decoding):
     """--real-text: the run directory of our model, trained by the package's run API (recipes/parallel_text's
     config and split of the shared ddtp_en_de corpus, `--preset`, `--train-steps` steps), with its shortlist and
-    its length ratio on the validation split (gate.json); cached under CACHE, reused when present."""
+    its `length_gate` (gate.json); cached under CACHE, reused when present."""
     run, corpus = CACHE / f"real-text-{args.preset}-{args.train_steps}", f"{SHARED_DATA}/ddtp_en_de.jsonl.gz"
     if not (run / "gate.json").is_file():  # a run cut short resumes from its newest checkpoint
         config = config_lib.resolve([os.path.join(ROOT, "recipes", "parallel_text", "config.yaml")], assignments=[
@@ -203,13 +204,23 @@ def trained_run(args, decoding):
         train.train(config_lib.merge(config, {"output_dir": str(run), "decoding": decoding, "data": {
             name: str(run / "data" / f"{name}.jsonl.gz") for name in SPLITS}}, origin="serve.py --real-text"))
         build_run_shortlist(run)
-        model, tokenizer, config = trained.load_run(run)
-        pairs = read_pairs(config, "valid")
-        score = sacrebleu.BLEU().corpus_score(translate_texts(model, tokenizer, [s for s, _ in pairs], config[
-            "decoding"], max_source_length=data["max_length"]), [[t for _, t in pairs]])
-        (run / "gate.json").write_text(json.dumps({"length_ratio": score.sys_len / score.ref_len, "split": "valid",
-                                                   "sentences": len(pairs), "bleu": score.score}))
+    if "at_limit" not in json.loads((run / "gate.json").read_text() if (run / "gate.json").is_file() else "{}"):
+        (run / "gate.json").write_text(json.dumps(length_gate(run)))  # (also for a gate of an older version)
     return run, json.loads((run / "gate.json").read_text())
+
+
+def length_gate(run):
+    """What `check_gate` judges, on the validation split translated as the run's config says: the output/reference
+    length ratio (sacreBLEU's), BLEU, and the share of outputs that ran to their length limit (within one token of
+    the source's tokens and EOS plus `max_extra_length`: a loop, not a translation)."""
+    model, tokenizer, config = trained.load_run(run)
+    pairs, limit = read_pairs(config, "valid"), config["data"]["max_length"]
+    outputs = translate_texts(model, tokenizer, [s for s, _ in pairs], config["decoding"], max_source_length=limit)
+    score = sacrebleu.BLEU().corpus_score(outputs, [[t for _, t in pairs]])
+    tokens = lambda texts: tokenizer.tokenize(texts).row_lengths().numpy()  # noqa: E731
+    limits = np.minimum(tokens([s for s, _ in pairs]) + 1, limit) + config["decoding"]["max_extra_length"]
+    return {"length_ratio": score.sys_len / score.ref_len, "split": "valid", "sentences": len(pairs),
+            "bleu": score.score, "at_limit": float(np.mean(tokens(outputs) + 1 >= limits - 1))}
 
 
 def requests_of(sources, batch_size):
@@ -217,12 +228,21 @@ def requests_of(sources, batch_size):
     return [sources[start:start + batch_size] for start in range(0, len(sources), batch_size)]
 
 
-def check_length_ratio(ratio, allow_any=False):
-    """Refuses (SystemExit) a model whose outputs do not end where real translations do, unless `allow_any`."""
-    if not RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1] and not allow_any:
-        raise SystemExit(f"the model's output/reference length ratio is {ratio:.3f}, outside {RATIO_RANGE[0]}-"
-                         f"{RATIO_RANGE[1]}: its sentences do not end where real translations end, so its timings "
-                         "would not be real-text ones; train longer (--train-steps) or pass --allow-any-length-ratio")
+def check_gate(gate, allow_any=False):
+    """Refuses (SystemExit) a model whose outputs do not end where real translations do (`length_gate`: a length
+    ratio outside RATIO_RANGE, or more than AT_LIMIT_MAX of the outputs run to their limit), unless `allow_any`."""
+    ratio, at_limit = gate["length_ratio"], gate["at_limit"]
+    if allow_any:
+        return
+    if not RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1]:
+        why = f"output/reference length ratio is {ratio:.3f}, outside {RATIO_RANGE[0]}-{RATIO_RANGE[1]}"
+    elif at_limit > AT_LIMIT_MAX:
+        why = (f"outputs run to their length limit in {at_limit:.1%} of the validation sentences (at most "
+               f"{AT_LIMIT_MAX:.0%})")
+    else:
+        return
+    raise SystemExit(f"the model's {why}: its sentences do not end where real translations end, so its timings would "
+                     "not be real-text ones; train longer (--train-steps) or pass --allow-any-length-ratio")
 
 
 def sentence_steps(lengths, requests, rule):
@@ -299,7 +319,7 @@ def real_text(args, argv):
     tf.config.threading.set_intra_op_parallelism_threads(os.cpu_count())  # CTranslate2's intra_threads too
     decoding = dict(beam_size=args.beam_size, alpha=args.alpha, length_penalty="length", max_extra_length=50)
     run, gate = trained_run(args, decoding)
-    check_length_ratio(gate["length_ratio"], args.allow_any_length_ratio)
+    check_gate(gate, args.allow_any_length_ratio)
     pairs = read_pairs(trained.load_run(run)[2], "test")[:args.sentences]
     requests, references, texts = requests_of([s for s, _ in pairs], args.batch_size), [t for _, t in pairs], {}
     record = _harness.start("serve_real", argv, packages=("tensorflow", "keras", "ctranslate2"))

@@ -69,13 +69,16 @@ def test_the_equality_check_counts_the_texts_of_another_model_or_option(stream, 
     assert 0 < found[1]["differing"] == found[2]["differing"] <= 8 and found[1]["chrf_between"] < 100
 
 
-def test_the_length_ratio_gate_refuses_a_model_whose_outputs_end_elsewhere():
-    serve.check_length_ratio(0.8)
-    serve.check_length_ratio(1.2)
+def test_the_gate_refuses_a_model_whose_outputs_end_elsewhere_or_loop():
+    for ratio in (0.8, 1.2):
+        serve.check_gate({"length_ratio": ratio, "at_limit": 0.02})
     for ratio in (0.5, 1.25):
         with pytest.raises(SystemExit, match=rf"length ratio is {ratio:.3f}, outside 0.8-1.2.*--allow-any-length"):
-            serve.check_length_ratio(ratio)
-        serve.check_length_ratio(ratio, allow_any=True)
+            serve.check_gate({"length_ratio": ratio, "at_limit": 0.0})
+        serve.check_gate({"length_ratio": ratio, "at_limit": 0.0}, allow_any=True)
+    # A ratio within the range made of loops and early stops is refused too.
+    with pytest.raises(SystemExit, match=r"length limit in 2.5% of the validation sentences \(at most 2%\)"):
+        serve.check_gate({"length_ratio": 1.0, "at_limit": 0.025})
 
 
 def contender(path, precision, shortlist, seconds, tokens=100, bleu=20.0):
