@@ -10,6 +10,7 @@ Usage:
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -193,6 +194,7 @@ def trained_run(args, decoding):
     config and split of the shared ddtp_en_de corpus, `--preset`, `--train-steps` steps), with its shortlist and
     its `length_gate` (gate.json); cached under CACHE, reused when present."""
     run, corpus = CACHE / f"real-text-{args.preset}-{args.train_steps}", f"{SHARED_DATA}/ddtp_en_de.jsonl.gz"
+    continue_from_shorter(CACHE, args.preset, args.train_steps)
     if not (run / "gate.json").is_file():  # a run cut short resumes from its newest checkpoint
         config = config_lib.resolve([os.path.join(ROOT, "recipes", "parallel_text", "config.yaml")], assignments=[
             f"model.preset={args.preset}", f"training.max_steps={args.train_steps}", "training.max_minutes=null"])
@@ -207,6 +209,25 @@ def trained_run(args, decoding):
     if "at_limit" not in json.loads((run / "gate.json").read_text() if (run / "gate.json").is_file() else "{}"):
         (run / "gate.json").write_text(json.dumps(length_gate(run)))  # (also for a gate of an older version)
     return run, json.loads((run / "gate.json").read_text())
+
+
+def continue_from_shorter(cache, preset, steps):
+    """A run folder of `steps` steps that is not in `cache` yet starts as a copy of the longest cached run of the
+    same preset with fewer steps and a checkpoint (data, tokenizer, checkpoints; not its gate, final model or list),
+    its prepared data's manifest pointing at the copy: training goes on from there, on the same schedule, instead of
+    from scratch. Returns the folder copied, or None."""
+    run, shorter = cache / f"real-text-{preset}-{steps}", []
+    for folder in cache.glob(f"real-text-{preset}-*"):
+        count = folder.name.rsplit("-", 1)[1]
+        if count.isdigit() and int(count) < steps and any((folder / "checkpoints").glob("*.weights.h5")):
+            shorter.append((int(count), folder))
+    if run.exists() or not shorter:
+        return None
+    source = max(shorter)[1]
+    shutil.copytree(source, run, ignore=shutil.ignore_patterns("gate.json", "model.keras", "shortlist.txt"))
+    for manifest in run.glob("prepared/*/manifest.json"):  # it names its input files, which must not change
+        manifest.write_text(manifest.read_text().replace(str(source), str(run)))
+    return source
 
 
 def length_gate(run):

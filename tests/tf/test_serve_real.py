@@ -124,3 +124,23 @@ def test_sentence_steps_count_the_work_each_dropping_rule_carries():
     assert serve.sentence_steps(lengths, requests, 3) == 216
     # Two 17-token outputs: two sentences for 17 steps; XLA with 2 buckets (8, 4): 8 rows for 16 steps, then 4.
     assert serve.sentence_steps([17, 17], [2], "phases") == 34 and serve.sentence_steps([17, 17], [2], 2) == 8 * 16 + 4
+
+
+def test_a_longer_run_continues_from_the_longest_shorter_one(tmp_path):
+    """Cached runs of 100 and 200 steps (and one of another preset, and a 300-step one with no checkpoint): a
+    400-step run starts as a copy of the 200-step one, its manifest pointing at the copy; an existing one is kept."""
+    for name, checkpoint in (("tiny-100", True), ("tiny-200", True), ("base-300", True), ("tiny-300", False)):
+        folder = tmp_path / f"real-text-{name}"
+        (folder / "checkpoints").mkdir(parents=True)
+        (folder / "prepared" / "v1").mkdir(parents=True)
+        (folder / "prepared" / "v1" / "manifest.json").write_text(f'{{"inputs": ["{folder}/data/train.jsonl.gz"]}}')
+        (folder / "gate.json").write_text("{}")
+        if checkpoint:
+            (folder / "checkpoints" / f"ckpt-{name}.weights.h5").write_text(name)
+    assert serve.continue_from_shorter(tmp_path, "tiny", 400) == tmp_path / "real-text-tiny-200"
+    copy = tmp_path / "real-text-tiny-400"
+    assert (copy / "checkpoints" / "ckpt-tiny-200.weights.h5").read_text() == "tiny-200"
+    assert not (copy / "gate.json").exists()
+    assert (copy / "prepared" / "v1" / "manifest.json").read_text() == f'{{"inputs": ["{copy}/data/train.jsonl.gz"]}}'
+    assert serve.continue_from_shorter(tmp_path, "tiny", 400) is None  # there already
+    assert serve.continue_from_shorter(tmp_path, "tiny", 50) is None  # nothing shorter
