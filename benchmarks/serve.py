@@ -206,9 +206,11 @@ def trained_run(args, decoding):
         train.train(config_lib.merge(config, {"output_dir": str(run), "decoding": decoding, "data": {
             name: str(run / "data" / f"{name}.jsonl.gz") for name in SPLITS}}, origin="serve.py --real-text"))
         build_run_shortlist(run)
-    if "at_limit" not in json.loads((run / "gate.json").read_text() if (run / "gate.json").is_file() else "{}"):
-        (run / "gate.json").write_text(json.dumps(length_gate(run)))  # (also for a gate of an older version)
-    return run, json.loads((run / "gate.json").read_text())
+    gate = json.loads((run / "gate.json").read_text()) if (run / "gate.json").is_file() else {}
+    if "at_limit" not in gate:  # a new run, or a gate of an older version
+        gate = length_gate(run)
+        (run / "gate.json").write_text(json.dumps(gate))
+    return run, gate
 
 
 def continue_from_shorter(cache, preset, steps):
@@ -355,10 +357,10 @@ def real_text(args, argv):
             name, [text for request in requests for text in translate(request)])
             for name, (_, translate) in contenders.items()}, args.rounds, None)[0]
     sizes = [len(request) for request in requests]
+    lengths = {name: tokenizer.tokenize(texts[name]).row_lengths().numpy() for name in contenders}  # EOS not counted
     record["contenders"] = {name: dict(zip(("path", "precision", "shortlist"), described), seconds=seconds[name],
-                                       target_tokens=int(tokenizer.tokenize(texts[name]).row_lengths().numpy().sum()),
-                                       sentence_steps=sentence_steps(list(tokenizer.tokenize(texts[name]).row_lengths(
-                                           ).numpy() + 1), sizes, described[3]),
+                                       target_tokens=int(lengths[name].sum()),
+                                       sentence_steps=sentence_steps(list(lengths[name] + 1), sizes, described[3]),
                                        **{key: value for key, value in corpus_scores(texts[name], references).items()
                                           if key in ("bleu", "chrf")})
                             for name, (described, _) in contenders.items()}
