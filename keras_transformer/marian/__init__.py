@@ -1,2 +1,3 @@
 """MarianMT / OPUS-MT checkpoints: the id mapping (`ids`), reading checkpoint
-folders (`checkpoint`) and converting to and from our `Transformer` (`convert`)."""
+folders (`checkpoint`; OPUS-MT releases in `opus_mt`) and converting to and
+from our `Transformer` (`convert`)."""
