@@ -106,7 +106,10 @@ def serve_table(records, options):
 def serve_real_table(records, options):
     """serve.py --real-text: each contender over the whole request stream, and its ratio to CTranslate2 int8 like
     for like (given the same shortlist as its vocabulary map, or no list on either side)."""
-    record = select(records, options, "table:serve-real")[-1]
+    timed = [r for r in select(records, options, "table:serve-real") if "contenders" in r]
+    if not timed:
+        raise ValueError(f"table:serve-real: the records matching {options} are gate refusals, with no timings")
+    record = timed[-1]
     work, contenders, rows = record["workload"], record["contenders"], []
     for name, result in contenders.items():
         seconds, reference = result["seconds"], contenders.get("CTranslate2 int8" + " + vmap" * result["shortlist"])
@@ -126,6 +129,24 @@ def serve_real_table(records, options):
                                                             "sentences/s", "target tokens/s",
                                                             "vs CT2 int8 like for like", "sentence-steps",
                                                             "BLEU"], rows)
+
+
+def serve_real_gate_table(records, options):
+    """serve.py --real-text: where each selected run's model stood at the length gate (timed or refused), one row a
+    record, in record order."""
+    chosen, rows = select(records, options, "table:serve-real-gate"), []
+    for record in chosen:
+        work, trained = record["workload"], record["workload"].get("training", {})
+        gate = work["gate"]
+        rows.append([work["preset"], f"{work['train_steps']:,}", trained.get("precision") or "float32",
+                     f"{trained['val_loss']:.2f}" if "val_loss" in trained else "-", f"{gate['length_ratio']:.3f}",
+                     f"{gate['at_limit']:.1%}" if "at_limit" in gate else "-", f"{gate['bleu']:.1f}",
+                     "refused" if record.get("refused") else "timed"])
+    text = "; ".join(f"`{r['command']}`, commit {r.get('commit') or 'unknown'}, {r.get('time')}" for r in chosen)
+    return (f"{text}, {machine_text(chosen[0])} (the validation split, {chosen[0]['workload']['gate']['sentences']} "
+            "sentences, translated as the run's config says; the gate times a model with a length ratio within 0.8-1.2 and at most 2% of its outputs at the "
+            "length limit):\n\n" + markdown_table(["preset", "steps", "precision", "validation loss", "length ratio",
+                                                      "at the length limit", "BLEU", "gate"], rows))
 
 
 # --------------------------------------------------------------------------- training throughput
@@ -498,6 +519,7 @@ GENERATORS = {
     "serve": ("serve", serve_table),
     "serve-shortlist": ("serve_shortlist", serve_table),
     "serve-real": ("serve_real", serve_real_table),
+    "serve-real-gate": ("serve_real", serve_real_gate_table),
     "serve-profile": ("serve_profile", serve_profile_table),
     "serve-kernels": ("serve_kernels", serve_kernels_table),
     "serve-mix": ("serve_mix", serve_mix_table),

@@ -252,20 +252,31 @@ def requests_of(sources, batch_size):
 
 
 def check_gate(gate, allow_any=False):
-    """Refuses (SystemExit) a model whose outputs do not end where real translations do (`length_gate`: a length
-    ratio outside RATIO_RANGE, or more than AT_LIMIT_MAX of the outputs run to their limit), unless `allow_any`."""
+    """Why a model's outputs do not end where real translations do (`length_gate`: a length ratio outside
+    RATIO_RANGE, or more than AT_LIMIT_MAX of the outputs run to their limit), or None when they do or `allow_any`."""
     ratio, at_limit = gate["length_ratio"], gate["at_limit"]
-    if allow_any:
-        return
+    if allow_any or (RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1] and at_limit <= AT_LIMIT_MAX):
+        return None
     if not RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1]:
         why = f"output/reference length ratio is {ratio:.3f}, outside {RATIO_RANGE[0]}-{RATIO_RANGE[1]}"
-    elif at_limit > AT_LIMIT_MAX:
+    else:
         why = (f"outputs run to their length limit in {at_limit:.1%} of the validation sentences (at most "
                f"{AT_LIMIT_MAX:.0%})")
-    else:
-        return
-    raise SystemExit(f"the model's {why}: its sentences do not end where real translations end, so its timings would "
-                     "not be real-text ones; train longer (--train-steps) or pass --allow-any-length-ratio")
+    return (f"the model's {why}: its sentences do not end where real translations end, so its timings would not be "
+            "real-text ones; train longer (--train-steps) or pass --allow-any-length-ratio")
+
+
+def training_state(run):
+    """The run's training where its progress log ends: steps, the last validation, precision and batch size."""
+    training = json.loads((run / "config.json").read_text())["training"]
+    rows = [json.loads(line) for line in (run / "progress.jsonl").read_text().splitlines() if line.strip()]
+    state = {"steps": max(row["step"] for row in rows), "precision": training["mixed_precision"],
+             "tokens_per_batch": training["tokens_per_batch"]}
+    validated = [row for row in rows if "val_loss" in row]
+    if validated:
+        state.update(validated_at=validated[-1]["step"], val_loss=validated[-1]["val_loss"],
+                     val_masked_accuracy=validated[-1]["val_masked_accuracy"])
+    return state
 
 
 def sentence_steps(lengths, requests, rule):
@@ -342,15 +353,20 @@ def real_text(args, argv):
     tf.config.threading.set_intra_op_parallelism_threads(os.cpu_count())  # CTranslate2's intra_threads too
     decoding = dict(beam_size=args.beam_size, alpha=args.alpha, length_penalty="length", max_extra_length=50)
     run, gate = trained_run(args, decoding)
-    check_gate(gate, args.allow_any_length_ratio)
-    pairs = read_pairs(trained.load_run(run)[2], "test")[:args.sentences]
-    requests, references, texts = requests_of([s for s, _ in pairs], args.batch_size), [t for _, t in pairs], {}
     record = _harness.start("serve_real", argv, packages=("tensorflow", "keras", "ctranslate2"))
     record["workload"] = {"preset": args.preset, "train_steps": args.train_steps, "gate": gate, "smoke": args.preset
-                          != "base", "length_ratio_allowed_any": args.allow_any_length_ratio, "batch": args.batch_size,
-                          "stream": f"the first {len(pairs)} sources of the parallel_text test split, in order",
-                          "sentences": len(pairs), "threads": os.cpu_count(), "decoding": decoding,
-                          "options": vars(args)}
+                          != "base", "training": training_state(run)}
+    refusal = check_gate(gate, args.allow_any_length_ratio)
+    if refusal:  # recorded: how far the model's training got is a finding too (the serve-real-gate table)
+        record["refused"] = refusal
+        _harness.save(args.record, _harness.finish(record))
+        raise SystemExit(refusal)
+    pairs = read_pairs(trained.load_run(run)[2], "test")[:args.sentences]
+    requests, references, texts = requests_of([s for s, _ in pairs], args.batch_size), [t for _, t in pairs], {}
+    record["workload"].update({
+        "length_ratio_allowed_any": args.allow_any_length_ratio, "batch": args.batch_size, "sentences": len(pairs),
+        "stream": f"the first {len(pairs)} sources of the parallel_text test split, in order",
+        "threads": os.cpu_count(), "decoding": decoding, "options": vars(args)})
     with tempfile.TemporaryDirectory() as work:
         contenders, tokenizer = real_text_contenders(args, run, decoding, work)
         seconds = _harness.take_turns({name: lambda name=name, translate=translate: texts.__setitem__(

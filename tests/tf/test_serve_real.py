@@ -1,6 +1,8 @@
 """benchmarks/serve.py --real-text, its core pieces without the shared corpus: the request stream, the check that
 contenders which should agree give the same texts, the length-ratio gate, and the table of a record."""
 
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -10,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import serve  # noqa: E402
-from benchmarks._report_tables import serve_real_table  # noqa: E402
+from benchmarks._report_tables import serve_real_gate_table, serve_real_table  # noqa: E402
 
 
 def test_requests_keep_the_sources_in_order_in_requests_of_the_batch_size():
@@ -71,14 +73,14 @@ def test_the_equality_check_counts_the_texts_of_another_model_or_option(stream, 
 
 def test_the_gate_refuses_a_model_whose_outputs_end_elsewhere_or_loop():
     for ratio in (0.8, 1.2):
-        serve.check_gate({"length_ratio": ratio, "at_limit": 0.02})
+        assert serve.check_gate({"length_ratio": ratio, "at_limit": 0.02}) is None
     for ratio in (0.5, 1.25):
-        with pytest.raises(SystemExit, match=rf"length ratio is {ratio:.3f}, outside 0.8-1.2.*--allow-any-length"):
-            serve.check_gate({"length_ratio": ratio, "at_limit": 0.0})
-        serve.check_gate({"length_ratio": ratio, "at_limit": 0.0}, allow_any=True)
+        assert re.search(rf"length ratio is {ratio:.3f}, outside 0.8-1.2.*--allow-any-length",
+                         serve.check_gate({"length_ratio": ratio, "at_limit": 0.0}))
+        assert serve.check_gate({"length_ratio": ratio, "at_limit": 0.0}, allow_any=True) is None
     # A ratio within the range made of loops and early stops is refused too.
-    with pytest.raises(SystemExit, match=r"length limit in 2.5% of the validation sentences \(at most 2%\)"):
-        serve.check_gate({"length_ratio": 1.0, "at_limit": 0.025})
+    assert re.search(r"length limit in 2.5% of the validation sentences \(at most 2%\)",
+                     serve.check_gate({"length_ratio": 1.0, "at_limit": 0.025}))
 
 
 def contender(path, precision, shortlist, seconds, tokens=100, bleu=20.0):
@@ -109,6 +111,33 @@ def test_the_table_gives_each_contender_its_like_for_like_ratio_to_ctranslate2_i
                                                  "0.50x", "-", "20.0 |"]
     assert rows["SavedModel XLA, int8 + shortlist"][3:6] == ["40.0", "100", "0.50x"]
     assert rows["CTranslate2 int8"][5] == "1.00x"
+
+
+def test_a_refused_model_is_recorded_and_the_gate_table_gives_where_each_run_stood(tmp_path):
+    run = tmp_path / "real-text-base-8000"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"training": {"mixed_precision": "mixed_bfloat16",
+                                                              "tokens_per_batch": 1024}}))
+    (run / "progress.jsonl").write_text("\n".join(json.dumps(row) for row in (
+        {"step": 7900, "loss": 4.5}, {"step": 8000, "val_loss": 4.553, "val_masked_accuracy": 0.27},
+        {"step": 8000, "loss": 4.4})) + "\n")
+    assert serve.training_state(run) == {"steps": 8000, "precision": "mixed_bfloat16", "tokens_per_batch": 1024,
+                                         "validated_at": 8000, "val_loss": 4.553, "val_masked_accuracy": 0.27}
+    common = {"command": "python benchmarks/serve.py --real-text", "commit": "abc1234", "machine": {"cpu": "Some CPU",
+              "cpus": 2}}
+    timed = dict(common, time="2026-11-27 23:00:00 UTC", workload={"preset": "tiny", "train_steps": 2000, "gate": {
+        "length_ratio": 0.966, "bleu": 5.24, "sentences": 500}})  # an older record: no at_limit, no training
+    refused = dict(common, time="2026-11-28 09:40:00 UTC", refused="the model's output/reference length ratio ...",
+                   workload={"preset": "base", "train_steps": 8000, "training": serve.training_state(run), "gate": {
+                       "length_ratio": 1.31301, "at_limit": 0.146, "bleu": 4.52, "sentences": 500}})
+    table = serve_real_gate_table([timed, refused], {})
+    assert "500 sentences" in table and f"within {serve.RATIO_RANGE[0]}-{serve.RATIO_RANGE[1]}" in table
+    assert f"at most {serve.AT_LIMIT_MAX:.0%} of its outputs" in table
+    rows = [line.split(" | ") for line in table.splitlines()[-2:]]
+    assert rows[0] == ["| tiny", "2,000", "float32", "-", "0.966", "-", "5.2", "timed |"]
+    assert rows[1] == ["| base", "8,000", "mixed_bfloat16", "4.55", "1.313", "14.6%", "4.5", "refused |"]
+    with pytest.raises(ValueError, match="gate refusals, with no timings"):
+        serve_real_table([refused], {})
 
 
 def test_sentence_steps_count_the_work_each_dropping_rule_carries():
