@@ -138,7 +138,7 @@ def serve_real_gate_table(records, options):
     for record in chosen:
         work, trained = record["workload"], record["workload"].get("training", {})
         gate = work["gate"]
-        rows.append([work["preset"], f"{work['train_steps']:,}", trained.get("precision") or "float32",
+        rows.append([work["preset"], f"{work['train_steps']:,}", trained.get("precision", "-") or "float32",
                      f"{trained['val_loss']:.2f}" if "val_loss" in trained else "-", f"{gate['length_ratio']:.3f}",
                      f"{gate['at_limit']:.1%}" if "at_limit" in gate else "-", f"{gate['bleu']:.1f}",
                      "refused" if record.get("refused") else "timed"])
