@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from benchmarks._harness import SEARCH, Contender, compile_ours, set_policy
+from benchmarks._workloads import SEARCH, Contender, compile_ours, set_policy
 from keras_transformer.data import BOS_ID, EOS_ID, PAD_ID
 
 ARCHITECTURES = ("tied", "keras-io")

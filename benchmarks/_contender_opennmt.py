@@ -1,5 +1,5 @@
 """OpenNMT-tf 2.32 as a benchmark contender: its own trainer and decoder, in its own process and virtual
-environment (`INSTALL`), with _harness.Contender's verbs: `train_steps` runs `onmt-main` on the batches'
+environment (`INSTALL`), with _workloads.Contender's verbs: `train_steps` runs `onmt-main` on the batches'
 sentences (train_throughput.py), `quality_command` starts the worker _quality_opennmt.py (quality.py).
 How: docs/benchmarks.md, "The shared harness"."""
 
@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from benchmarks._harness import BATCH, BOS, EOS, PAD, REAL_TOKENS_PER_BATCH, SIZE, Contender, peak_memory_mb
+from benchmarks._workloads import BATCH, BOS, EOS, PAD, REAL_TOKENS_PER_BATCH, SIZE, Contender, peak_memory_mb
 
 HERE = Path(__file__).resolve().parent
 INSTALL = ('python3.11 -m venv .venv-opennmt && .venv-opennmt/bin/pip install "tensorflow==2.13.1" '

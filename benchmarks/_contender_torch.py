@@ -5,7 +5,7 @@ import math
 import os
 import time
 
-from benchmarks._harness import Contender, timed_steps
+from benchmarks._workloads import Contender, timed_steps
 
 
 def torch_transformer(size, positions=512, padded=True, device="cpu"):

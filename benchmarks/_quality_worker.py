@@ -9,8 +9,10 @@ import shutil
 import time
 from pathlib import Path
 
-from benchmarks._harness import (CORPORA, MAX_CHARS, MAX_LENGTH, MODEL, SAVE_EVERY_STEPS, SEARCH, SIZE, SOURCE_KEY,
-                                 TARGET_KEY, Clock, read_pairs, versions)
+from benchmarks._harness import versions
+from benchmarks._workloads import (
+    CORPORA, MAX_CHARS, MAX_LENGTH, MODEL, SAVE_EVERY_STEPS, SEARCH, SIZE, SOURCE_KEY, TARGET_KEY, Clock, read_pairs
+)
 
 
 def run(args):
@@ -144,7 +146,7 @@ def train_and_decode_ours(work, out, minutes, settings, seed):
     `decode`."""
     import keras
 
-    from benchmarks._harness import Ours
+    from benchmarks._workloads import Ours
     from keras_transformer import config as config_lib
     from keras_transformer.data import SubwordTokenizer
     from keras_transformer.run import data as run_data, train as run_train, trained as run_trained

@@ -9,8 +9,10 @@ import importlib
 import math
 from collections import OrderedDict
 
-from benchmarks._harness import (DENSE_BF16_PEAK_TFLOPS, PAPER_SECONDS_PER_STEP, PAPER_TARGET_TOKENS, gpu_size,
-                                 markdown_table, training_flops)
+from benchmarks._harness import markdown_table
+from benchmarks._workloads import (
+    DENSE_BF16_PEAK_TFLOPS, PAPER_SECONDS_PER_STEP, PAPER_TARGET_TOKENS, gpu_size, training_flops
+)
 
 SERVE_REFERENCES = ("ours in process, XLA", "CTranslate2 float32")
 

@@ -19,8 +19,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._report_tables import gpu_table  # noqa: E402
-from benchmarks._harness import (DENSE_BF16_PEAK_TFLOPS, PRESETS, VOCABULARY, compile_ours,  # noqa: E402
-                                 gpu_size, make_batches, timings, training_flops)
+from benchmarks._harness import timings  # noqa: E402
+from benchmarks._workloads import (  # noqa: E402
+    DENSE_BF16_PEAK_TFLOPS, PRESETS, VOCABULARY, compile_ours, gpu_size, make_batches, training_flops
+)
 
 PAD, BOS, EOS = 0, 2, 3
 # The PyTorch contenders: name -> torch.compile mode (None: eager).

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._harness import CORPORA, MODEL, WORKER_CONFIG, positive  # noqa: E402
+from benchmarks._harness import positive  # noqa: E402
+from benchmarks._workloads import CORPORA, MODEL, WORKER_CONFIG  # noqa: E402
 from benchmarks._report_tables import quality_table  # noqa: E402
 CONTENDERS = ("ours", "keras-hub", "opennmt-tf")
 # Settings for a budget of a few thousand steps at most (see benchmarks/README.md):

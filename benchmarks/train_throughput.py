@@ -17,13 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
 from benchmarks._contender_opennmt import INSTALL, OpenNMT  # noqa: E402
-from benchmarks._harness import (  # noqa: E402
-    BOS, CORPORA, EOS, MAX_LENGTH, PAD, REAL_TOKENS_PER_BATCH, SIZE, make_batches, peak_memory_mb, positive,
-    read_pairs, target_tokens, timings, training_flops, training_products)
+from benchmarks._harness import positive, timings  # noqa: E402
+from benchmarks._workloads import (  # noqa: E402
+    BOS, CORPORA, EOS, MAX_LENGTH, PAD, REAL_TOKENS_PER_BATCH, SIZE, make_batches, peak_memory_mb, read_pairs,
+    target_tokens, training_flops, training_products
+)
 from benchmarks._report_tables import throughput_table  # noqa: E402
 
 REAL_NUM_BATCHES = 24  # the real workload's distinct batches, cycled
-# Contender name: the harness module whose THROUGHPUT table holds it (_harness.Contender's shape),
+# Contender name: the harness module whose THROUGHPUT table holds it (_workloads.Contender's shape),
 # imported when needed: a worker process imports only its own (ours-jax must not load TensorFlow).
 MODULES = {
     "ours-tf": "ours", "ours-tf-xla": "ours", "ours-jax": "ours", "keras-hub": "keras-hub",
@@ -34,7 +36,7 @@ MODULES = {
 
 def contender(name):
     if MODULES[name] == "ours":
-        from benchmarks._harness import THROUGHPUT
+        from benchmarks._workloads import THROUGHPUT
     elif MODULES[name] == "keras-hub":
         from benchmarks._contender_keras_hub import THROUGHPUT
     else:
