@@ -65,26 +65,29 @@ import time
 
 import numpy as np
 
+from keras_transformer.data.manifest import (  # noqa: F401 (content_sha256: this module's API too)
+    CURRENT_FILE,
+    FORMAT_VERSION,
+    LENGTHS_FILE,
+    MANIFEST_FILE,
+    TOKENIZER_FILE,
+    atomic_write,
+    content_sha256,
+    current_version,
+    file_stats,
+    fingerprint,
+    read_manifest,
+    sha256_of,
+    verify,
+    why_stale,
+)
 from keras_transformer.data.shards import (
-    ShardError,
-    ShardSet,
-    ShardWriter,
-    check_file,
-    file_sha256,
-    file_stat,
-    shard_files,
-    token_dtype,
-    verify_shard,
+    ShardError, ShardSet, ShardWriter, check_file, file_stat, shard_files, token_dtype,
 )
 
-FORMAT_VERSION = 1
-MANIFEST_FILE = "manifest.json"
-CURRENT_FILE = "current"
 LOCK_FILE = ".lock"
 _BUILDING_PREFIX = ".building-"
 _VERSION_NAME = re.compile(r"v[0-9]+")
-TOKENIZER_FILE = "tokenizer.model"
-LENGTHS_FILE = "lengths.u16"
 PROGRESS_FILE = "progress.json"  # in a version being made: its finished shards
 _SHARD_LENGTHS_SUFFIX = ".lengths"  # a finished shard's part of lengths.u16, joined at the end
 _MAX_LENGTH = 2**16 - 1  # lengths.u16 saturates here: such pairs fit no bucket
@@ -119,105 +122,6 @@ class Prepared:
         return ShardSet(self.directory, self.manifest["shards"], self.manifest["token_dtype"])
 
 
-def fingerprint(path, checksum=True):
-    stat = os.stat(path)
-    record = {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    if checksum:
-        record["sha256"] = file_sha256(path)
-    return record
-
-
-def _atomic_write(path, data):
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-
-
-def read_manifest(directory):
-    """The manifest of a prepared directory (of its current version), or None if it has none
-    (or an unreadable one)."""
-    directory = current_version(directory) or directory
-    path = os.path.join(directory, MANIFEST_FILE)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return None
-    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT_VERSION else None
-
-
-def content_sha256(manifest):
-    """A digest of what a prepared directory holds (tokenizer, shards, counts), not of how
-    or when it was made: two preparations of the same content have the same one."""
-    content = {key: manifest.get(key) for key in ("format", "tokenizer_sha256", "token_dtype", "shards",
-                                                  "lengths_sha256")}
-    content["pairs"] = manifest["counts"]["pairs"]
-    return _sha256(json.dumps(content, sort_keys=True).encode())
-
-
-# Settings that a later version calls by another name (the same setting, so not a change).
-_RENAMED_SETTINGS = {"training.seed": "data.tokenizer_seed"}
-
-
-def _renamed_settings(settings):
-    return {_RENAMED_SETTINGS.get(key, key): value for key, value in settings.items()}
-
-
-def _why_stale(manifest, inputs, settings, tokenizer_sha256):
-    """Why `manifest` does not describe these inputs and settings (None: it does).
-
-    An input whose size and modification time are unchanged is taken as
-    unchanged; one whose stat changed is compared by SHA-256 (a copy or a
-    `touch` is not a change)."""
-    before = _renamed_settings(manifest["settings"])
-    if before != settings:
-        changed = [f"{key} {before.get(key)!r} -> {settings.get(key)!r}"
-                   for key in sorted(set(before) | set(settings)) if before.get(key) != settings.get(key)]
-        return "the settings changed since the data was prepared: " + "; ".join(changed)
-    if tokenizer_sha256 is not None and manifest["tokenizer_sha256"] != tokenizer_sha256:
-        return "the data was prepared with another tokenizer"
-    recorded = manifest["inputs"]
-    if [record["path"] for record in recorded] != [os.path.abspath(path) for path in inputs]:
-        return (f"the inputs changed: {', '.join(inputs)} (prepared from "
-                f"{', '.join(record['path'] for record in recorded)})")
-    for path, record in zip(inputs, recorded):
-        now = fingerprint(path, checksum=False)
-        if (now["size"], now["mtime_ns"]) == (record["size"], record["mtime_ns"]):
-            continue
-        if file_sha256(path) != record["sha256"]:
-            return (f"{path} changed since it was prepared ({record['size']:,} bytes then, "
-                    f"{now['size']:,} now; its SHA-256 differs)")
-    return None
-
-
-def verify(directory, manifest, checksums=True):
-    """Raises `ShardError` naming the first missing or damaged file.
-
-    `checksums`: True computes every file's SHA-256; "changed" only those of files whose
-    size or modification time differs from the manifest's `file_stats` (all of them in a
-    manifest without: one written before it recorded them); False none."""
-    stats = manifest.get("file_stats", {})
-    # Data prepared with an `encoder` lists its tokenizer's files; otherwise it is one SentencePiece model.
-    for name, sha256 in manifest.get("tokenizer_files", {TOKENIZER_FILE: manifest["tokenizer_sha256"]}).items():
-        tokenizer = os.path.join(directory, name)
-        if not os.path.isfile(tokenizer) or file_sha256(tokenizer) != sha256:  # small: always checked
-            raise ShardError(f"{tokenizer}: missing or not the tokenizer the data was prepared with")
-    lengths = os.path.join(directory, LENGTHS_FILE)
-    if not os.path.isfile(lengths) or os.path.getsize(lengths) != 2 * manifest["counts"]["pairs"]:
-        raise ShardError(f"{lengths}: missing or of the wrong size")
-    # Manifests before format 1's lengths_sha256 have none: their lengths are checked by size only.
-    if "lengths_sha256" in manifest:
-        check_file(lengths, 2 * manifest["counts"]["pairs"], manifest["lengths_sha256"], stats.get(LENGTHS_FILE),
-                   checksums)
-    for entry in manifest["shards"]:
-        verify_shard(directory, entry, manifest["token_dtype"], checksums=checksums, stats=stats)
-
-
 def reservoir_sample(pairs, size, seed):
     """`size` pairs drawn uniformly from a stream, in stream order (all of
     them, in order, when the stream is shorter)."""
@@ -232,19 +136,6 @@ def reservoir_sample(pairs, size, seed):
                 sample[slot] = (index, pair)
     sample.sort(key=lambda item: item[0])
     return [pair for _, pair in sample]
-
-
-def current_version(directory):
-    """The directory of the current version of the prepared `directory` (see the module
-    docstring), or None if there is none yet."""
-    directory = os.fspath(directory)
-    try:
-        with open(os.path.join(directory, CURRENT_FILE), encoding="utf-8") as handle:
-            return os.path.join(directory, handle.read().strip())
-    except FileNotFoundError:
-        pass
-    # Prepared before versions: the files lie in the directory itself.
-    return directory if os.path.isfile(os.path.join(directory, MANIFEST_FILE)) else None
 
 
 @contextlib.contextmanager
@@ -315,13 +206,13 @@ def prepare(directory, *, inputs, open_pairs, settings, tokenizer_proto=None, tr
 def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, train_tokenizer, sample_pairs, seed,
                     pairs_per_shard, on_change, log, num_threads, build, encoder, full_verify, processes):
     tokenizer_sha256 = encoder.sha256 if encoder is not None else (
-        None if tokenizer_proto is None else _sha256(tokenizer_proto))
+        None if tokenizer_proto is None else sha256_of(tokenizer_proto))
     current = current_version(directory)
     manifest = None if current is None else read_manifest(current)
     if manifest is None and not build:
         raise PrepareError(f"{directory}: not prepared (no {MANIFEST_FILE})")
     if manifest is not None:
-        reason = _why_stale(manifest, inputs, settings, tokenizer_sha256)
+        reason = why_stale(manifest, inputs, settings, tokenizer_sha256)
         if reason is None:
             try:
                 verify(current, manifest, checksums=True if full_verify else "changed")
@@ -334,7 +225,7 @@ def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, tr
                 if tokenizer_proto is None and encoder is None:
                     with open(os.path.join(current, TOKENIZER_FILE), "rb") as handle:
                         kept = handle.read()
-                    if _sha256(kept) == manifest["tokenizer_sha256"]:
+                    if sha256_of(kept) == manifest["tokenizer_sha256"]:
                         tokenizer_proto = kept
         else:
             if on_change == "error" or not build:
@@ -342,9 +233,9 @@ def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, tr
             log(f"prepare: {reason}; preparing {directory} again (a new version; {current} stays for any run "
                 "reading it)")
     fingerprints = [fingerprint(path) for path in inputs]
-    key = _sha256(json.dumps({"format": FORMAT_VERSION, "inputs": fingerprints, "settings": settings,
+    key = sha256_of(json.dumps({"format": FORMAT_VERSION, "inputs": fingerprints, "settings": settings,
                               "tokenizer_sha256": encoder.sha256 if encoder is not None else (
-                                  None if tokenizer_proto is None else _sha256(tokenizer_proto)),
+                                  None if tokenizer_proto is None else sha256_of(tokenizer_proto)),
                               "pairs_per_shard": pairs_per_shard}, sort_keys=True).encode())[:16]
     private = os.path.join(directory, _BUILDING_PREFIX + key)
     for name in os.listdir(directory):  # left by a killed preparation of other inputs: the lock is ours
@@ -360,12 +251,8 @@ def _prepare_locked(directory, inputs, open_pairs, settings, tokenizer_proto, tr
     name = f"v{1 + max((int(n[1:]) for n in names), default=0)}"
     # A failed preparation leaves its folder: the next one of the same inputs resumes from its shards.
     os.rename(private, os.path.join(directory, name))
-    _atomic_write(os.path.join(directory, CURRENT_FILE), name.encode())
+    atomic_write(os.path.join(directory, CURRENT_FILE), name.encode())
     return Prepared(os.path.join(directory, name), prepared.manifest, prepared.action)
-
-
-def _sha256(data):
-    return hashlib.sha256(data).hexdigest()
 
 
 class _SentencePieceEncoder:
@@ -375,7 +262,7 @@ class _SentencePieceEncoder:
         import sentencepiece
 
         self.files = {TOKENIZER_FILE: proto}
-        self.sha256 = _sha256(proto)
+        self.sha256 = sha256_of(proto)
         self._processor = sentencepiece.SentencePieceProcessor(model_proto=proto)
         self.vocabulary_size = self._processor.get_piece_size()
         self._threads = num_threads
@@ -443,7 +330,7 @@ _process_encoder = None  # a `prepare` process's encoder, made once
 
 def _write_shard_in_process(directory, name, proto, num_threads, pairs, dtype):
     global _process_encoder
-    if _process_encoder is None or _process_encoder.sha256 != _sha256(proto):
+    if _process_encoder is None or _process_encoder.sha256 != sha256_of(proto):
         _process_encoder = _SentencePieceEncoder(proto, num_threads)
     chunks = (pairs[start:start + _CHUNK_PAIRS] for start in range(0, len(pairs), _CHUNK_PAIRS))
     return _write_shard(directory, name, _process_encoder, chunks, dtype)
@@ -470,19 +357,19 @@ def _build(directory, fingerprints, open_pairs, settings, tokenizer_proto, train
         del sample
     if finished:
         log(f"prepare: resuming {directory}: {len(finished)} shards were finished ({', '.join(sorted(finished))})")
-    tokenizer_files = None if encoder is None else {name: _sha256(data) for name, data in encoder.files.items()}
+    tokenizer_files = None if encoder is None else {name: sha256_of(data) for name, data in encoder.files.items()}
     threads = num_threads or os.cpu_count() or 1
     if encoder is None:
         encoder = _SentencePieceEncoder(tokenizer_proto, max(1, threads // processes))
     else:
         processes = 1  # an encoder of its own kind is not sent to other processes
     for name, data in encoder.files.items():
-        _atomic_write(os.path.join(directory, name), data)
+        atomic_write(os.path.join(directory, name), data)
     dtype = token_dtype(encoder.vocabulary_size)
 
     def record(name, entry):
         finished[name] = entry
-        _atomic_write(os.path.join(directory, PROGRESS_FILE), json.dumps({"shards": finished}).encode())
+        atomic_write(os.path.join(directory, PROGRESS_FILE), json.dumps({"shards": finished}).encode())
 
     corpus = open_pairs()
     iterator = iter(corpus)
@@ -554,25 +441,11 @@ def _build(directory, fingerprints, open_pairs, settings, tokenizer_proto, train
                    # pairs per padded length, from 1 (lengths.u16 in a histogram)
                    "lengths": {str(length): int(count) for length, count in enumerate(length_counts) if count}},
         "shards": shards,
-        "file_stats": _file_stats(directory, [LENGTHS_FILE, *(os.path.basename(path) for entry in shards
+        "file_stats": file_stats(directory, [LENGTHS_FILE, *(os.path.basename(path) for entry in shards
                                                                for path in shard_files(directory, entry).values())]),
         "seconds": round(time.time() - started, 1),
     }
-    _atomic_write(os.path.join(directory, MANIFEST_FILE), json.dumps(manifest, indent=1).encode())
+    atomic_write(os.path.join(directory, MANIFEST_FILE), json.dumps(manifest, indent=1).encode())
     log(f"prepare: {pairs:,} pairs, {manifest['counts']['tokens']:,} tokens in {len(shards)} shards "
         f"({manifest['seconds']:.0f}s)")
     return Prepared(directory, manifest, "prepared")
-
-
-_CLOCK_TICK_NS = 50_000_000  # longer than a coarse file-time tick (1-10 ms)
-
-
-def _file_stats(directory, names):
-    """`{name: [size, mtime_ns]}` of finished files, for the quick check at start. A file
-    changed within the clock tick of its last write would keep its modification time, so
-    the stats are taken once that tick has passed (git's "racy clean" case)."""
-    newest = max(os.stat(os.path.join(directory, name)).st_mtime_ns for name in names)
-    wait_ns = newest + _CLOCK_TICK_NS - time.time_ns()
-    if wait_ns > 0:
-        time.sleep(wait_ns / 1e9)
-    return {name: file_stat(os.path.join(directory, name)) for name in names}

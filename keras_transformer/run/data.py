@@ -158,7 +158,7 @@ def training_batches(config, prepared, boundaries, worker=None):
     if plan.left_out:
         print(f"data.train: {plan.left_out:,} of {prepared.num_pairs:,} pairs are longer than data.max_length "
               f"{max_length} tokens and left out", flush=True)
-    from keras_transformer.data.prepare import content_sha256
+    from keras_transformer.data.manifest import content_sha256
 
     record = {"prepared_sha256": content_sha256(prepared.manifest), **plan.record()}
     shards = prepared.shards()
@@ -204,7 +204,7 @@ def check_plan(checkpoint_dir, record, has_checkpoints):
     train some pairs of its epoch twice and others not at all. A run without checkpoints (re)writes
     `checkpoint_dir/plan.json`; one with checkpoints must match it, else `RunError` names every
     changed input and how to go on. Checkpoints from before plan records get one now."""
-    from keras_transformer.data.prepare import _atomic_write
+    from keras_transformer.data.manifest import atomic_write
 
     recorded = read_plan(checkpoint_dir) if has_checkpoints else None
     path = Path(checkpoint_dir) / PLAN_FILE
@@ -212,7 +212,7 @@ def check_plan(checkpoint_dir, record, has_checkpoints):
         import json
 
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(str(path), json.dumps(record, indent=1).encode())  # a new file: a hard-linked copy stays
+        atomic_write(str(path), json.dumps(record, indent=1).encode())  # a new file: a hard-linked copy stays
         return
     changed = [key for key in _PLAN_SOURCES if recorded.get(key) != record.get(key)]
     if not changed:

@@ -44,9 +44,9 @@ def worker(record, case, *argv):
 
         run_train._TimeLimit.__init__ = hour_ahead
     if case == "other_manifest" and index == 1:
-        from keras_transformer.data import prepare
+        from keras_transformer.data import manifest
 
-        prepare.content_sha256 = lambda manifest: "another prepared directory"
+        manifest.content_sha256 = lambda manifest: "another prepared directory"
     if case == "early_stopping":
         # Fast: no search (the translations are the sources), no validation loss at the epoch's end.
         run_train.translate_texts = lambda model, tokenizer, texts, *args, **kwargs: list(texts)
