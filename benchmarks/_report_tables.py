@@ -135,8 +135,10 @@ def serve_real_table(records, options):
 
 def serve_real_gate_table(records, options):
     """serve.py --real-text: where each selected run's model stood at the length gate (timed or refused), one row a
-    record, in record order."""
-    chosen, rows = select(records, options, "table:serve-real-gate"), []
+    record, by preset and steps."""
+    chosen = sorted(select(records, options, "table:serve-real-gate"),
+                    key=lambda record: (record["workload"]["preset"], record["workload"]["train_steps"]))
+    rows = []
     for record in chosen:
         work, trained = record["workload"], record["workload"].get("training", {})
         gate = work["gate"]

@@ -133,9 +133,9 @@ def test_a_refused_model_is_recorded_and_the_gate_table_gives_where_each_run_sto
     table = serve_real_gate_table([timed, refused], {})
     assert "500 sentences" in table and f"within {serve.RATIO_RANGE[0]}-{serve.RATIO_RANGE[1]}" in table
     assert f"at most {serve.AT_LIMIT_MAX:.0%} of its outputs" in table
-    rows = [line.split(" | ") for line in table.splitlines()[-2:]]
-    assert rows[0] == ["| tiny", "2,000", "-", "-", "0.966", "-", "5.2", "timed |"]
-    assert rows[1] == ["| base", "8,000", "mixed_bfloat16", "4.55", "1.313", "14.6%", "4.5", "refused |"]
+    rows = [line.split(" | ") for line in table.splitlines()[-2:]]  # by preset and steps
+    assert rows[0] == ["| base", "8,000", "mixed_bfloat16", "4.55", "1.313", "14.6%", "4.5", "refused |"]
+    assert rows[1] == ["| tiny", "2,000", "-", "-", "0.966", "-", "5.2", "timed |"]
     with pytest.raises(ValueError, match="gate refusals, with no timings"):
         serve_real_table([refused], {})
 
