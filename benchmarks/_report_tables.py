@@ -148,8 +148,8 @@ def serve_real_gate_table(records, options):
                      "refused" if record.get("refused") else "timed"])
     text = "; ".join(f"`{r['command']}`, commit {r.get('commit') or 'unknown'}, {r.get('time')}" for r in chosen)
     return (f"{text}, {machine_text(chosen[0])} (the validation split, {chosen[0]['workload']['gate']['sentences']} "
-            "sentences, translated as the run's config says; the gate times a model with a length ratio within 0.8-1.2 and at most 2% of its outputs at the "
-            "length limit):\n\n" + markdown_table(["preset", "steps", "precision", "validation loss", "length ratio",
+            "sentences, translated as the run's config says; the gate times a model with a length ratio within "
+            "0.8-1.2 and at most 2% of its outputs at the length limit):\n\n" + markdown_table(["preset", "steps", "precision", "validation loss", "length ratio",
                                                       "at the length limit", "BLEU", "gate"], rows))
 
 

@@ -255,9 +255,10 @@ def check_gate(gate, allow_any=False):
     """Why a model's outputs do not end where real translations do (`length_gate`: a length ratio outside
     RATIO_RANGE, or more than AT_LIMIT_MAX of the outputs run to their limit), or None when they do or `allow_any`."""
     ratio, at_limit = gate["length_ratio"], gate["at_limit"]
-    if allow_any or (RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1] and at_limit <= AT_LIMIT_MAX):
+    in_range = RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1]
+    if allow_any or (in_range and at_limit <= AT_LIMIT_MAX):
         return None
-    if not RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1]:
+    if not in_range:
         why = f"output/reference length ratio is {ratio:.3f}, outside {RATIO_RANGE[0]}-{RATIO_RANGE[1]}"
     else:
         why = (f"outputs run to their length limit in {at_limit:.1%} of the validation sentences (at most "
