@@ -17,10 +17,33 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from benchmarks import _harness  # noqa: E402
+from benchmarks._report_serve import (  # noqa: E402
+    serve_kernels_table, serve_mix_table, serve_profile_table, serve_real_gate_table, serve_real_table, serve_table,
+)
 from benchmarks._report_tables import (  # noqa: E402, F401  (the generators, and what the tests use)
-    GENERATORS, gpu_table, parse_options, quality_table, serve_table, throughput_table,
+    data_scale_cluster_table, data_scale_table, gpu_table, parse_options, pretrained_table, quality_table,
+    quantize_quality_table, recipe_table, throughput_table, trip_table,
 )
 
+# marker name -> (records name, generator)
+GENERATORS = {
+    "serve": ("serve", serve_table),
+    "serve-shortlist": ("serve_shortlist", serve_table),
+    "serve-real": ("serve_real", serve_real_table),
+    "serve-real-gate": ("serve_real", serve_real_gate_table),
+    "serve-profile": ("serve_profile", serve_profile_table),
+    "serve-kernels": ("serve_kernels", serve_kernels_table),
+    "serve-mix": ("serve_mix", serve_mix_table),
+    "quantize-quality": ("quantize_quality", quantize_quality_table),
+    "train-throughput": ("train_throughput", throughput_table),
+    "quality": ("quality", quality_table),
+    "gpu": ("gpu", gpu_table),
+    "data-scale": ("data_scale", data_scale_table),
+    "data-scale-cluster": ("data_scale", data_scale_cluster_table),
+    "recipe": ("recipes", recipe_table),
+    "pretrained": ("pretrained", pretrained_table),
+    "recipe-trip": ("recipes", trip_table),
+}
 DOCUMENTS = (ROOT / "benchmarks" / "README.md", ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
 RESULTS = ROOT / "benchmarks" / "results"
 MARKER = re.compile(r"(?P<open><!-- table:(?P<name>[\w-]+)(?P<options>[^>]*?)-->\n)(?P<body>.*?)(?P<close><!-- /table -->)",

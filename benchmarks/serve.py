@@ -42,7 +42,7 @@ from keras_transformer.run.shortlist import build_run_shortlist  # noqa: E402
 from keras_transformer.run.translate import translate_texts  # noqa: E402
 from keras_transformer.training.precision import choose_precision  # noqa: E402
 from benchmarks import _harness  # noqa: E402
-from benchmarks._report_tables import serve_real_table, serve_table  # noqa: E402
+from benchmarks._report_serve import serve_real_table, serve_table  # noqa: E402
 
 SHARED_DATA = os.path.join(ROOT, "..", "shared", "data")
 EOS, PAD = 3, 0

@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.export.quantize import quantize_model  # noqa: E402
 from benchmarks import _harness  # noqa: E402
-from benchmarks._report_tables import serve_kernels_table  # noqa: E402
+from benchmarks._report_serve import serve_kernels_table  # noqa: E402
 
 BOS, EOS = 2, 3
 

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import serve  # noqa: E402
-from benchmarks._report_tables import serve_real_gate_table, serve_real_table  # noqa: E402
+from benchmarks._report_serve import serve_real_gate_table, serve_real_table  # noqa: E402
 
 
 def test_requests_keep_the_sources_in_order_in_requests_of_the_batch_size():
