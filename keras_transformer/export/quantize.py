@@ -30,6 +30,8 @@ import warnings
 
 import keras
 
+from keras_transformer.training.precision import with_dtype_policy
+
 __all__ = ["QUANTIZE_MODES", "check_bfloat16_export", "check_int8_export", "check_quantized_export",
            "int8_dense_layers", "int8_layers", "is_quantized", "quantize_model"]
 
@@ -59,14 +61,7 @@ def quantize_model(model, mode="int8"):
         raise ValueError("`mode` must be one of " + ", ".join(QUANTIZE_MODES))
     if is_quantized(model):
         raise ValueError("the model is quantized already (quantize a float model, once).")
-    if not model.built:
-        model.build()
-    config = model.get_config()
-    if mode == "bfloat16":
-        config["dtype"] = "bfloat16"
-    copy = type(model).from_config(config)
-    copy.build()
-    copy.set_weights(model.get_weights())
+    copy = with_dtype_policy(model, "bfloat16" if mode == "bfloat16" else model.dtype_policy.name)
     copy.keras_transformer_quantization = mode
     if mode == "bfloat16":
         return copy

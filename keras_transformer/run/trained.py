@@ -15,6 +15,7 @@ from keras_transformer.run.data import (
     CONFIG_FILE, MARIAN_TOKENIZER_DIR, MODEL_FILE, TOKENIZER_FILE, RunError, bucket_boundaries, read_pairs,
 )
 from keras_transformer.run.translate import translate_texts, with_target_language
+from keras_transformer.training.precision import computing_in_float32
 
 
 def load_tokenizer(output_dir):
@@ -35,10 +36,13 @@ def load_tokenizer(output_dir):
 
 
 def load_model(output_dir):
+    """The run's model, computing in float32 even where it was trained in mixed
+    precision (`training.precision.computing_in_float32`: every path that
+    decodes it then computes alike)."""
     path = Path(output_dir) / MODEL_FILE
     if not path.is_file():
         raise RunError(f"{path}: no trained model; run `keras-transformer train` first.")
-    return keras.saving.load_model(str(path))
+    return computing_in_float32(keras.saving.load_model(str(path)))
 
 
 def load_run(output_dir):

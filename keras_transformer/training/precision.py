@@ -1,4 +1,5 @@
-"""The recipes' choice of numeric precision for this machine's CPU."""
+"""Numeric precision: the recipes' choice for this machine's CPU, and a model
+rebuilt under another dtype policy (a trained model decodes in float32)."""
 
 from pathlib import Path
 
@@ -27,3 +28,31 @@ def choose_precision(config, assignments):
         return config_lib.merge(config, {"training": {"mixed_precision": "mixed_bfloat16"}}, origin="recipe")
     print("precision: float32 (no bfloat16 units on this CPU, where bfloat16 would be emulated)", flush=True)
     return config
+
+
+def with_dtype_policy(model, policy):
+    """A copy of `model` built under the dtype policy `policy` (a name such as
+    "float32" or "bfloat16"), holding its weights (cast to the policy's
+    variable dtype); `model` is unchanged."""
+    if not model.built:
+        model.build()
+    config = model.get_config()
+    config["dtype"] = policy
+    copy = type(model).from_config(config)
+    copy.build()
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def computing_in_float32(model):
+    """`model`, or where it computes under a mixed policy (a training setting:
+    float32 weights, bfloat16 or float16 products) a float32 copy. A run
+    trained in mixed precision saves its model under that policy; decoded as
+    saved, its texts would differ from those of its float32 SavedModel and
+    its CTranslate2 float32 export (and bfloat16 logits loop more: the length
+    gate in benchmarks/README.md). Lower precision for serving is a choice
+    made at export (`quantize="bfloat16"`)."""
+    policy = model.dtype_policy
+    if policy.compute_dtype == policy.variable_dtype:
+        return model
+    return with_dtype_policy(model, policy.variable_dtype)
