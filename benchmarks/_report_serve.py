@@ -79,23 +79,25 @@ def serve_real_table(records, options):
 
 def serve_real_gate_table(records, options):
     """serve.py --real-text: where each selected run's model stood at the length gate (timed or refused), one row a
-    record, by preset and steps."""
+    record, by preset and steps: the precision it trained and decoded in (a gate without one decoded the model as
+    saved, under its training policy), its validation loss and the gate's measures."""
     chosen = sorted(select(records, options, "table:serve-real-gate"),
                     key=lambda record: (record["workload"]["preset"], record["workload"]["train_steps"]))
     rows = []
     for record in chosen:
         work, trained = record["workload"], record["workload"].get("training", {})
-        gate = work["gate"]
-        rows.append([work["preset"], f"{work['train_steps']:,}", trained.get("precision", "-") or "float32",
+        gate, policy = work["gate"], trained.get("precision", "-") or "float32"
+        decoded = gate.get("precision") or {"mixed_bfloat16": "bfloat16", "float32": "float32"}.get(policy, "-")
+        rows.append([work["preset"], f"{work['train_steps']:,}", policy, decoded,
                      f"{trained['val_loss']:.2f}" if "val_loss" in trained else "-", f"{gate['length_ratio']:.3f}",
                      f"{gate['at_limit']:.1%}" if "at_limit" in gate else "-", f"{gate['bleu']:.1f}",
                      "refused" if record.get("refused") else "timed"])
     text = "; ".join(f"`{r['command']}`, commit {r.get('commit') or 'unknown'}, {r.get('time')}" for r in chosen)
+    header = ["preset", "steps", "trained in", "decoded in", "validation loss", "length ratio", "at the length limit",
+              "BLEU", "gate"]
     return (f"{text}, {machine_text(chosen[0])} (the validation split, {chosen[0]['workload']['gate']['sentences']} "
             "sentences, translated as the run's config says; the gate times a model with a length ratio within "
-            "0.8-1.2 and at most 2% of its outputs at the length limit):\n\n" + markdown_table(["preset", "steps", "precision", "validation loss", "length ratio",
-                                                      "at the length limit", "BLEU", "gate"], rows))
-
+            "0.8-1.2 and at most 2% of its outputs at the length limit):\n\n" + markdown_table(header, rows))
 
 
 def serve_profile_parts(record):

@@ -207,7 +207,7 @@ def trained_run(args, decoding):
             name: str(run / "data" / f"{name}.jsonl.gz") for name in SPLITS}}, origin="serve.py --real-text"))
         build_run_shortlist(run)
     gate = json.loads((run / "gate.json").read_text()) if (run / "gate.json").is_file() else {}
-    if "at_limit" not in gate:  # a new run, or a gate of an older version
+    if "precision" not in gate:  # a new run, or a gate of an older version (no at_limit; decoded as saved)
         gate = length_gate(run)
         (run / "gate.json").write_text(json.dumps(gate))
     return run, gate
@@ -235,7 +235,8 @@ def continue_from_shorter(cache, preset, steps):
 def length_gate(run):
     """What `check_gate` judges, on the validation split translated as the run's config says: the output/reference
     length ratio (sacreBLEU's), BLEU, and the share of outputs that ran to their length limit (within one token of
-    the source's tokens and EOS plus `max_extra_length`: a loop, not a translation)."""
+    the source's tokens and EOS plus `max_extra_length`: a loop, not a translation), and the precision it decoded
+    in (float32: the run's model as `trained.load_run` gives it, whatever the training's policy)."""
     model, tokenizer, config = trained.load_run(run)
     pairs, limit = read_pairs(config, "valid"), config["data"]["max_length"]
     outputs = translate_texts(model, tokenizer, [s for s, _ in pairs], config["decoding"], max_source_length=limit)
@@ -243,7 +244,8 @@ def length_gate(run):
     tokens = lambda texts: tokenizer.tokenize(texts).row_lengths().numpy()  # noqa: E731
     limits = np.minimum(tokens([s for s, _ in pairs]) + 1, limit) + config["decoding"]["max_extra_length"]
     return {"length_ratio": score.sys_len / score.ref_len, "split": "valid", "sentences": len(pairs),
-            "bleu": score.score, "at_limit": float(np.mean(tokens(outputs) + 1 >= limits - 1))}
+            "bleu": score.score, "at_limit": float(np.mean(tokens(outputs) + 1 >= limits - 1)),
+            "precision": model.dtype_policy.compute_dtype}
 
 
 def requests_of(sources, batch_size):

@@ -130,12 +130,16 @@ def test_a_refused_model_is_recorded_and_the_gate_table_gives_where_each_run_sto
     refused = dict(common, time="2026-11-28 09:40:00 UTC", refused="the model's output/reference length ratio ...",
                    workload={"preset": "base", "train_steps": 8000, "training": serve.training_state(run), "gate": {
                        "length_ratio": 1.31301, "at_limit": 0.146, "bleu": 4.52, "sentences": 500}})
-    table = serve_real_gate_table([timed, refused], {})
+    decoded = dict(refused, time="2026-11-28 13:00:00 UTC", workload=dict(refused["workload"], train_steps=12000, gate={
+        "length_ratio": 1.181, "at_limit": 0.128, "bleu": 5.32, "sentences": 500, "precision": "float32"}))
+    table = serve_real_gate_table([timed, decoded, refused], {})
     assert "500 sentences" in table and f"within {serve.RATIO_RANGE[0]}-{serve.RATIO_RANGE[1]}" in table
     assert f"at most {serve.AT_LIMIT_MAX:.0%} of its outputs" in table
-    rows = [line.split(" | ") for line in table.splitlines()[-2:]]  # by preset and steps
-    assert rows[0] == ["| base", "8,000", "mixed_bfloat16", "4.55", "1.313", "14.6%", "4.5", "refused |"]
-    assert rows[1] == ["| tiny", "2,000", "-", "-", "0.966", "-", "5.2", "timed |"]
+    rows = [line.split(" | ") for line in table.splitlines()[-3:]]  # by preset and steps
+    # A gate that names no precision decoded the model as saved: in bfloat16 where it trained in mixed bfloat16.
+    assert rows[0] == ["| base", "8,000", "mixed_bfloat16", "bfloat16", "4.55", "1.313", "14.6%", "4.5", "refused |"]
+    assert rows[1] == ["| base", "12,000", "mixed_bfloat16", "float32", "4.55", "1.181", "12.8%", "5.3", "refused |"]
+    assert rows[2] == ["| tiny", "2,000", "-", "-", "-", "0.966", "-", "5.2", "timed |"]
     with pytest.raises(ValueError, match="gate refusals, with no timings"):
         serve_real_table([refused], {})
 
