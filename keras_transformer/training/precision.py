@@ -49,9 +49,9 @@ def computing_in_float32(model):
     float32 weights, bfloat16 or float16 products) a float32 copy. A run
     trained in mixed precision saves its model under that policy; decoded as
     saved, its texts would differ from those of its float32 SavedModel and
-    its CTranslate2 float32 export (and bfloat16 logits loop more: the length
-    gate in benchmarks/README.md). Lower precision for serving is a choice
-    made at export (`quantize="bfloat16"`)."""
+    its CTranslate2 float32 export (on a weak model, by a tenth of its length
+    ratio: the length gate's table in benchmarks/README.md). Lower precision
+    for serving is a choice made at export (`quantize="bfloat16"`)."""
     policy = model.dtype_policy
     if policy.compute_dtype == policy.variable_dtype:
         return model
