@@ -62,6 +62,9 @@ def parse_args(argv=None):
     parser.add_argument("--allow-any-length-ratio", action="store_true", help="--real-text: time a model whose "
                         "output/reference length ratio is outside 0.8-1.2 or whose outputs loop (the record says so)")
     parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--plain-phases", default="shipped", help="--real-text: the plain exports' phases, shipped "
+                        "(the default ladder) or finer (export --finer-phases), or both, comma-separated: one "
+                        "contender each")
     parser.add_argument("--xla-phase-buckets", default="3", help="--real-text: the XLA exports' row buckets per "
                         "decoding phase (export --xla-phase-buckets), or several, comma-separated: one contender each")
     parser.add_argument("--searches", default="beam,greedy")
@@ -285,14 +288,16 @@ def training_state(run):
 def sentence_steps(lengths, requests, rule):
     """The sentence-steps a search decodes for outputs of `lengths` tokens (EOS included), `requests` sizes in
     order, when it drops the sentences that are done by `rule`: "each step" (CTranslate2), "phases" (at the
-    boundaries of PHASE_CAPACITIES: the plain graph), or an int, the XLA variant's row buckets per phase over
+    boundaries of PHASE_CAPACITIES: the plain graph), "finer phases" (FINER_PHASE_CAPACITIES': the plain graph
+    exported with finer_phases), or an int, the XLA variant's row buckets per phase over
     its padded rows (1: the whole padded request every step). A count of carried work, not a time."""
     total, start = 0, 0
     for size in requests:
         request, start = lengths[start:start + size], start + size
         rows, carried = padded_rows(size) if isinstance(rule, int) else size, size
         for step in range(max(request)):
-            if rule == "each step" or step in phases.PHASE_CAPACITIES:
+            if rule == "each step" or step in {"finer phases": phases.FINER_PHASE_CAPACITIES}.get(
+                    rule, phases.PHASE_CAPACITIES):
                 carried = sum(length > step for length in request)
             if not isinstance(rule, int):
                 total += carried
@@ -320,16 +325,21 @@ def real_text_contenders(args, run, decoding, work):
     model, tokenizer, config = trained.load_run(run)
     contenders, listed = {}, str(run / "shortlist.txt")
     counts = [int(count) for count in args.xla_phase_buckets.split(",")]
+    ladders = args.plain_phases.split(",")
+    if not set(ladders) <= {"shipped", "finer"}:
+        raise SystemExit(f"--plain-phases: {args.plain_phases!r} is not shipped, finer or both")
     for variant, quantize, shortlist, buckets in [(v, q, s, b) for v, q in exports(args) for s in (None, listed)
-                                                  for b in (counts if v == "XLA" else [None])]:
+                                                  for b in (counts if v == "XLA" else ladders)]:
         signature = tf.saved_model.load(trained.export(
             run, f"{work}/{variant}-{quantize}-{bool(shortlist)}-{buckets}", decoding=decoding, quantize=quantize,
             jit_compile=variant == "XLA", check_ops=False, warmup_rows=args.batch_size, shortlist=shortlist,
-            xla_phase_buckets=buckets)).signatures["serving_default"]  # text in, text out: what users send
-        named = f", {buckets} phase buckets" * (len(counts) > 1 and variant == "XLA")
+            xla_phase_buckets=buckets if variant == "XLA" else None,
+            finer_phases=buckets == "finer")).signatures["serving_default"]  # text in, text out: what users send
+        named = (f", {buckets} phase buckets" * (len(counts) > 1) if variant == "XLA"
+                 else f", {buckets} phases" * (len(ladders) > 1))
         contenders[f"SavedModel {variant}, {quantize or 'float32'}{named}" + " + shortlist" * bool(shortlist)] = (
             (f"{variant}{' graph' * (variant == 'plain')}, SavedModel", quantize or "float32", bool(shortlist),
-             "phases" if variant == "plain" else buckets),
+             ("finer phases" if buckets == "finer" else "phases") if variant == "plain" else buckets),
             lambda texts, signature=signature: [
                 text.decode() for text in signature(text=tf.constant(texts))["translations"].numpy()])
     ct2_dir = trained.export_ctranslate2(run, os.path.join(work, "ctranslate2"), decoding=decoding)

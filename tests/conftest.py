@@ -84,7 +84,7 @@ def one_phase_search(monkeypatch):
     first_rung = phases.PHASE_CAPACITIES[0]
     one_phase = phases._phase_capacities
 
-    def checked_one_phase(buffer_length, buffer_bound=None):
+    def checked_one_phase(buffer_length, buffer_bound=None, ladder=None):
         if isinstance(buffer_length, int):
             assert buffer_length <= first_rung, f"a {buffer_length}-position buffer would decode in phases"
         else:  # a TensorFlow graph: checked when it runs (tf.function runs every assertion it traced)
@@ -94,7 +94,7 @@ def one_phase_search(monkeypatch):
                                                    message="the buffer would decode in phases")
             with tf.control_dependencies([check]):
                 buffer_length = tf.identity(buffer_length)
-        return one_phase(buffer_length, buffer_bound)
+        return one_phase(buffer_length, buffer_bound, ladder)
 
     # The compiled searches' cache key holds the ladder: none traced with the shipped one is reused.
     monkeypatch.setattr(phases, "PHASE_CAPACITIES", ())

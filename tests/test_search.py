@@ -210,6 +210,18 @@ def test_phases_change_no_output(search, monkeypatch):
     np.testing.assert_array_equal(phased["ids"], whole["ids"])
     np.testing.assert_array_equal(phased["lengths"], whole["lengths"])
     np.testing.assert_allclose(phased["scores"], whole["scores"], rtol=1e-6, atol=1e-6)
+    # Under finer_phases, a search that drops done sentences (TensorFlow's plain graph, PyTorch) decodes in
+    # the finer ladder's phases (here 1, 2, 3, 4, 6), with the same outputs; JAX keeps the ladder.
+    monkeypatch.setattr(phases_module, "FINER_PHASE_CAPACITIES", (1, 2, 3, 4, 6))
+    capacities, ladders = phases_module._phase_capacities, []
+    monkeypatch.setattr(phases_module, "_phase_capacities", lambda length, bound=None, ladder=None: (
+        ladders.append(ladder) or capacities(length, bound, ladder)))
+    with phases_module.finer_phases():
+        finer = as_numpy(runs[search]())
+    assert ladders and set(ladders) == {(1, 2, 3, 4, 6) if phases_module.compacts(False) else None}
+    for key in ("ids", "lengths"):
+        np.testing.assert_array_equal(finer[key], whole[key])
+    np.testing.assert_allclose(finer["scores"], whole["scores"], rtol=1e-6, atol=1e-6)
 
 
 def test_a_compiled_search_traces_only_the_phases_its_width_can_reach(monkeypatch):
@@ -222,9 +234,9 @@ def test_a_compiled_search_traces_only_the_phases_its_width_can_reach(monkeypatc
     outputs."""
     capacities, traced = phases_module._phase_capacities, []
 
-    def recording(buffer_length, buffer_bound=None):
-        traced.append(len(capacities(buffer_length, buffer_bound)))
-        return capacities(buffer_length, buffer_bound)
+    def recording(buffer_length, buffer_bound=None, ladder=None):
+        traced.append(len(capacities(buffer_length, buffer_bound, ladder)))
+        return capacities(buffer_length, buffer_bound, ladder)
 
     monkeypatch.setattr(phases_module, "_phase_capacities", recording)
     model = make_model(vocabulary_size=9, num_encoder_layers=1, num_decoder_layers=1, eos_scale=0.5, seed=6)

@@ -250,6 +250,11 @@ def cmd_export(args):
     if args.xla_phase_buckets is not None and not args.jit_compile:
         raise SystemExit("error: --xla-phase-buckets is the XLA variant's: it needs --jit-compile (the plain "
                          "variant drops done sentences anyway)")
+    if args.finer_phases and args.jit_compile:
+        raise SystemExit("error: --finer-phases is the plain variant's: the XLA variant (--jit-compile) drops done "
+                         "sentences in row buckets (--xla-phase-buckets)")
+    if args.finer_phases and args.format != "saved_model":
+        raise SystemExit("error: --finer-phases applies to --format saved_model only (its plain variant)")
     if args.format == "keras-hub":
         from keras_transformer.hub.presets import save_run_preset
 
@@ -309,7 +314,7 @@ def cmd_export(args):
                       warmup_rows=args.warmup_rows, quantize=args.quantize,
                       shortlist=args.shortlist and _existing_file(args.shortlist, "--shortlist"),
                       shortlist_size=args.shortlist_size, xla_min_rows=args.xla_min_rows,
-                      xla_phase_buckets=args.xla_phase_buckets)
+                      xla_phase_buckets=args.xla_phase_buckets, finer_phases=args.finer_phases)
     print(f"exported: {path}")
     return 0
 

@@ -121,7 +121,8 @@ def run(model, source_ids, key, search, compile, jit_compile, extra_inputs=(), p
     )
     inputs = tuple(ops.cast(ops.convert_to_tensor(x), dtype) for x, dtype in zip(inputs, dtypes))
     bound = phases.width_class(source_ids.shape[1]) if phased and tensorflow() is not None else None
-    key += (("source width at most", bound), ("static row buckets", phases.static_row_bucket_count()))
+    key += (("source width at most", bound), ("static row buckets", phases.static_row_bucket_count()),
+            ("finer phases", phases.finer_phases_set()))
     function = compiled(model, key, search, jit_compile, dtypes)
     with phases.source_width_at_most(bound):
         return function(*inputs)

@@ -67,6 +67,7 @@ def write_export_info(export_dir, model, tokenizer, translator, warmup_rows, qua
             "limit_rule": translator.limit_rule,
             "jit_compile": translator.jit_compile,
             "xla_phase_buckets": translator.xla_phase_buckets,
+            "finer_phases": translator.finer_phases,
             "shortlist": None if translator.shortlist is None else {
                 "settings": translator.shortlist.settings, "always": len(translator.shortlist.always),
                 "size": translator.shortlist_size},

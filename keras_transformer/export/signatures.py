@@ -29,10 +29,12 @@ class SignatureFunctions:
 
     def __init__(self, model, tokenizer, beam_size, alpha, max_extra_length, max_input_length,
                  max_output_length, jit_compile=False, limit_rule="fallback", shortlist=None, shortlist_size=None,
-                 length_penalty="gnmt", xla_min_rows=warmup_lib.XLA_MIN_ROWS, xla_phase_buckets=1):
+                 length_penalty="gnmt", xla_min_rows=warmup_lib.XLA_MIN_ROWS, xla_phase_buckets=1,
+                 finer_phases=False):
         self.xla_min_rows = xla_min_rows
-        # Traced under phases.static_row_buckets(xla_phase_buckets) by the export.
-        self.xla_phase_buckets = xla_phase_buckets
+        # Traced under phases.static_row_buckets(xla_phase_buckets) and phases.finer_phases(finer_phases)
+        # by the export.
+        self.xla_phase_buckets, self.finer_phases = xla_phase_buckets, finer_phases
         self.limit_rule = limit_rule
         self.length_penalty = length_penalty
         self.shortlist = shortlist

@@ -63,7 +63,7 @@ def _with_decoding(output_dir, decoding):
 
 def export(output_dir, base_dir=None, *, name="translator", version=None, decoding=None, jit_compile=False,
            check_ops=True, warmup_rows=None, quantize=None, shortlist=None, shortlist_size=None, xla_min_rows=None,
-           xla_phase_buckets=None):
+           xla_phase_buckets=None, finer_phases=False):
     """Exports the run's model and tokenizer as a SavedModel for TF Serving, with
     its decoding settings (`decoding` overrides some) and, as the input limit,
     the longest source seen in training (`data.max_length`). `base_dir`
@@ -72,7 +72,8 @@ def export(output_dir, base_dir=None, *, name="translator", version=None, decodi
     "bfloat16") exports lower-precision weights; `shortlist` (a file) bakes a
     vocabulary shortlist in, `shortlist_size` its fixed size in the XLA
     variant, `xla_min_rows` that variant's smallest row bucket and
-    `xla_phase_buckets` its row buckets per decoding phase; returns the
+    `xla_phase_buckets` its row buckets per decoding phase, `finer_phases`
+    the plain variant's finer phases; returns the
     version directory."""
     from keras_transformer.export import export_saved_model
     from keras_transformer.export.warmup import DEFAULT_WARMUP_ROWS
@@ -88,7 +89,7 @@ def export(output_dir, base_dir=None, *, name="translator", version=None, decodi
         jit_compile=jit_compile, check_ops=check_ops,
         warmup_rows=DEFAULT_WARMUP_ROWS if warmup_rows is None else warmup_rows, quantize=quantize,
         shortlist=shortlist, shortlist_size=shortlist_size, xla_min_rows=xla_min_rows,
-        xla_phase_buckets=xla_phase_buckets,
+        xla_phase_buckets=xla_phase_buckets, finer_phases=finer_phases,
     )
 
 

@@ -271,6 +271,12 @@ def test_export_command_writes_a_versioned_saved_model(trained_run, tmp_path, mo
                      "--length-penalty", "gnmt"]) == 2
     assert "cannot reproduce GNMT's penalty" in capsys.readouterr().err
     assert not (tmp_path / "ct2").exists()
+    # Finer phases are the plain variant's: refused with the XLA variant or another format, before anything runs.
+    for flags, message in ((["--jit-compile"], "--finer-phases is the plain variant's"),
+                           (["--format", "ctranslate2"], "--finer-phases applies to --format saved_model only")):
+        with pytest.raises(SystemExit, match=message):
+            cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path / "refused"), "--finer-phases", *flags])
+    assert not (tmp_path / "refused").exists()
 
 
 def test_console_script_prints_only_its_own_error(tmp_path):
@@ -325,9 +331,11 @@ def test_train_passes_the_run_buckets_to_the_pipeline(trained_run, tmp_path, mon
     assert seen and all(boundaries == [8, 16] for boundaries in seen)
 
 
-def test_same_text_same_output_on_every_path(trained_run, tmp_path, capsys):
-    """The CLI, the exported SavedModel (plain and XLA variants) and the
-    CTranslate2 export translate the same texts alike: texts without tokens
+def test_same_text_same_output_on_every_path(trained_run, tmp_path, capsys, monkeypatch):
+    """The CLI, the exported SavedModel (plain variant in finer phases, and
+    XLA variant) and the CTranslate2 export translate the same texts alike
+    (the plain variant's default phases are held to the in-process search in
+    test_export.py): texts without tokens
     give "" everywhere, and a source over data.max_length (16 tokens here) is
     truncated everywhere, and every path says which: the CLI's count on
     stderr and `truncated` in --format jsonl, `Hypothesis.truncated` and
@@ -363,9 +371,19 @@ def test_same_text_same_output_on_every_path(trained_run, tmp_path, capsys):
     assert [h.translation for h in hypotheses] == cli_lines and [h.truncated for h in hypotheses] == cut
     assert translator.last_truncated == [5]
 
-    for flags in ([], ["--xla"]):
-        base = tmp_path / f"saved{len(flags)}"
+    from keras_transformer.decoding import phases
+
+    capacities, ladders = phases._phase_capacities, []
+    monkeypatch.setattr(phases, "_phase_capacities", lambda length, bound=None, ladder=None: (
+        ladders.append(ladder) or capacities(length, bound, ladder)))
+    for flags in (["--finer-phases"], ["--xla"]):
+        base = tmp_path / f"saved{flags[0]}"
+        ladders.clear()
         assert cli.main(["export", run, "--base-dir", str(base), "--beam-size", "1", *flags]) == 0
+        # The plain variant's searches traced in the finer ladder; the XLA variant's in the shipped one.
+        assert ladders and set(ladders) == {phases.FINER_PHASE_CAPACITIES if flags == ["--finer-phases"] else None}
+        info = json.loads((base / "translator" / "1" / "assets.extra" / "keras_transformer_export.json").read_text())
+        assert info["search"]["finer_phases"] == (flags == ["--finer-phases"])
         signatures = tf.saved_model.load(str(base / "translator" / "1")).signatures
         result = signatures["serving_default"](text=tf.constant(texts))
         served = [t.decode("utf-8") for t in result["translations"].numpy()]
