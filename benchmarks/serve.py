@@ -298,7 +298,7 @@ def sentence_steps(lengths, requests, rule):
         for step in range(max(request)):
             if rule == "each step" or step in {"finer phases": phases.FINER_PHASE_CAPACITIES}.get(
                     rule, phases.PHASE_CAPACITIES):
-                carried = sum(length > step for length in request)
+                carried = sum(int(length > step) for length in request)  # ints: the record is JSON
             if not isinstance(rule, int):
                 total += carried
             else:  # the first phase decodes every padded row; a later one the smallest bucket holding the rest

@@ -6,6 +6,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,6 +157,9 @@ def test_sentence_steps_count_the_work_each_dropping_rule_carries():
     # Finer phases (8, 16, 24, ...): all 3 for 8 steps, the 2 longer for 16 (to 24: the 20-token output ends within
     # the third phase), the last for 16 more (24 + 32 + 16), then 5.
     assert serve.sentence_steps(lengths, requests, "finer phases") == 77
+    # The lengths come as numpy integers: the counts go into a JSON record.
+    for rule in ("each step", "phases", "finer phases", 3):
+        json.dumps(serve.sentence_steps(list(np.array(lengths) + 0), requests, rule))
     assert serve.sentence_steps(lengths, requests, 1) == 360
     assert serve.sentence_steps(lengths, requests, 3) == 216
     # Two 17-token outputs: two sentences for 17 steps; XLA with 2 buckets (8, 4): 8 rows for 16 steps, then 4.
