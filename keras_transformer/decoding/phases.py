@@ -89,9 +89,9 @@ def finer_phases(enabled=True):
     between phases (`compacts`: TensorFlow's plain graph, PyTorch) decode in
     FINER_PHASE_CAPACITIES' phases instead of PHASE_CAPACITIES'. The outputs
     are the same; a TensorFlow graph holds (and traces) three times the
-    phases. On the real-text stream (benchmarks/README.md) the plain graph
-    decoded the same texts about 1.2x as fast (the SavedModel's plain variant:
-    `export_saved_model(..., finer_phases=True)`)."""
+    phases. On a base model's real-text stream (benchmarks/README.md) the
+    plain SavedModel decoded the same texts about a seventh faster
+    (`export_saved_model(..., finer_phases=True)`)."""
     token = _FINER_PHASES.set(bool(enabled))
     try:
         yield

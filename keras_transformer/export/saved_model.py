@@ -290,7 +290,7 @@ def export_saved_model(
             time); the outputs are the same.
         finer_phases: the plain variant decodes in finer phases
             (`phases.finer_phases`: a boundary every 8 positions up to 64,
-            then 16), dropping done sentences at each: about 1.2x the
+            then 16), dropping done sentences at each: about a seventh more
             sentences a second on real text (benchmarks/README.md), the same
             outputs, a graph with three times the phases (longer to export
             and to load).

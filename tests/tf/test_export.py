@@ -361,7 +361,8 @@ def test_versioned_layout_and_export_info(export_dir, model, tokenizer):
     assert info["search"] == {
         "beam_size": BEAM_SIZE, "alpha": ALPHA, "max_extra_length": MAX_EXTRA_LENGTH,
         "max_input_length": MAX_INPUT_LENGTH, "max_output_length": None, "limit_rule": "fallback",
-        "length_penalty": RULE, "jit_compile": False, "xla_phase_buckets": 1, "shortlist": None,
+        "length_penalty": RULE, "jit_compile": False, "xla_phase_buckets": 1, "finer_phases": False,
+        "shortlist": None,
     }
     assert info["tokenizer"]["vocabulary_size"] == tokenizer.vocabulary_size
     # The SentencePiece model ships beside the graph for clients that tokenize themselves.
