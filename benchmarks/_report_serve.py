@@ -116,7 +116,6 @@ def serve_profile_parts(record):
     return what, ["precision", "variant", "model step", "products alone", "rest"], rows, ["---"] * 2 + ["---:"] * 3
 
 
-
 def serve_kernels_parts(record):
     """serve_profile.py --kernels: each product kernel's time per product at each shape, against float32's
     (and, in an --onednn-verbose record, oneDNN's own time and its weight reorders per product)."""

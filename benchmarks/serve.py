@@ -292,12 +292,12 @@ def sentence_steps(lengths, requests, rule):
     exported with finer_phases), or an int, the XLA variant's row buckets per phase over
     its padded rows (1: the whole padded request every step). A count of carried work, not a time."""
     total, start = 0, 0
+    boundaries = phases.FINER_PHASE_CAPACITIES if rule == "finer phases" else phases.PHASE_CAPACITIES
     for size in requests:
         request, start = lengths[start:start + size], start + size
         rows, carried = padded_rows(size) if isinstance(rule, int) else size, size
         for step in range(max(request)):
-            if rule == "each step" or step in {"finer phases": phases.FINER_PHASE_CAPACITIES}.get(
-                    rule, phases.PHASE_CAPACITIES):
+            if rule == "each step" or step in boundaries:
                 carried = sum(int(length > step) for length in request)  # ints: the record is JSON
             if not isinstance(rule, int):
                 total += carried
