@@ -243,8 +243,12 @@ def commit(root=ROOT):
     return head + ("-dirty" if changed else "")
 
 
+COMMAND_VARIABLES = ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS")
+
+
 def command_line(argv=None, script=None):
-    """The command that reproduces this run, from the repository root, with KERAS_BACKEND when it is set."""
+    """The command that reproduces this run, from the repository root, with the variables of
+    COMMAND_VARIABLES that are set (the backend; TensorFlow's oneDNN switch, which moves CPU figures)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     script = os.path.abspath(script or sys.argv[0])
     python = sys.executable
@@ -252,8 +256,7 @@ def command_line(argv=None, script=None):
         python = os.path.relpath(python, ROOT)
     elif shutil.which("python") and os.path.realpath(shutil.which("python")) == os.path.realpath(python):
         python = "python"
-    backend = os.environ.get("KERAS_BACKEND")
-    prefix = f"KERAS_BACKEND={backend} " if backend else ""
+    prefix = "".join(f"{name}={os.environ[name]} " for name in COMMAND_VARIABLES if os.environ.get(name))
     return prefix + shlex.join([python, os.path.relpath(script, ROOT), *argv])
 
 

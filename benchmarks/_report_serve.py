@@ -5,7 +5,7 @@ import statistics
 from collections import OrderedDict
 
 from benchmarks._harness import markdown_table
-from benchmarks._report_tables import caption, machine_text, median_ratio, record_table, select
+from benchmarks._report_tables import caption, command_text, machine_text, median_ratio, record_table, select
 
 
 def serve_rates(record):
@@ -92,7 +92,7 @@ def serve_real_gate_table(records, options):
                      f"{trained['val_loss']:.2f}" if "val_loss" in trained else "-", f"{gate['length_ratio']:.3f}",
                      f"{gate['at_limit']:.1%}" if "at_limit" in gate else "-", f"{gate['bleu']:.1f}",
                      "refused" if record.get("refused") else "timed"])
-    text = "; ".join(f"`{r['command']}`, commit {r.get('commit') or 'unknown'}, {r.get('time')}" for r in chosen)
+    text = "; ".join(f"`{command_text(r)}`, commit {r.get('commit') or 'unknown'}, {r.get('time')}" for r in chosen)
     header = ["preset", "steps", "trained in", "decoded in", "validation loss", "length ratio", "at the length limit",
               "BLEU", "gate"]
     return (f"{text}, {machine_text(chosen[0])} (the validation split, {chosen[0]['workload']['gate']['sentences']} "

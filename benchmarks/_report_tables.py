@@ -43,9 +43,24 @@ def median_ratio(values, references):
 
 
 def machine_text(record):
+    """The machine in words; "no AVX-512" after the CPU where its recorded flags say so (two CPUs
+    of one name, AMD EPYC, rank the contenders differently with and without it)."""
     machine = record.get("machine", {})
     cpu = machine.get("cpu") or machine.get("processor")
+    flags = (record.get("libraries") or {}).get("cpu_flags")
+    if cpu and flags and "avx512f" not in flags:
+        cpu += ", no AVX-512"
     return ", ".join([f"{machine.get('cpus')} CPUs" + (f" ({cpu})" if cpu else ""), *(machine.get("gpus") or [])])
+
+
+def command_text(record):
+    """The record's command, with TF_ENABLE_ONEDNN_OPTS in front where the record says it was set and
+    the command (made before the harness wrote it there) does not."""
+    command = record["command"]
+    onednn = ((record.get("libraries") or {}).get("tensorflow_onednn") or {}).get("TF_ENABLE_ONEDNN_OPTS")
+    if onednn and "TF_ENABLE_ONEDNN_OPTS=" not in command:
+        command = f"TF_ENABLE_ONEDNN_OPTS={onednn} {command}"
+    return command
 
 
 def caption(record, what):
@@ -54,7 +69,7 @@ def caption(record, what):
     before, after = load.get("before"), load.get("after")
     load = f"load average {before[0]:.1f} before and {after[0]:.1f} after" if before and after else (
         "load average not recorded")
-    return (f"`{record['command']}`, commit {record.get('commit') or 'unknown'}, {record.get('time')}, "
+    return (f"`{command_text(record)}`, commit {record.get('commit') or 'unknown'}, {record.get('time')}, "
             f"{machine_text(record)}, {load} ({what}):")
 
 
@@ -126,7 +141,7 @@ def quality_table(records, options):
                mean_and_range([r["bleu"] for r in group]), mean_and_range([r["chrf"] for r in group])]
         (main if precision == "float32" else extra).append(row)
     invocations = OrderedDict((r.get("run"), r) for r in chosen).values()  # one line per invocation
-    text = "; ".join(f"`{r['command']}`, commit {r.get('commit') or 'unknown'}, {r.get('date')}"
+    text = "; ".join(f"`{command_text(r)}`, commit {r.get('commit') or 'unknown'}, {r.get('date')}"
                      for r in invocations)
     text += (f", {machine_text(chosen[0])} (every contender in float32; mean and range over seeds):\n\n"
             + markdown_table(header, main))

@@ -472,3 +472,33 @@ def test_trip_table_gives_both_paths_before_and_after_and_refuses_another_record
     assert "| exported, imported (recipes/opus_mt) | 18.9 | 87.3 | +68.3 | 30.0 | 80.0 |" in text
     with pytest.raises(ValueError, match="not a recipes/opus_mt/trip.py record"):
         table([trip, other], {"time": "t2"})
+
+
+def test_captions_name_a_cpu_without_avx512_and_the_onednn_switch_the_record_ran_with(monkeypatch):
+    """Two CPUs named "AMD EPYC" rank the contenders differently (AVX-512 or not), and TF_ENABLE_ONEDNN_OPTS
+    moves TensorFlow's plain-graph figures: a caption says both where the record does, and only there."""
+    from benchmarks import _harness
+    from benchmarks._report_tables import caption
+
+    plain = fixture_record()
+    assert caption(plain, "x").startswith("`python benchmarks/serve.py --rounds 3`, commit abc1234, ")
+    assert "(Test CPU)" in caption(plain, "x")
+    avx2 = {**plain, "libraries": {"cpu_flags": ["avx", "avx2", "fma"],
+                                   "tensorflow_onednn": {"TF_ENABLE_ONEDNN_OPTS": "1", "is_mkl_enabled": True}}}
+    text = caption(avx2, "x")
+    assert text.startswith("`TF_ENABLE_ONEDNN_OPTS=1 python benchmarks/serve.py --rounds 3`, commit abc1234, ")
+    assert "4 CPUs (Test CPU, no AVX-512)" in text
+    avx512 = {**plain, "command": "TF_ENABLE_ONEDNN_OPTS=0 python x.py",
+              "libraries": {"cpu_flags": ["avx2", "avx512f"], "tensorflow_onednn": {"TF_ENABLE_ONEDNN_OPTS": "0"}}}
+    text = caption(avx512, "x")
+    assert text.startswith("`TF_ENABLE_ONEDNN_OPTS=0 python x.py`") and "(Test CPU)" in text  # not doubled
+    # New records carry the variable in their command themselves.
+    for variables, expected in (({"KERAS_BACKEND": "jax"}, "KERAS_BACKEND=jax "),
+                                ({"KERAS_BACKEND": "tensorflow", "TF_ENABLE_ONEDNN_OPTS": "1"},
+                                 "KERAS_BACKEND=tensorflow TF_ENABLE_ONEDNN_OPTS=1 ")):
+        for name in _harness.COMMAND_VARIABLES:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value)
+        command = _harness.command_line(["--rounds", "3"], str(ROOT / "benchmarks" / "serve.py"))
+        assert command.startswith(expected) and command.endswith("benchmarks/serve.py --rounds 3"), command
