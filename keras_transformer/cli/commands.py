@@ -315,6 +315,10 @@ def cmd_export(args):
                       shortlist=args.shortlist and _existing_file(args.shortlist, "--shortlist"),
                       shortlist_size=args.shortlist_size, xla_min_rows=args.xla_min_rows,
                       xla_phase_buckets=args.xla_phase_buckets, finer_phases=args.finer_phases)
+        from keras_transformer.export.cpu_notes import serving_cpu_notes
+
+        for note in serving_cpu_notes(args.quantize, args.jit_compile):
+            print(f"note: {note}")
     print(f"exported: {path}")
     return 0
 

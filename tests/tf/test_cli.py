@@ -245,7 +245,7 @@ def test_console_script_runs():
 
 
 def test_export_command_writes_a_versioned_saved_model(trained_run, tmp_path, monkeypatch, capsys):
-    from keras_transformer.export import signatures
+    from keras_transformer.export import cpu_notes, signatures
 
     work, _ = trained_run
     # The rule the exported graph's searches are traced with, besides the one the export info records.
@@ -260,7 +260,12 @@ def test_export_command_writes_a_versioned_saved_model(trained_run, tmp_path, mo
     assert info["search"]["length_penalty"] == "length"
     assert rules and set(rules) == {"force_eos"}, rules
     rules.clear()
+    # Made on a CPU where TensorFlow leaves oneDNN off, the export says how a server there runs it faster.
+    monkeypatch.setattr(cpu_notes, "tensorflow_uses_onednn", lambda: False)
+    monkeypatch.delenv(cpu_notes.ONEDNN_VARIABLE, raising=False)
+    capsys.readouterr()
     assert cli.main(["export", str(work / "run"), "--base-dir", str(tmp_path)]) == 0
+    assert "note: TensorFlow leaves its oneDNN kernels off on this CPU" in capsys.readouterr().out
     assert rules and set(rules) == {"fallback"}, rules
     assert (tmp_path / "translator" / "2" / "saved_model.pb").is_file()  # next version, nothing overwritten
     info = json.loads((tmp_path / "translator" / "2" / "assets.extra" / "keras_transformer_export.json").read_text())
