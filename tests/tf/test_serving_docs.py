@@ -52,8 +52,9 @@ def server_commands():
     commands = []
     for block in blocks("bash"):
         for command in block.replace("\\\n", " ").splitlines():
-            if command.startswith("tensorflow_model_server"):
-                commands.append((command, re.findall(r"--([a-z_0-9]+)", command)))
+            server = re.sub(r"^([A-Z_]+=\S+ )+", "", command)  # started with variables in its environment
+            if server.startswith("tensorflow_model_server"):
+                commands.append((command, re.findall(r"--([a-z_0-9]+)", server)))
             elif command.startswith("docker run") and "tensorflow/serving" in command:
                 # The server's flags are those after the image's name (docker's own come before it).
                 commands.append((command, re.findall(r"--([a-z_0-9]+)", command.split("tensorflow/serving")[1])))
@@ -83,6 +84,24 @@ def test_the_xla_cache_variable_is_the_one_the_restart_test_sets():
     assert len(docker) == 1 and docker[0].startswith("docker run")
     assert docker[0].index("TF_XLA_FLAGS") < docker[0].index("tensorflow/serving")
     assert "--xla_cpu_compilation_enabled=true" in docker[0]
+
+
+def test_the_onednn_variable_is_the_one_exports_advise_and_reaches_a_plain_server():
+    """On a CPU without AVX-512 the plain variant wants TensorFlow's oneDNN kernels on
+    (tests/tf/test_cpu_notes.py checks that the variable switches them): the docs set it before a stock
+    server command and in docker's environment (-e, before the image), never as a server flag."""
+    from keras_transformer.export.cpu_notes import ONEDNN_VARIABLE
+
+    setting = f"{ONEDNN_VARIABLE}=1"
+    lines = [line for block in blocks("bash") for line in block.replace("\\\n", " ").splitlines() if setting in line]
+    assert any(line.startswith(f"{setting} tensorflow_model_server") for line in lines), lines
+    docker = [line for line in lines if line.startswith("docker run")]
+    assert docker and all(line.index(setting) < line.index("tensorflow/serving") for line in docker)
+    assert all("xla_cpu_compilation_enabled" not in line for line in lines)  # the plain variant's commands
+    # Both are parsed as server commands, their flags checked with the others'.
+    assert any(command.startswith(f"{setting} tensorflow_model_server") and "model_base_path" in flags
+               for command, flags in server_commands())
+    assert len([command for command, _ in server_commands() if setting in command]) == len(docker) + 1
 
 
 def test_model_config_parses_as_the_servers_proto():
