@@ -24,6 +24,7 @@ sys.path.insert(0, ROOT)
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.export.quantize import quantize_model  # noqa: E402
+from keras_transformer.export.cpu_notes import tensorflow_uses_onednn  # noqa: E402
 from benchmarks import _harness  # noqa: E402
 from benchmarks._report_serve import serve_kernels_table  # noqa: E402
 
@@ -140,12 +141,14 @@ def kernel_products(rows, inputs, outputs):
             return product
         return make
 
-    return {"float32": lambda: lambda x: tf.matmul(x, variables["float32"]),
-            "bfloat16": lambda: lambda x: tf.cast(tf.matmul(tf.cast(x, tf.bfloat16), variables["bfloat16"]),
-                                                  tf.float32),
-            "Keras int8 (int8 BatchMatMul)": lambda: dense,
-            "oneDNN int8, weights a variable": onednn(lambda: variables["int8"].read_value()),
-            "oneDNN int8, weights a constant": onednn(lambda: tf.constant(w_int8))}, w
+    kernels = {"float32": lambda: lambda x: tf.matmul(x, variables["float32"]),
+               "bfloat16": lambda: lambda x: tf.cast(tf.matmul(tf.cast(x, tf.bfloat16), variables["bfloat16"]),
+                                                     tf.float32),
+               "Keras int8 (int8 BatchMatMul)": lambda: dense}
+    if tensorflow_uses_onednn():  # without oneDNN the quantized op has no kernel ("Missing 0-th output")
+        kernels["oneDNN int8, weights a variable"] = onednn(lambda: variables["int8"].read_value())
+        kernels["oneDNN int8, weights a constant"] = onednn(lambda: tf.constant(w_int8))
+    return kernels, w
 
 
 def onednn_exec_ms(call):
@@ -174,6 +177,9 @@ def kernels_main(args, argv):
     record = _harness.start("serve_kernels", argv, packages=("tensorflow", "keras"))
     record.update(products_per_call=args.products, calls=args.calls, us_per_product={}, relative_error={},
                   onednn_exec_us_per_product={}, onednn_reorders_per_product={})
+    if not tensorflow_uses_onednn():
+        print("# TensorFlow runs without oneDNN here (TF_ENABLE_ONEDNN_OPTS=1 turns it on): its int8 kernels are "
+              "left out", flush=True)
     for shape in args.kernels.split(","):
         rows, inputs, outputs = (int(n) for n in shape.split("x"))
         products, w = kernel_products(rows, inputs, outputs)

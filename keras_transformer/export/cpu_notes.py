@@ -1,6 +1,6 @@
 """What a SavedModel export should tell its user about serving it on a CPU like
-the one it was made on: two settings that change a plain-graph step severalfold
-and that the export itself cannot make.
+the one it was made on: two settings that change a plain-graph step by a third
+or more and that the export itself cannot make.
 
 - bfloat16 products run natively only where the CPU has AVX512-BF16 or AMX;
   elsewhere TensorFlow emulates them and a bfloat16 export is slower than

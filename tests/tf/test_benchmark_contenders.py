@@ -129,6 +129,9 @@ def test_serve_profile_kernels_each_multiply_like_numpy():
     from benchmarks import serve_profile
 
     products, w = serve_profile.kernel_products(4, 32, 24)
+    # oneDNN's quantized op has a kernel only where TensorFlow runs oneDNN (off by default without AVX-512).
+    onednn = {name for name in products if name.startswith("oneDNN")}
+    assert len(onednn) == (2 if serve_profile.tensorflow_uses_onednn() else 0), sorted(products)
     x = np.random.default_rng(3).standard_normal((4, 32)).astype("float32")
     exact = x @ w
     for name, make in products.items():

@@ -60,6 +60,9 @@ NOT_RUN = {
     "tensorflow_model_server": "no TensorFlow Serving binary in CI; tests/tf/test_serving_docs.py checks every flag "
                                "of these lines against TF Serving 2.20.0's main.cc and runs the request bodies "
                                "against an export in process",
+    "TF_ENABLE_ONEDNN_OPTS=1 tensorflow_model_server": "as tensorflow_model_server above, with TensorFlow's oneDNN "
+                                                       "switch in its environment: tests/tf/test_cpu_notes.py checks "
+                                                       "that the variable turns oneDNN on in TensorFlow",
     "TF_CONFIG=": "needs two hosts; tests/tf/test_cli_workers.py runs `keras-transformer train` as two workers on "
                   "localhost, tests/tf/test_multi_worker.py the Python API",
     # Three (two) trainings each: a second run here would add about a minute.
